@@ -1,0 +1,146 @@
+"""The event model: what every source produces and the one Perfetto encoder consumes.
+
+Sources (Kineto JSON, CUPTI streams, eBPF samplers) translate their records into these
+plain, immutable values; nothing here knows about protobuf.  Timestamps are integer
+nanoseconds in one clock domain per trace (CLOCK_MONOTONIC for `record`, the input's
+own clock for `convert`) and the writer states that domain in a ClockSnapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping, Union
+
+ArgValue = Union[int, float, str, bool]
+Args = Mapping[str, ArgValue]
+
+# Slice categories that the SQL-facing contract promises (docs/ARCHITECTURE.md).
+CAT_KERNEL = "kernel"
+CAT_MEMCPY = "memcpy"
+CAT_MEMSET = "memset"
+CAT_SYNC = "sync"
+CAT_GPU_ANNOTATION = "gpu_user_annotation"
+CAT_CUDA_API = "cuda_api"
+GPU_OP_CATEGORIES = (CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_SYNC)
+
+
+def flow_id(pid: int, correlation_id: int, index: int = 0) -> int:
+    """Trace-unique id of the flow from an API call to the GPU op it caused.
+
+    `pid << 32 | correlation_id` for the first op; a launch that causes several ops
+    (a CUDA graph) numbers the others with `index` in bits 56.. so ids never collide
+    with another process's first op (pids are < 2**22 on Linux).
+    """
+    return (index << 56) | ((pid & 0xFFFFFF) << 32) | (correlation_id & 0xFFFFFFFF)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One call-stack frame.  `function` is already demangled; `module` is a path or
+    a pseudo-module such as "[python]" or "[kernel]"; `rel_pc` is the offset inside it."""
+
+    function: str
+    module: str = ""
+    rel_pc: int = 0
+    build_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """A call stack, outermost caller first (the order flamegraphs print)."""
+
+    frames: tuple[Frame, ...]
+
+
+class StackKind(Enum):
+    """Why a stack was taken; the two kinds are kept apart in SQL."""
+
+    CPU_SAMPLE = "cpu_sample"  # timer sample (perf_sample table)
+    LAUNCH = "launch"  # call site of a CUDA API call (attached to its cuda_api slice)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    pid: int
+    name: str
+    cmdline: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadInfo:
+    pid: int
+    tid: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    device: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSlice:
+    """A slice on a CPU thread: a PyTorch op, a python function or a CUDA API call.
+
+    `flow_ids` start (or continue) flows; `terminating_flow_ids` end them.  A CUDA API
+    call carries the flow ids of the GPU ops it caused and, when known, its launch stack.
+    """
+
+    pid: int
+    tid: int
+    ts: int
+    dur: int
+    name: str
+    category: str = ""
+    args: Args = field(default_factory=dict)
+    flow_ids: tuple[int, ...] = ()
+    terminating_flow_ids: tuple[int, ...] = ()
+    launch_stack: Stack | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuOp:
+    """Work on a GPU stream: kernel, memcpy, memset, sync or a GPU user annotation.
+
+    Lands on the `Stream N` track under `GPU D (<name>)`; ops that overlap on one stream
+    go to sibling lanes of the same name, never dropped.
+    """
+
+    device: int
+    stream: int
+    ts: int
+    dur: int
+    name: str
+    category: str
+    args: Args = field(default_factory=dict)
+    correlation_id: int | None = None
+    flow_ids: tuple[int, ...] = ()
+    terminating_flow_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    """A timer sample of one thread's stack (user and kernel frames, root first)."""
+
+    pid: int
+    tid: int
+    ts: int
+    stack: Stack
+    cpu: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Instant:
+    """A zero-length marker on a thread (e.g. an NVTX mark)."""
+
+    pid: int
+    tid: int
+    ts: int
+    name: str
+    category: str = ""
+    args: Args = field(default_factory=dict)
+
+
+Event = Union[ProcessInfo, ThreadInfo, GpuDevice, CpuSlice, GpuOp, CpuSample, Instant]

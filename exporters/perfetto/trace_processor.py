@@ -1,0 +1,150 @@
+"""Access to Perfetto's trace_processor: the one way anything downstream reads a trace.
+
+Two backends behind the `perfetto` package's `TraceProcessor` API:
+- a native `trace_processor_shell`, when the user names one (`--trace-processor PATH`
+  or `XPU_PERF_TRACE_PROCESSOR`), driven by the package's own HTTP subprocess backend;
+- otherwise the embedded engine (`wasm_engine.py`), which needs no network and no binary.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+from perfetto.trace_processor.api import TraceProcessorException
+from perfetto.trace_processor.backend import TraceProcessorBackend
+from perfetto.trace_processor.protos import ProtoFactory
+from perfetto.trace_processor.rpc import TraceProcessorRpc
+
+from exporters.perfetto.wasm_engine import WasmEngineError, WasmTransport
+
+ENV_SHELL = "XPU_PERF_TRACE_PROCESSOR"
+# Traces are fed to the engine in chunks of this size (the engine's request buffer
+# must hold one chunk plus framing).
+_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+class TraceOpenError(Exception):
+    """A trace could not be opened or parsed; the message is one line for the user."""
+
+
+class QueryError(Exception):
+    """A query failed; the message is trace_processor's error, reduced to one line."""
+
+
+class _WasmRpcBackend(TraceProcessorRpc):
+    """perfetto's RPC client, plus the two trace-loading calls it leaves out."""
+
+    def __init__(self, protos: ProtoFactory) -> None:
+        super().__init__(WasmTransport(), protos)
+
+    def _call(self, fill: Any) -> Any:
+        stream = self.protos.TraceProcessorRpcStream()
+        request = stream.msg.add()
+        fill(request)
+        self.transport.send(stream.SerializeToString())
+        reply = self.protos.TraceProcessorRpc()
+        reply.MergeFromString(self._read_payload())
+        self._check_envelope(reply)
+        return reply
+
+    def parse(self, chunk: bytes) -> Any:
+        def fill(req: Any) -> None:
+            req.request = self.protos.TraceProcessorRpc.TPM_APPEND_TRACE_DATA
+            req.append_trace_data = chunk
+
+        return self._call(fill).append_result
+
+    def notify_eof(self) -> Any:
+        def fill(req: Any) -> None:
+            req.request = self.protos.TraceProcessorRpc.TPM_FINALIZE_TRACE_DATA
+
+        return self._call(fill)
+
+
+class _EmbeddedTraceProcessor(TraceProcessor):
+    def _create_backend(self, remote: str | None, addr: str | None) -> TraceProcessorBackend:
+        return _WasmRpcBackend(self.protos)
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK_BYTES):
+            yield chunk
+
+
+def _one_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    # trace_processor puts the cause first and a SQL traceback after it.
+    return lines[0] if lines else "unknown error"
+
+
+class Trace:
+    """An opened trace.  `query` returns rows as dicts; errors are `QueryError`."""
+
+    def __init__(self, tp: TraceProcessor) -> None:
+        self._tp = tp
+
+    def query(self, sql: str) -> list[dict[str, Any]]:
+        try:
+            result = self._tp.query(sql)
+            columns = result.column_names
+            return [{c: getattr(row, c) for c in columns} for row in result]
+        except TraceProcessorException as exc:
+            raise QueryError(_one_line(str(exc))) from None
+
+    def query_columns(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Column names and row tuples, for table/csv output."""
+        try:
+            result = self._tp.query(sql)
+            columns = list(result.column_names)
+            return columns, [tuple(getattr(row, c) for c in columns) for row in result]
+        except TraceProcessorException as exc:
+            raise QueryError(_one_line(str(exc))) from None
+
+    def scalar(self, sql: str) -> Any:
+        rows = self.query(sql)
+        return next(iter(rows[0].values())) if rows else None
+
+    def close(self) -> None:
+        self._tp.close()
+
+    def __enter__(self) -> Trace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def resolve_shell(shell: str | os.PathLike[str] | None) -> Path | None:
+    value = shell or os.environ.get(ENV_SHELL)
+    if not value:
+        return None
+    path = Path(value)
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise TraceOpenError(f"trace_processor_shell not found or not executable: {path}")
+    return path
+
+
+def open_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | None = None) -> Trace:
+    """Load a trace file into trace_processor (native shell if given, else embedded)."""
+    trace_path = Path(path)
+    if not trace_path.is_file():
+        raise TraceOpenError(f"no such trace file: {trace_path}")
+    if trace_path.stat().st_size == 0:
+        raise TraceOpenError(f"trace file is empty: {trace_path}")
+    shell_path = resolve_shell(shell)
+    try:
+        if shell_path is not None:
+            tp: TraceProcessor = TraceProcessor(
+                trace=str(trace_path), config=TraceProcessorConfig(bin_path=str(shell_path))
+            )
+        else:
+            tp = _EmbeddedTraceProcessor(trace=_chunks(trace_path))
+    except TraceProcessorException as exc:
+        raise TraceOpenError(f"cannot read {trace_path}: {_one_line(str(exc))}") from None
+    except WasmEngineError as exc:
+        raise TraceOpenError(str(exc)) from None
+    return Trace(tp)

