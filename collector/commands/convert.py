@@ -1,0 +1,142 @@
+"""`xpu-perf convert`: PyTorch profiler (Kineto) JSON -> native Perfetto trace."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from collector.cli import UserError
+from collector.sources import kineto
+from exporters.perfetto.writer import TraceWriter
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "convert",
+        help="convert a PyTorch profiler (Kineto) JSON trace to Perfetto",
+        description="Convert a PyTorch profiler (Kineto) Chrome-JSON trace (plain or .gz) into a "
+        "native Perfetto trace, keeping every event (overlapping events go to sibling lanes).",
+    )
+    p.add_argument("input", type=Path, help="Kineto trace: .json or .json.gz")
+    p.add_argument("-o", "--output", type=Path, help="output (default: INPUT with .perfetto-trace)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    p.set_defaults(func=main)
+
+
+def default_output(src: Path) -> Path:
+    name = src.name
+    for suffix in (".gz", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return src.with_name(name + ".perfetto-trace")
+
+
+def main(args: argparse.Namespace) -> int:
+    src: Path = args.input
+    if not src.is_file():
+        raise UserError(f"no such file: {src}")
+    out: Path = args.output or default_output(src)
+    if out.resolve() == src.resolve():
+        raise UserError("output would overwrite the input; pass -o")
+    if not out.parent.is_dir():
+        raise UserError(f"output directory does not exist: {out.parent}")
+    console = Console(stderr=True, quiet=args.quiet)
+    show_progress = not (args.no_progress or args.quiet) and sys.stderr.isatty()
+    started = time.perf_counter()
+    stats = kineto.ConvertStats()
+    size = kineto.input_size(src)
+    try:
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not show_progress,
+            transient=True,
+        ) as progress:
+            scan = progress.add_task("scan links", total=size)
+            links = kineto.scan_links(src, lambda n: progress.advance(scan, n))
+            write = progress.add_task("convert", total=size)
+            with TraceWriter(out, command_line=sys.argv) as writer:
+                producer = writer.producer("kineto")
+                producer.write_all(
+                    kineto.convert_events(src, links, stats, lambda n: progress.advance(write, n))
+                )
+                for key, value in summary_counters(stats).items():
+                    writer.set_metadata(f"convert_{key}", value)
+    except kineto.KinetoFormatError as exc:
+        raise UserError(str(exc)) from None
+    except PermissionError as exc:
+        raise UserError(f"permission denied: {exc.filename}") from None
+    elapsed = time.perf_counter() - started
+    print_summary(console, src, out, stats, elapsed)
+    return 0
+
+
+def summary_counters(stats: kineto.ConvertStats) -> dict[str, int]:
+    counters = {
+        "events_in": stats.events_in,
+        "events_out": stats.events_out,
+        "kernels": stats.kernels,
+        "memcpys": stats.memcpys,
+        "memsets": stats.memsets,
+        "syncs": stats.syncs,
+        "gpu_annotations": stats.gpu_annotations,
+        "api_calls": stats.api_calls,
+        "cpu_slices": stats.cpu_slices,
+        "instants": stats.instants,
+        "flows_api_to_gpu": stats.flows,
+        "flows_fwdbwd": stats.fwdbwd_flows,
+        "ac2g_links_in": stats.ac2g_links_in,
+        "gpu_ops_with_api": stats.gpu_ops_with_api,
+        "gpu_ops_without_api": stats.gpu_ops_without_api,
+        "metadata_events": stats.metadata_events,
+        "skipped": sum(stats.skipped.values()),
+    }
+    return counters
+
+
+def print_summary(
+    console: Console, src: Path, out: Path, stats: kineto.ConvertStats, elapsed: float
+) -> None:
+    in_size = src.stat().st_size
+    out_size = out.stat().st_size
+    console.print(
+        f"[bold]{out}[/bold]  ({out_size / 1e6:.2f} MB, {in_size / max(out_size, 1):.1f}x "
+        f"smaller than the {in_size / 1e6:.2f} MB input, {elapsed:.1f} s)"
+    )
+    console.print(
+        f"  events in {stats.events_in}, out {stats.events_out} "
+        f"(+{stats.metadata_events} metadata records, flow records become flows)"
+    )
+    console.print(
+        f"  GPU: {stats.kernels} kernels, {stats.memcpys} memcpy, {stats.memsets} memset, "
+        f"{stats.syncs} sync, {stats.gpu_annotations} annotations"
+    )
+    console.print(
+        f"  CPU: {stats.cpu_slices} slices, {stats.api_calls} CUDA API calls, {stats.instants} instants"
+    )
+    console.print(
+        f"  flows: {stats.flows} API->GPU (input had {stats.ac2g_links_in} ac2g links), "
+        f"{stats.fwdbwd_flows} fwd->bwd; GPU ops without an API call: {stats.gpu_ops_without_api}"
+    )
+    for reason, count in sorted(stats.skipped.items()):
+        console.print(f"  skipped {count}: {reason}")
+    console.print(
+        f'  next: xpu-perf query {out} "select name, count(*) from slice group by 1 '
+        'order by 2 desc limit 10"'
+    )
