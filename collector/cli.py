@@ -8,13 +8,10 @@ import sys
 from collections.abc import Sequence
 
 from collector import __version__
+from collector.errors import UserError
 
 # name -> module; each module has add_parser(subparsers) and main(args) -> int.
 COMMANDS = ("record", "convert", "query", "folded", "view", "report", "flamegraph")
-
-
-class UserError(Exception):
-    """An error caused by input or environment: printed as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from collector.cli import UserError
+from collector.errors import UserError
 from collector.sources import kineto
 from exporters.perfetto.writer import TraceWriter
 

@@ -70,16 +70,71 @@ class _EmbeddedTraceProcessor(TraceProcessor):
         return _WasmRpcBackend(self.protos)
 
 
-def _chunks(path: Path) -> Iterator[bytes]:
+class _FramingCheck:
+    """Follows the top-level `Trace.packet` framing while the file streams past.
+
+    trace_processor silently keeps what it could parse from a truncated file; a profile
+    missing its tail must not look complete, so the reader checks that the last packet
+    ends exactly at the end of the file.
+    """
+
+    def __init__(self) -> None:
+        self.next_packet = 0  # file offset where the next framed packet starts
+        self.offset = 0  # bytes seen so far
+        self._carry = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._carry + chunk
+        base = self.offset - len(self._carry)
+        pos = self.next_packet - base
+        end = len(data)
+        while pos < end:
+            if data[pos] != 0x0A:
+                raise TraceOpenError(
+                    f"not a Perfetto protobuf trace (bad packet framing at byte {base + pos})"
+                )
+            length, shift, i = 0, 0, pos + 1
+            while i < end and data[i] & 0x80:
+                length |= (data[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+            if i >= end:
+                break  # the length prefix continues in the next chunk
+            length |= data[i] << shift
+            pos = i + 1 + length
+        self.next_packet = base + pos
+        self.offset = base + len(data)
+        self._carry = data[pos:] if pos < end else b""
+
+    def check_complete(self, path: Path) -> None:
+        if self.next_packet != self.offset:
+            raise TraceOpenError(
+                f"{path} is truncated: its last packet needs {self.next_packet - self.offset} "
+                "more bytes (was the recording interrupted?)"
+            )
+
+
+def _chunks(path: Path, framing: _FramingCheck | None) -> Iterator[bytes]:
     with path.open("rb") as f:
         while chunk := f.read(_CHUNK_BYTES):
+            if framing is not None:
+                framing.feed(chunk)
             yield chunk
+    if framing is not None:
+        framing.check_complete(path)
 
 
 def _one_line(text: str) -> str:
+    """trace_processor errors are a SQL 'traceback' whose last line is the cause; keep the
+    cause and where it happened ("syntax error (line 1 col 1)")."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    # trace_processor puts the cause first and a SQL traceback after it.
-    return lines[0] if lines else "unknown error"
+    if not lines:
+        return "unknown error"
+    where = next((ln for ln in lines if ln.startswith("File ")), None)
+    if lines[0].startswith("Traceback") and where is not None:
+        position = where.split('"', 2)[-1].strip()
+        return f"{lines[-1]} ({position})" if position else lines[-1]
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
 
 
 class Trace:
@@ -105,6 +160,10 @@ class Trace:
         except TraceProcessorException as exc:
             raise QueryError(_one_line(str(exc))) from None
 
+    def execute(self, script: str) -> None:
+        """Run statements for their effect (views, tables); trace_processor runs them all."""
+        self.query(script)
+
     def scalar(self, sql: str) -> Any:
         rows = self.query(sql)
         return next(iter(rows[0].values())) if rows else None
@@ -117,6 +176,12 @@ class Trace:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _looks_like_proto(path: Path) -> bool:
+    # Other formats (JSON, systrace...) that trace_processor also reads are not framed.
+    with path.open("rb") as f:
+        return f.read(1) == b"\x0a"
 
 
 def resolve_shell(shell: str | os.PathLike[str] | None) -> Path | None:
@@ -143,7 +208,8 @@ def open_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | Non
                 trace=str(trace_path), config=TraceProcessorConfig(bin_path=str(shell_path))
             )
         else:
-            tp = _EmbeddedTraceProcessor(trace=_chunks(trace_path))
+            framing = _FramingCheck() if _looks_like_proto(trace_path) else None
+            tp = _EmbeddedTraceProcessor(trace=_chunks(trace_path, framing))
     except TraceProcessorException as exc:
         raise TraceOpenError(f"cannot read {trace_path}: {_one_line(str(exc))}") from None
     except WasmEngineError as exc:

@@ -1,0 +1,62 @@
+"""`xpu-perf folded`: flamegraph input derived from a trace by SQL."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from collector.commands.query import add_trace_processor_flag
+from collector.errors import UserError
+from exporters.folded.folded import MODES, UNITS, FoldedError, fold
+from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "folded",
+        help="folded stacks for flamegraph.pl / speedscope",
+        description="Write folded stacks ('frame;frame;... weight'). gpu: launch context -> API "
+        "call -> [GPU_Kernel]/[GPU_Memcpy]/[GPU_Memset] weighted by GPU time; cpu: timer "
+        "samples; merge: both in one unit.",
+    )
+    p.add_argument("trace", type=Path, help=".perfetto-trace file")
+    p.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
+    p.add_argument("--mode", choices=MODES, default="merge")
+    p.add_argument("--unit", choices=UNITS, default="ns", help="weight unit (default: ns)")
+    p.add_argument(
+        "--freq",
+        type=float,
+        help="with --unit samples: samples per second used to turn time into samples "
+        "(default: the recorded sampling frequency, else 99)",
+    )
+    add_trace_processor_flag(p)
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.freq is not None and args.freq <= 0:
+        raise UserError("--freq must be positive")
+    try:
+        with open_trace(args.trace, args.trace_processor) as trace:
+            stacks = fold(trace, args.mode, args.unit, args.freq)
+    except (TraceOpenError, QueryError, FoldedError) as exc:
+        raise UserError(str(exc)) from None
+    text = stacks.render()
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        tmp = args.output.with_name(args.output.name + ".tmp")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, args.output)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+        print(
+            f"{args.output}: {len(stacks.lines)} stacks, GPU {stacks.gpu_weight_ns / 1e6:.3f} ms, "
+            f"{stacks.cpu_samples} CPU samples",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,104 @@
+"""Folded stacks (flamegraph.pl / speedscope input) derived from a trace by SQL alone.
+
+Modes:
+- gpu:   <CPU context>;<API call>;[GPU_Kernel]<kernel>  weighted by GPU time;
+- cpu:   <thread>;<frames...>                            timer CPU samples;
+- merge: both, in one unit.
+Units: ns and us keep short kernels visible; `samples` converts time to samples at
+`--freq` (samples = dur_ns * F / 1e9, accumulated as floats, rounded only at output) —
+the convention of the original profiler seeds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from importlib import resources
+
+from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.views import load_views
+
+MODES = ("merge", "gpu", "cpu")
+UNITS = ("ns", "us", "samples")
+DEFAULT_FREQ_HZ = 99
+
+
+class FoldedError(Exception):
+    """The trace cannot give the asked-for stacks; one line for the user."""
+
+
+@dataclass(frozen=True)
+class FoldedStacks:
+    lines: list[tuple[str, float]]  # stack, weight in the requested unit (float)
+    unit: str
+    gpu_weight_ns: int  # total GPU time behind the lines (for checks and summaries)
+    cpu_samples: int
+
+    def render(self) -> str:
+        """One `stack weight` line per stack; zero-weight lines are dropped (as flamegraph.pl
+        would ignore them), weights rounded to integers only here."""
+        out = []
+        for stack, weight in self.lines:
+            rounded = round(weight)
+            if rounded > 0:
+                out.append(f"{stack} {rounded}")
+        return "\n".join(out) + ("\n" if out else "")
+
+
+def _load_stack_tables(trace: Trace) -> None:
+    load_views(trace)
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_folded_gpu'"):
+        trace.execute(resources.files("exporters.folded").joinpath("stacks.sql").read_text())
+
+
+def recorded_frequency(trace: Trace) -> float | None:
+    value = trace.scalar(
+        "select coalesce(int_value, real_value) from xpu_metadata "
+        "where key = 'cpu_sample_frequency_hz'"
+    )
+    return float(value) if value else None
+
+
+def fold(
+    trace: Trace, mode: str = "merge", unit: str = "ns", freq: float | None = None
+) -> FoldedStacks:
+    if mode not in MODES:
+        raise FoldedError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    if unit not in UNITS:
+        raise FoldedError(f"unknown unit {unit!r}; use one of {', '.join(UNITS)}")
+    _load_stack_tables(trace)
+    sample_hz = recorded_frequency(trace)
+    out_freq = float(freq or sample_hz or DEFAULT_FREQ_HZ)
+    weights: dict[str, float] = defaultdict(float)
+    gpu_ns = 0
+    cpu_samples = 0
+    if mode in ("gpu", "merge"):
+        for row in trace.query("select stack, weight_ns from xpu_folded_gpu"):
+            ns = int(row["weight_ns"] or 0)
+            gpu_ns += ns
+            weights[row["stack"]] += _from_ns(ns, unit, out_freq)
+    if mode in ("cpu", "merge"):
+        rows = trace.query("select stack, samples from xpu_folded_cpu")
+        if rows and sample_hz is None and unit != "samples":
+            raise FoldedError(
+                "the trace does not record its CPU sampling frequency; use --unit samples"
+            )
+        for row in rows:
+            n = int(row["samples"])
+            cpu_samples += n
+            if unit == "samples":
+                # A sample stands for 1/sample_hz s of CPU; at the output frequency that is
+                # out_freq/sample_hz samples (1 when the frequencies match).
+                weights[row["stack"]] += n * (out_freq / sample_hz if sample_hz else 1.0)
+            else:
+                weights[row["stack"]] += _from_ns(n * 1e9 / sample_hz, unit, out_freq)  # type: ignore[operator]
+    lines = sorted(weights.items())
+    return FoldedStacks(lines, unit, gpu_ns, cpu_samples)
+
+
+def _from_ns(ns: float, unit: str, freq: float) -> float:
+    if unit == "ns":
+        return ns
+    if unit == "us":
+        return ns / 1e3
+    return ns * freq / 1e9

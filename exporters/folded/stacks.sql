@@ -1,0 +1,66 @@
+-- Folded stacks, one row per distinct stack, weights in ns (GPU) or sample counts (CPU).
+-- Needs the views of exporters/perfetto/xpu_views.sql.
+
+-- Callsite -> 'root;...;leaf' of demangled frame names.
+CREATE PERFETTO TABLE xpu_callsite_path AS
+WITH RECURSIVE
+  used(callsite_id) AS (
+    SELECT callsite_id FROM xpu_cpu_sample
+    UNION SELECT callsite_id FROM xpu_launch_stack
+  ),
+  chain(leaf, id, parent_id, frame_id, depth) AS (
+    SELECT c.id, c.id, c.parent_id, c.frame_id, c.depth
+    FROM stack_profile_callsite c JOIN used u ON u.callsite_id = c.id
+    UNION ALL
+    SELECT chain.leaf, p.id, p.parent_id, p.frame_id, p.depth
+    FROM chain JOIN stack_profile_callsite p ON p.id = chain.parent_id
+  )
+SELECT leaf AS callsite_id, group_concat(frame_name, ';') AS path
+FROM (
+  SELECT chain.leaf, chain.depth,
+         replace(coalesce(f.deobfuscated_name, f.name, '[unknown]'), ';', ':') AS frame_name
+  FROM chain JOIN stack_profile_frame f ON f.id = chain.frame_id
+  ORDER BY chain.leaf, chain.depth
+)
+GROUP BY leaf;
+
+-- Root frame of every stack: the thread (or process) it ran on.
+CREATE PERFETTO VIEW xpu_thread_root AS
+SELECT t.utid,
+       replace(coalesce(t.name, p.name, 'pid ' || p.pid, 'tid ' || t.tid), ';', ':') AS root
+FROM thread t LEFT JOIN process p USING (upid);
+
+-- CPU context of each API call: its launch stack when the trace has one, else the names
+-- of the CPU slices enclosing it (python functions, aten ops) -- what Kineto traces give.
+CREATE PERFETTO TABLE xpu_api_context AS
+SELECT api.id AS api_id, api.name AS api_name, r.root,
+       coalesce(
+         (SELECT cp.path FROM xpu_launch_stack ls JOIN xpu_callsite_path cp USING (callsite_id)
+          WHERE ls.utid = api.utid AND ls.ts = api.ts LIMIT 1),
+         (SELECT group_concat(n, ';') FROM (
+            SELECT replace(a.name, ';', ':') AS n FROM ancestor_slice(api.id) a ORDER BY a.depth))
+       ) AS context
+FROM xpu_thread_slice api
+JOIN xpu_thread_root r USING (utid)
+WHERE api.id IN (SELECT api_id FROM xpu_gpu_op WHERE api_id IS NOT NULL);
+
+CREATE PERFETTO TABLE xpu_folded_gpu AS
+SELECT
+  coalesce(c.root || ';', '') || coalesce(c.context || ';', '')
+    || coalesce(replace(c.api_name, ';', ':') || ';', '')
+    || CASE g.category WHEN 'kernel' THEN '[GPU_Kernel]' WHEN 'memcpy' THEN '[GPU_Memcpy]'
+                       ELSE '[GPU_Memset]' END
+    || replace(g.name, ';', ':') AS stack,
+  sum(g.dur) AS weight_ns,
+  count(*) AS ops
+FROM xpu_gpu_op g
+LEFT JOIN xpu_api_context c ON c.api_id = g.api_id
+WHERE g.category IN ('kernel', 'memcpy', 'memset')
+GROUP BY stack;
+
+CREATE PERFETTO TABLE xpu_folded_cpu AS
+SELECT r.root || coalesce(';' || cp.path, '') AS stack, count(*) AS samples
+FROM xpu_cpu_sample s
+JOIN xpu_thread_root r USING (utid)
+LEFT JOIN xpu_callsite_path cp USING (callsite_id)
+GROUP BY stack;

@@ -1,0 +1,43 @@
+-- Views over an xpu-perf trace that every reader shares (folded, report, tests).
+-- Runs on trace_processor v52 (embedded) and newer native shells.
+
+-- Which perf session holds which kind of stack: the writer puts CPU timer samples and
+-- launch stacks on sequences whose perf timebases are named 'cpu-clock' and
+-- 'xpu_perf.launch_stack'; trace_processor keeps the name on the session's counter tracks.
+CREATE PERFETTO VIEW xpu_stack_session AS
+SELECT DISTINCT a.int_value AS perf_session_id, t.name AS timebase
+FROM track t
+JOIN args a ON a.arg_set_id = t.dimension_arg_set_id AND a.key = 'perf_session_id'
+WHERE t.name IN ('cpu-clock', 'xpu_perf.launch_stack');
+
+CREATE PERFETTO VIEW xpu_cpu_sample AS
+SELECT ps.id, ps.ts, ps.utid, ps.cpu, ps.callsite_id
+FROM perf_sample ps
+JOIN xpu_stack_session s USING (perf_session_id)
+WHERE s.timebase = 'cpu-clock';
+
+CREATE PERFETTO VIEW xpu_launch_stack AS
+SELECT ps.id, ps.ts, ps.utid, ps.callsite_id
+FROM perf_sample ps
+JOIN xpu_stack_session s USING (perf_session_id)
+WHERE s.timebase = 'xpu_perf.launch_stack';
+
+-- Every slice on a thread, with its thread (lanes of one thread share the utid).
+CREATE PERFETTO VIEW xpu_thread_slice AS
+SELECT s.id, s.ts, s.dur, s.name, s.category, s.depth, tt.utid
+FROM slice s
+JOIN thread_track tt ON s.track_id = tt.id;
+
+-- GPU op -> the API call that caused it (through the flow written from the API slice).
+CREATE PERFETTO VIEW xpu_gpu_op AS
+SELECT g.id, g.ts, g.dur, g.name, g.category, f.slice_out AS api_id
+FROM slice g
+LEFT JOIN flow f ON f.slice_in = g.id
+WHERE g.category IN ('kernel', 'memcpy', 'memset', 'sync');
+
+-- The run's metadata and counters (key without the 'debug.' prefix).
+CREATE PERFETTO VIEW xpu_metadata AS
+SELECT substr(a.key, 7) AS key, a.int_value, a.string_value, a.real_value, a.display_value
+FROM slice s
+JOIN args a USING (arg_set_id)
+WHERE s.category = 'xpu_perf_metadata';
