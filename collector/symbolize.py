@@ -1,0 +1,370 @@
+"""Turn raw instruction addresses from eBPF stacks into `Frame`s.
+
+User addresses go through a snapshot of the process's memory maps, taken while the process
+lived: address → mapping → file offset → ELF virtual address (PIE or not, the PT_LOAD segment
+holding that offset decides) → function from `.symtab`, else `.dynsym`, demangled with
+cxxfilt.  Per-file symbol tables are cached by build id, so a library that many processes map
+is read once.  What cannot be named keeps `module+0xoffset`, so nothing is ever dropped.
+Anonymous (JIT) code is named from `/tmp/perf-PID.map` when the process wrote one (CPython
+3.12+ with `-X perf`, Node, the JVM with perf-map-agent).  Kernel addresses use /proc/kallsyms.
+
+pyelftools parses the headers; the symbol tables themselves are unpacked with `struct`,
+because walking hundreds of thousands of symbols (libtorch) through pyelftools objects takes
+seconds per library, and names are decoded only for the symbols that samples hit.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cxxfilt
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from collector.model import Frame
+
+KERNEL_MODULE = "[kernel]"
+UNKNOWN_MODULE = "[unknown]"
+PERF_MAP_MODULE = "[perf-map]"
+PYTHON_MODULE = "[python]"
+
+_STT_FUNC = 2
+_STT_GNU_IFUNC = 10
+_SHN_UNDEF = 0
+
+
+# --- process memory maps -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """One line of /proc/PID/maps."""
+
+    start: int
+    end: int
+    perms: str
+    offset: int
+    inode: int
+    path: str
+
+    @property
+    def file_backed(self) -> bool:
+        return self.inode != 0 and self.path.startswith("/")
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    mappings = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5:
+            continue
+        lo, hi = parts[0].split("-")
+        path = parts[5].strip() if len(parts) > 5 else ""
+        mappings.append(
+            Mapping(int(lo, 16), int(hi, 16), parts[1], int(parts[2], 16), int(parts[4]), path)
+        )
+    mappings.sort(key=lambda m: m.start)
+    return mappings
+
+
+@dataclass(slots=True)
+class MapsSnapshot:
+    """The memory maps of one process image (one exec), grown as new mappings are seen.
+
+    Mappings are only added, never removed: a sample taken before a dlclose() still resolves,
+    and a later re-read after a miss (dlopen) extends what is known.
+    """
+
+    pid: int
+    mappings: list[Mapping] = field(default_factory=list)
+    _starts: list[int] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, pid: int) -> MapsSnapshot:
+        snapshot = cls(pid)
+        snapshot.refresh()
+        return snapshot
+
+    def refresh(self) -> bool:
+        """Re-read /proc/PID/maps; False when the process is gone."""
+        try:
+            text = Path(f"/proc/{self.pid}/maps").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            return False
+        known = {(m.start, m.end, m.path) for m in self.mappings}
+        fresh = [m for m in parse_maps(text) if (m.start, m.end, m.path) not in known]
+        if fresh:
+            self.mappings = sorted(self.mappings + fresh, key=lambda m: m.start)
+            self._starts = [m.start for m in self.mappings]
+        return True
+
+    def find(self, addr: int) -> Mapping | None:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        # Re-reads after a remap can leave overlapping entries: look a few mappings back.
+        for m in reversed(self.mappings[max(i - 7, 0) : i + 1]):
+            if m.start <= addr < m.end:
+                return m
+        return None
+
+    def covers(self, addrs: Iterable[int]) -> bool:
+        return all(self.find(a) is not None for a in addrs)
+
+
+# --- ELF symbol tables ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Segment:
+    offset: int
+    vaddr: int
+    filesz: int
+
+
+class ElfSymbols:
+    """Function symbols and load segments of one ELF file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.build_id = ""
+        self._segments: list[_Segment] = []
+        self._addrs: list[int] = []
+        self._sizes: list[int] = []
+        self._name_refs: list[tuple[int, int]] = []  # (string table index, offset)
+        self._strtabs: list[bytes] = []
+        self._names: dict[int, str] = {}
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            for seg in elf.iter_segments():
+                if seg["p_type"] == "PT_LOAD":
+                    self._segments.append(
+                        _Segment(seg["p_offset"], seg["p_vaddr"], seg["p_filesz"])
+                    )
+            self._read_build_id(elf)
+            entries: dict[int, tuple[int, int, int]] = {}
+            # .symtab first (it has the static functions too), then .dynsym fills gaps.
+            for section_name in (".symtab", ".dynsym"):
+                self._read_functions(elf, section_name, entries)
+        for addr in sorted(entries):
+            size, strtab, name_offset = entries[addr]
+            self._addrs.append(addr)
+            self._sizes.append(size)
+            self._name_refs.append((strtab, name_offset))
+
+    def _read_build_id(self, elf: ELFFile) -> None:
+        for section in elf.iter_sections():
+            if section["sh_type"] != "SHT_NOTE":
+                continue
+            for note in section.iter_notes():
+                if note["n_type"] == "NT_GNU_BUILD_ID":
+                    self.build_id = str(note["n_desc"])
+                    return
+
+    def _read_functions(
+        self, elf: ELFFile, section_name: str, entries: dict[int, tuple[int, int, int]]
+    ) -> None:
+        section = elf.get_section_by_name(section_name)
+        if section is None or section["sh_entsize"] == 0:
+            return
+        strtab = elf.get_section(section["sh_link"])
+        self._strtabs.append(strtab.data())
+        strtab_index = len(self._strtabs) - 1
+        if elf.elfclass == 64:
+            fmt = "<IBBHQQ" if elf.little_endian else ">IBBHQQ"
+            name_i, info_i, shndx_i, value_i, size_i = 0, 1, 3, 4, 5
+        else:
+            fmt = "<IIIBBH" if elf.little_endian else ">IIIBBH"
+            name_i, value_i, size_i, info_i, shndx_i = 0, 1, 2, 3, 5
+        data = section.data()
+        usable = len(data) - len(data) % struct.calcsize(fmt)
+        for sym in struct.iter_unpack(fmt, data[:usable]):
+            kind = sym[info_i] & 0xF
+            if kind not in (_STT_FUNC, _STT_GNU_IFUNC) or sym[shndx_i] == _SHN_UNDEF:
+                continue
+            addr, size = sym[value_i], sym[size_i]
+            if addr == 0:
+                continue
+            known = entries.get(addr)
+            if known is None or (known[0] == 0 and size > 0):
+                entries[addr] = (size, strtab_index, sym[name_i])
+
+    def file_offset_to_vaddr(self, file_offset: int) -> int | None:
+        for seg in self._segments:
+            if seg.offset <= file_offset < seg.offset + max(seg.filesz, 1):
+                return file_offset - seg.offset + seg.vaddr
+        return None
+
+    def function_at(self, vaddr: int) -> str | None:
+        i = bisect.bisect_right(self._addrs, vaddr) - 1
+        if i < 0:
+            return None
+        size = self._sizes[i]
+        if size and vaddr >= self._addrs[i] + size:
+            return None
+        name = self._names.get(i)
+        if name is None:
+            strtab_index, offset = self._name_refs[i]
+            strtab = self._strtabs[strtab_index]
+            end = strtab.find(b"\0", offset)
+            name = demangle(strtab[offset : end if end >= 0 else None].decode("utf-8", "replace"))
+            self._names[i] = name
+        return name
+
+
+def demangle(name: str) -> str:
+    if not name.startswith("_Z"):
+        return name
+    base, dot, suffix = name.partition(".")  # clones: _Z3fooi.cold, .isra.0
+    try:
+        return cxxfilt.demangle(base) + (dot + suffix if dot else "")
+    except cxxfilt.InvalidName:
+        return name
+
+
+# --- JIT perf maps and kernel symbols -------------------------------------------------------
+
+
+class PerfMap:
+    """/tmp/perf-PID.map: `START SIZE name` per line, hex addresses."""
+
+    def __init__(self, text: str) -> None:
+        rows = []
+        for line in text.splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3:
+                try:
+                    rows.append((int(parts[0], 16), int(parts[1], 16), parts[2].strip()))
+                except ValueError:
+                    continue
+        rows.sort()
+        self._starts = [r[0] for r in rows]
+        self._rows = rows
+
+    def lookup(self, addr: int) -> str | None:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i >= 0:
+            start, size, name = self._rows[i]
+            if addr < start + size:
+                return name
+        return None
+
+
+class KernelSymbols:
+    """Text symbols from /proc/kallsyms (addresses are real only for root)."""
+
+    def __init__(self, text: str) -> None:
+        rows = []
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[1] in "tTwW":
+                module = parts[3].strip("[]") if len(parts) > 3 else ""
+                rows.append((int(parts[0], 16), parts[2], module))
+        rows.sort()
+        self._addrs = [r[0] for r in rows]
+        self._rows = rows
+
+    @classmethod
+    def read(cls) -> KernelSymbols:
+        try:
+            return cls(Path("/proc/kallsyms").read_text())
+        except OSError:
+            return cls("")
+
+    def frame(self, addr: int) -> Frame:
+        i = bisect.bisect_right(self._addrs, addr) - 1
+        if i < 0 or self._rows[i][0] == 0:
+            return Frame(f"0x{addr:x}", KERNEL_MODULE, addr)
+        _, name, module = self._rows[i]
+        return Frame(name, f"[{module}]" if module else KERNEL_MODULE, addr)
+
+
+# --- the symbolizer ------------------------------------------------------------------------
+
+
+class Symbolizer:
+    """Addresses → frames, with ELF files cached per build id across processes."""
+
+    def __init__(self) -> None:
+        self._by_file: dict[tuple[str, int, int, int], ElfSymbols | None] = {}
+        self._by_build_id: dict[str, ElfSymbols] = {}
+        self._perf_maps: dict[int, PerfMap | None] = {}
+        self._kernel: KernelSymbols | None = None
+        self.unresolved_frames = 0
+
+    def elf(self, path: str) -> ElfSymbols | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (path, st.st_dev, st.st_ino, st.st_mtime_ns)
+        if key not in self._by_file:
+            try:
+                symbols = ElfSymbols(path)
+            except (OSError, ELFError, ValueError, struct.error):
+                self._by_file[key] = None
+                return None
+            if symbols.build_id:
+                symbols = self._by_build_id.setdefault(symbols.build_id, symbols)
+            self._by_file[key] = symbols
+        return self._by_file[key]
+
+    def perf_map(self, pid: int) -> PerfMap | None:
+        if pid not in self._perf_maps:
+            try:
+                self._perf_maps[pid] = PerfMap(Path(f"/tmp/perf-{pid}.map").read_text())
+            except OSError:
+                self._perf_maps[pid] = None
+        return self._perf_maps[pid]
+
+    def user_frames(self, maps: MapsSnapshot | None, addrs: Sequence[int]) -> list[Frame]:
+        """Frames for a user stack given leaf first (as bpf_get_stack returns it).
+
+        Every address but the first is a return address: it is looked up as `addr - 1`, so a
+        call that is the last instruction of a function is named after that function.
+        """
+        frames = []
+        for depth, addr in enumerate(addrs):
+            frames.append(self._user_frame(maps, addr, addr - 1 if depth else addr))
+        return frames
+
+    def _user_frame(self, maps: MapsSnapshot | None, addr: int, lookup: int) -> Frame:
+        mapping = maps.find(lookup) if maps is not None else None
+        if mapping is None or not mapping.file_backed:
+            name = None
+            if maps is not None:
+                perf_map = self.perf_map(maps.pid)
+                name = perf_map.lookup(lookup) if perf_map else None
+            if name is not None:
+                module = PYTHON_MODULE if name.startswith("py::") else PERF_MAP_MODULE
+                return Frame(name, module, addr)
+            self.unresolved_frames += 1
+            if mapping is not None and mapping.path:  # [vdso], [heap], ...
+                return Frame(
+                    f"{mapping.path}+0x{addr - mapping.start:x}", mapping.path, addr - mapping.start
+                )
+            return Frame(f"0x{addr:x}", UNKNOWN_MODULE, addr)
+        file_offset = addr - mapping.start + mapping.offset
+        elf = self.elf(mapping.path)
+        vaddr = elf.file_offset_to_vaddr(file_offset) if elf else None
+        if elf is None or vaddr is None:
+            self.unresolved_frames += 1
+            return Frame(
+                f"{os.path.basename(mapping.path)}+0x{file_offset:x}", mapping.path, file_offset
+            )
+        name = elf.function_at(vaddr - (addr - lookup))
+        if name is None:
+            self.unresolved_frames += 1
+            name = f"{os.path.basename(mapping.path)}+0x{vaddr:x}"
+        return Frame(name, mapping.path, vaddr, elf.build_id)
+
+    def kernel_frames(self, addrs: Sequence[int]) -> list[Frame]:
+        """Frames for a kernel stack given leaf first."""
+        if not addrs:
+            return []
+        if self._kernel is None:
+            self._kernel = KernelSymbols.read()
+        return [self._kernel.frame(a) for a in addrs]
