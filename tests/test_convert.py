@@ -104,7 +104,8 @@ def test_overlapping_events_go_to_lanes(tmp_path: Path) -> None:
     run_cli("convert", src, "-o", out, check=True)
     with open_trace(out) as t:
         rows = t.query(
-            "select s.name, s.ts, s.dur, t.name track from slice s join track t on s.track_id = t.id "
+            "select s.name, s.ts, s.dur, t.name track "
+            "from slice s join track t on s.track_id = t.id "
             "where s.category != 'xpu_perf_metadata' order by s.name"
         )
         assert [(r["name"], r["ts"], r["dur"]) for r in rows] == [

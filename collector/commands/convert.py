@@ -128,7 +128,8 @@ def print_summary(
         f"{stats.syncs} sync, {stats.gpu_annotations} annotations"
     )
     console.print(
-        f"  CPU: {stats.cpu_slices} slices, {stats.api_calls} CUDA API calls, {stats.instants} instants"
+        f"  CPU: {stats.cpu_slices} slices, {stats.api_calls} CUDA API calls, "
+        f"{stats.instants} instants"
     )
     console.print(
         f"  flows: {stats.flows} API->GPU (input had {stats.ac2g_links_in} ac2g links), "

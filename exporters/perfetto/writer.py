@@ -489,6 +489,8 @@ class TraceWriter:
             "tool_version": __version__,
             "command_line": " ".join(command_line) or " ".join(sys.argv),
         }
+        if sample_frequency_hz:
+            self._metadata["cpu_sample_frequency_hz"] = sample_frequency_hz
         self._producers: list[Producer] = []
         self.descriptor_seq_id = self._next_seq_id()
         self._write_clock_snapshot(clock_snapshot)

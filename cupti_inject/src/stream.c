@@ -1,0 +1,367 @@
+/* Transport implementation: see stream.h and protos/README.md. */
+#define _GNU_SOURCE
+#include "stream.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XP_MAGIC "XPUPERF\0"
+#define XP_FORMAT_VERSION 1u
+
+struct xp_chunk {
+    struct xp_chunk *next;
+    size_t size;
+    uint8_t bytes[];
+};
+
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t queue_cond = PTHREAD_COND_INITIALIZER;
+static struct xp_chunk *queue_head, *queue_tail;
+static size_t queue_bytes;
+static size_t queue_limit = 256u << 20; /* XPU_PERF_QUEUE_MB */
+static int out_fd = -1;
+static pid_t stream_pid;
+static pthread_t writer_thread;
+static int writer_running;
+static int writer_stop;
+static unsigned flush_period_ms = 200; /* XPU_PERF_FLUSH_MS */
+static xp_flush_hook flush_hook;
+static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
+static int closed;
+static int enabled;
+uint64_t xp_dropped_rows;
+static uint64_t written_bytes;
+static uint64_t dropped_chunks;
+
+uint64_t xp_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int xp_stream_enabled(void) { return enabled; }
+
+/* ---- column encoding ---- */
+static size_t col_size_U32(const uint32_t *c, uint32_t n) { (void)c; return 4u * n; }
+static size_t col_size_I32(const int32_t *c, uint32_t n) { (void)c; return 4u * n; }
+static size_t col_size_U64(const uint64_t *c, uint32_t n) { (void)c; return 8u * n; }
+static size_t col_size_STR(const struct xp_str *c, uint32_t n) {
+    size_t s = 4u * n;
+    for (uint32_t i = 0; i < n; i++) s += c[i].len;
+    return s;
+}
+static size_t col_size_U64LIST(const struct xp_u64list *c, uint32_t n) {
+    size_t s = 4u * n;
+    for (uint32_t i = 0; i < n; i++) s += 8u * c[i].count;
+    return s;
+}
+static size_t col_size_U32LIST(const struct xp_u32list *c, uint32_t n) {
+    size_t s = 4u * n;
+    for (uint32_t i = 0; i < n; i++) s += 4u * c[i].count;
+    return s;
+}
+static uint8_t *col_put_U32(uint8_t *o, const uint32_t *c, uint32_t n) { memcpy(o, c, 4u * n); return o + 4u * n; }
+static uint8_t *col_put_I32(uint8_t *o, const int32_t *c, uint32_t n) { memcpy(o, c, 4u * n); return o + 4u * n; }
+static uint8_t *col_put_U64(uint8_t *o, const uint64_t *c, uint32_t n) { memcpy(o, c, 8u * n); return o + 8u * n; }
+static uint8_t *col_put_STR(uint8_t *o, const struct xp_str *c, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) { memcpy(o, &c[i].len, 4); o += 4; }
+    for (uint32_t i = 0; i < n; i++) { memcpy(o, c[i].ptr, c[i].len); o += c[i].len; }
+    return o;
+}
+static uint8_t *col_put_U64LIST(uint8_t *o, const struct xp_u64list *c, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) { memcpy(o, &c[i].count, 4); o += 4; }
+    for (uint32_t i = 0; i < n; i++) { memcpy(o, c[i].ptr, 8u * c[i].count); o += 8u * c[i].count; }
+    return o;
+}
+static uint8_t *col_put_U32LIST(uint8_t *o, const struct xp_u32list *c, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) { memcpy(o, &c[i].count, 4); o += 4; }
+    for (uint32_t i = 0; i < n; i++) { memcpy(o, c[i].ptr, 4u * c[i].count); o += 4u * c[i].count; }
+    return o;
+}
+
+static void enqueue(struct xp_chunk *chunk, uint32_t rows) {
+    pthread_mutex_lock(&queue_lock);
+    if (closed || queue_bytes + chunk->size > queue_limit) {
+        xp_dropped_rows += rows;
+        dropped_chunks++;
+        pthread_mutex_unlock(&queue_lock);
+        free(chunk);
+        return;
+    }
+    chunk->next = NULL;
+    if (queue_tail) queue_tail->next = chunk; else queue_head = chunk;
+    queue_tail = chunk;
+    queue_bytes += chunk->size;
+    pthread_mutex_unlock(&queue_lock);
+}
+
+/* The column writer per chunk type, generated first. */
+#define XP_PUT_CHUNK(n, id) static void xp_put_cols_##n(uint8_t *o, const struct xp_batch_##n *b, uint32_t rows) {
+#define XP_PUT_COL(n, c, k) o = col_put_##k(o, b->c, rows);
+#define XP_PUT_END(n) (void)o; }
+#define XP_CHUNK XP_PUT_CHUNK
+#define XP_COL XP_PUT_COL
+#define XP_END XP_PUT_END
+#include "../../protos/cupti_stream.def"
+#undef XP_CHUNK
+#undef XP_COL
+#undef XP_END
+/* Chunk header: u32 type, u32 rows, u32 payload bytes. */
+#define XP_CHUNK(n, id)                                                                 \
+    void xp_emit_##n(struct xp_batch_##n *b) {                                          \
+        uint32_t rows = b->rows;                                                        \
+        if (rows == 0 || !enabled) { b->rows = 0; return; }                             \
+        size_t payload = 0;
+#define XP_COL(n, c, k) payload += col_size_##k(b->c, rows);
+#define XP_END(n)                                                                       \
+        struct xp_chunk *ch = malloc(sizeof *ch + 12 + payload);                        \
+        if (!ch) { xp_dropped_rows += rows; b->rows = 0; return; }                      \
+        ch->size = 12 + payload;                                                        \
+        uint32_t hdr[3] = {XP_CHUNK_##n, rows, (uint32_t)payload};                      \
+        memcpy(ch->bytes, hdr, 12);                                                     \
+        xp_put_cols_##n(ch->bytes + 12, b, rows);                                       \
+        b->rows = 0;                                                                    \
+        enqueue(ch, rows);                                                              \
+    }
+#include "../../protos/cupti_stream.def"
+#undef XP_CHUNK
+#undef XP_COL
+#undef XP_END
+
+/* Cold one-row chunks use small batches on the stack would be too big (XP_BATCH_ROWS rows),
+ * so they share static batches under a lock. */
+static pthread_mutex_t cold_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct xp_batch_STRING cold_string;
+static struct xp_batch_COUNTER cold_counter;
+static struct xp_batch_THREAD cold_thread;
+
+void xp_emit_string(uint32_t id, const char *text) {
+    pthread_mutex_lock(&cold_lock);
+    cold_string.rows = 1;
+    cold_string.string_id[0] = id;
+    cold_string.text[0].ptr = text ? text : "";
+    cold_string.text[0].len = (uint32_t)strlen(cold_string.text[0].ptr);
+    xp_emit_STRING(&cold_string);
+    pthread_mutex_unlock(&cold_lock);
+}
+
+void xp_emit_counter(const char *name, uint64_t value) {
+    pthread_mutex_lock(&cold_lock);
+    cold_counter.rows = 1;
+    cold_counter.name[0].ptr = name;
+    cold_counter.name[0].len = (uint32_t)strlen(name);
+    cold_counter.value[0] = value;
+    xp_emit_COUNTER(&cold_counter);
+    pthread_mutex_unlock(&cold_lock);
+}
+
+void xp_emit_thread(uint32_t tid, const char *name) {
+    pthread_mutex_lock(&cold_lock);
+    cold_thread.rows = 1;
+    cold_thread.tid[0] = tid;
+    cold_thread.name[0].ptr = name;
+    cold_thread.name[0].len = (uint32_t)strlen(name);
+    xp_emit_THREAD(&cold_thread);
+    pthread_mutex_unlock(&cold_lock);
+}
+
+/* ---- file and writer thread ---- */
+static void write_all(const uint8_t *p, size_t n) {
+    while (n > 0 && out_fd >= 0) {
+        ssize_t w = write(out_fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+        written_bytes += (uint64_t)w;
+    }
+}
+
+/* Write out everything queued; only one drainer at a time keeps chunk order. */
+static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+static void drain_queue(void) {
+    pthread_mutex_lock(&drain_lock);
+    pthread_mutex_lock(&queue_lock);
+    struct xp_chunk *c = queue_head;
+    queue_head = queue_tail = NULL;
+    queue_bytes = 0;
+    pthread_mutex_unlock(&queue_lock);
+    while (c) {
+        struct xp_chunk *next = c->next;
+        write_all(c->bytes, c->size);
+        free(c);
+        c = next;
+    }
+    pthread_mutex_unlock(&drain_lock);
+}
+
+static void *writer_main(void *arg) {
+    (void)arg;
+    unsigned ticks = 0;
+    for (;;) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_nsec += (long)(flush_period_ms % 1000) * 1000000L;
+        deadline.tv_sec += flush_period_ms / 1000 + deadline.tv_nsec / 1000000000L;
+        deadline.tv_nsec %= 1000000000L;
+        pthread_mutex_lock(&queue_lock);
+        if (!writer_stop) pthread_cond_timedwait(&queue_cond, &queue_lock, &deadline);
+        int stop = writer_stop;
+        pthread_mutex_unlock(&queue_lock);
+        if (stop) break;
+        /* Every period: pull per-thread batches and completed CUPTI buffers, then write. */
+        if (flush_hook && (++ticks % 5) == 0) flush_hook(0);
+        drain_queue();
+    }
+    return NULL;
+}
+
+static void open_stream_file(void) {
+    const char *dir = getenv("XPU_PERF_OUT_DIR");
+    if (!dir || !*dir) return;
+    char path[4096];
+    stream_pid = getpid();
+    snprintf(path, sizeof path, "%s/cupti-%d.xpstream", dir, (int)stream_pid);
+    out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out_fd < 0) {
+        fprintf(stderr, "xpu-perf: cannot open %s: %s\n", path, strerror(errno));
+        return;
+    }
+    uint8_t header[16];
+    memcpy(header, XP_MAGIC, 8);
+    uint32_t version = XP_FORMAT_VERSION, zero = 0;
+    memcpy(header + 8, &version, 4);
+    memcpy(header + 12, &zero, 4);
+    write_all(header, sizeof header);
+}
+
+static void write_process_chunk(void) {
+    static struct xp_batch_PROCESS proc;
+    static char exe[4096];
+    static char cmdline[65536];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = 0;
+    uint32_t cmdlen = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t r;
+        while (cmdlen < sizeof cmdline &&
+               (r = read(fd, cmdline + cmdlen, sizeof cmdline - cmdlen)) > 0)
+            cmdlen += (uint32_t)r;
+        close(fd);
+    }
+    if (cmdlen > 0 && cmdline[cmdlen - 1] == 0) cmdlen--;
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    proc.rows = 1;
+    proc.pid[0] = (uint32_t)getpid();
+    proc.ppid[0] = (uint32_t)getppid();
+    proc.monotonic_ns[0] = xp_now_ns();
+    proc.realtime_ns[0] = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+    proc.exe[0] = (struct xp_str){exe, (uint32_t)strlen(exe)};
+    proc.cmdline[0] = (struct xp_str){cmdline, cmdlen};
+    xp_emit_PROCESS(&proc);
+}
+
+void xp_stream_set_flush_hook(xp_flush_hook hook) { flush_hook = hook; }
+
+static void stop_writer(void) {
+    if (!writer_running) return;
+    pthread_mutex_lock(&queue_lock);
+    writer_stop = 1;
+    pthread_cond_signal(&queue_cond);
+    pthread_mutex_unlock(&queue_lock);
+    pthread_join(writer_thread, NULL);
+    writer_running = 0;
+}
+
+void xp_stream_flush(int final) {
+    if (!enabled) return;
+    pthread_mutex_lock(&flush_lock);
+    if (closed) { pthread_mutex_unlock(&flush_lock); return; }
+    if (flush_hook) flush_hook(final);
+    if (final) {
+        stop_writer();
+        xp_emit_counter("transport_dropped_rows", xp_dropped_rows);
+        xp_emit_counter("transport_dropped_chunks", dropped_chunks);
+    }
+    drain_queue();
+    if (final) {
+        uint64_t bytes = written_bytes;
+        xp_emit_counter("transport_bytes", bytes);
+        drain_queue();
+        pthread_mutex_lock(&queue_lock);
+        closed = 1;
+        pthread_mutex_unlock(&queue_lock);
+        if (out_fd >= 0) close(out_fd);
+        out_fd = -1;
+    }
+    pthread_mutex_unlock(&flush_lock);
+}
+
+/* fork(): the child must not write the parent's data or wait on locks held by threads that
+ * do not exist in it.  It starts a fresh stream (its own file) lazily via xp_stream_start. */
+static void atfork_prepare(void) {
+    pthread_mutex_lock(&flush_lock);
+    pthread_mutex_lock(&drain_lock);
+    pthread_mutex_lock(&cold_lock);
+    pthread_mutex_lock(&queue_lock);
+}
+static void atfork_parent(void) {
+    pthread_mutex_unlock(&queue_lock);
+    pthread_mutex_unlock(&cold_lock);
+    pthread_mutex_unlock(&drain_lock);
+    pthread_mutex_unlock(&flush_lock);
+}
+static void atfork_child(void) {
+    struct xp_chunk *c = queue_head;
+    while (c) { struct xp_chunk *n = c->next; free(c); c = n; }
+    queue_head = queue_tail = NULL;
+    queue_bytes = 0;
+    pthread_mutex_unlock(&queue_lock);
+    pthread_mutex_unlock(&cold_lock);
+    pthread_mutex_unlock(&drain_lock);
+    pthread_mutex_unlock(&flush_lock);
+    if (out_fd >= 0) close(out_fd);
+    out_fd = -1;
+    writer_running = 0;
+    writer_stop = 0;
+    xp_dropped_rows = 0;
+    dropped_chunks = 0;
+    written_bytes = 0;
+    closed = 0;
+    if (enabled) {
+        open_stream_file();
+        if (out_fd < 0) { enabled = 0; return; }
+        write_process_chunk();
+        if (pthread_create(&writer_thread, NULL, writer_main, NULL) == 0) writer_running = 1;
+    }
+}
+
+int xp_stream_start(void) {
+    static int registered;
+    const char *mb = getenv("XPU_PERF_QUEUE_MB");
+    if (mb && atoi(mb) > 0) queue_limit = (size_t)atoi(mb) << 20;
+    const char *ms = getenv("XPU_PERF_FLUSH_MS");
+    if (ms && atoi(ms) > 0) flush_period_ms = (unsigned)atoi(ms);
+    open_stream_file();
+    if (out_fd < 0) return -1;
+    enabled = 1;
+    if (!registered) {
+        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+        registered = 1;
+    }
+    write_process_chunk();
+    if (pthread_create(&writer_thread, NULL, writer_main, NULL) == 0) writer_running = 1;
+    return 0;
+}

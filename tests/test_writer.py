@@ -1,0 +1,151 @@
+"""The encoder, read back through the real embedded trace_processor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector import model
+from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.writer import TraceWriter
+
+PID = 42
+
+slice_st = st.tuples(
+    st.integers(0, 3),  # stream or thread selector
+    st.integers(1_000, 200_000),  # ts
+    st.integers(0, 50_000),  # dur
+    st.booleans(),  # GPU op?
+    st.sampled_from(["k0", "k1", "memcpy_a", "op"]),
+)
+
+
+def _write(path: Path, items: list[tuple[int, int, int, bool, str]]) -> list[model.Event]:
+    events: list[model.Event] = []
+    with TraceWriter(path) as w:
+        p = w.producer("test")
+        p.write(model.GpuDevice(0, "Test GPU"))
+        for corr, (lane, ts, dur, gpu, name) in enumerate(items, start=1):
+            fid = model.flow_id(PID, corr)
+            api = model.CpuSlice(
+                PID,
+                PID + lane,
+                ts,
+                1 + dur // 10,
+                "cudaLaunchKernel",
+                model.CAT_CUDA_API,
+                {"correlation_id": corr},
+                flow_ids=(fid,) if gpu else (),
+            )
+            events.append(api)
+            p.write(api)
+            if gpu:
+                op = model.GpuOp(
+                    0,
+                    7 + lane,
+                    ts + 500,
+                    dur,
+                    name,
+                    model.CAT_KERNEL,
+                    {"grid_x": 4},
+                    correlation_id=corr,
+                    terminating_flow_ids=(fid,),
+                )
+                events.append(op)
+                p.write(op)
+    return events
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(items=st.lists(slice_st, min_size=1, max_size=60))
+def test_random_streams_round_trip(
+    tmp_path: Path, items: list[tuple[int, int, int, bool, str]]
+) -> None:
+    path = tmp_path / "t.perfetto-trace"
+    events = _write(path, items)
+    with open_trace(path) as t:
+        rows = t.query(
+            "select name, ts, dur, category from slice where category in ('kernel', 'cuda_api')"
+        )
+        got = sorted((r["name"], r["ts"], r["dur"], r["category"]) for r in rows)
+        want = sorted(
+            (e.name, e.ts, e.dur, e.category)
+            for e in events
+            if isinstance(e, model.CpuSlice | model.GpuOp)
+        )
+        assert got == want
+        n_gpu = sum(1 for e in events if isinstance(e, model.GpuOp))
+        assert t.scalar("select count(*) from flow") == n_gpu
+        # Each flow joins the API slice and the GPU op of the same correlation id.
+        assert (
+            t.scalar(
+                "select count(*) from flow f "
+                "join args a on a.arg_set_id = (select arg_set_id from slice where id = f.slice_out) "
+                "join args g on g.arg_set_id = (select arg_set_id from slice where id = f.slice_in) "
+                "where a.key = 'debug.correlation_id' and g.key = 'debug.correlation_id' "
+                "and a.int_value = g.int_value"
+            )
+            == n_gpu
+        )
+        assert (
+            t.query("select * from stats where severity in ('error','data_loss') and value > 0")
+            == []
+        )
+
+
+def test_tracks_lanes_and_samples(tmp_path: Path) -> None:
+    path = tmp_path / "t.perfetto-trace"
+    stack = model.Stack(
+        (model.Frame("main", "/bin/app", 0x10), model.Frame("_Z3foov", "/bin/app", 0x20))
+    )
+    with TraceWriter(path, sample_frequency_hz=99) as w:
+        p = w.producer("test")
+        p.write(model.ProcessInfo(PID, "python", ("python", "train.py")))
+        p.write(model.ThreadInfo(PID, PID, "main"))
+        p.write(model.GpuDevice(1, "NVIDIA H100"))
+        p.write(model.GpuOp(1, 3, 100, 50, "a", model.CAT_KERNEL))
+        p.write(model.GpuOp(1, 3, 120, 50, "b", model.CAT_KERNEL))  # overlaps a: sibling lane
+        p.write(
+            model.CpuSlice(
+                PID, PID, 90, 20, "cudaLaunchKernel", model.CAT_CUDA_API, launch_stack=stack
+            )
+        )
+        p.write(model.CpuSample(PID, PID, 95, stack, cpu=3))
+        w.set_metadata("cupti_dropped_records", 0)
+    with open_trace(path) as t:
+        tracks = t.query(
+            "select t.name, p.name parent from slice s join track t on s.track_id = t.id "
+            "join track p on t.parent_id = p.id where s.category = 'kernel'"
+        )
+        assert [r["name"] for r in tracks] == ["Stream 3", "Stream 3"]
+        assert {r["parent"] for r in tracks} == {"GPU 1 (NVIDIA H100)"}
+        assert t.scalar("select count(distinct track_id) from slice where category = 'kernel'") == 2
+        assert t.scalar("select name from process where pid = 42") == "python"
+        from exporters.perfetto.views import load_views
+
+        load_views(t)
+        assert t.scalar("select count(*) from xpu_cpu_sample") == 1
+        launch = t.query("select ts, utid from xpu_launch_stack")
+        assert [r["ts"] for r in launch] == [90]
+        frames = t.query(
+            "select f.name from xpu_launch_stack l join stack_profile_callsite c on c.id = l.callsite_id "
+            "join stack_profile_frame f on f.id = c.frame_id"
+        )
+        assert frames == [{"name": "_Z3foov"}]
+        meta = {r["key"]: r["display_value"] for r in t.query("select * from xpu_metadata")}
+        assert meta["cupti_dropped_records"] == "0"
+        assert meta["cpu_sample_frequency_hz"] == "99"
+        assert meta["tool"] == "xpu-perf"
+
+
+def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "t.perfetto-trace"
+    with pytest.raises(RuntimeError), TraceWriter(path) as w:
+        w.producer("x").write(model.GpuOp(0, 1, 10, 5, "k", model.CAT_KERNEL))
+        raise RuntimeError("source failed")
+    assert list(tmp_path.iterdir()) == []
