@@ -26,7 +26,7 @@ static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_cond = PTHREAD_COND_INITIALIZER;
 static struct xp_chunk *queue_head, *queue_tail;
 static size_t queue_bytes;
-static size_t queue_limit = 256u << 20; /* XPU_PERF_QUEUE_MB */
+static size_t queue_limit = 256u << 20; /* XPU_PERF_QUEUE_KB */
 static int out_fd = -1;
 static pid_t stream_pid;
 static pthread_t writer_thread;
@@ -87,9 +87,10 @@ static uint8_t *col_put_U32LIST(uint8_t *o, const struct xp_u32list *c, uint32_t
     return o;
 }
 
-static void enqueue(struct xp_chunk *chunk, uint32_t rows) {
+/* Counters bypass the limit: the accounting of what was dropped must not be dropped. */
+static void enqueue(struct xp_chunk *chunk, uint32_t rows, int type) {
     pthread_mutex_lock(&queue_lock);
-    if (closed || queue_bytes + chunk->size > queue_limit) {
+    if (closed || (type != XP_CHUNK_COUNTER && queue_bytes + chunk->size > queue_limit)) {
         xp_dropped_rows += rows;
         dropped_chunks++;
         pthread_mutex_unlock(&queue_lock);
@@ -129,7 +130,7 @@ static void enqueue(struct xp_chunk *chunk, uint32_t rows) {
         memcpy(ch->bytes, hdr, 12);                                                     \
         xp_put_cols_##n(ch->bytes + 12, b, rows);                                       \
         b->rows = 0;                                                                    \
-        enqueue(ch, rows);                                                              \
+        enqueue(ch, rows, XP_CHUNK_##n);                                                \
     }
 #include "../../protos/cupti_stream.def"
 #undef XP_CHUNK
@@ -350,8 +351,8 @@ static void atfork_child(void) {
 
 int xp_stream_start(void) {
     static int registered;
-    const char *mb = getenv("XPU_PERF_QUEUE_MB");
-    if (mb && atoi(mb) > 0) queue_limit = (size_t)atoi(mb) << 20;
+    const char *kb = getenv("XPU_PERF_QUEUE_KB");
+    if (kb && atoi(kb) > 0) queue_limit = (size_t)atoi(kb) << 10;
     const char *ms = getenv("XPU_PERF_FLUSH_MS");
     if (ms && atoi(ms) > 0) flush_period_ms = (unsigned)atoi(ms);
     open_stream_file();

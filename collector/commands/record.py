@@ -1,0 +1,246 @@
+"""`xpu-perf record`: run a command under the profiler and write one Perfetto trace.
+
+GPU side (this module): the CUPTI injection library is built on demand, loaded into the target
+(and its children) through CUDA_INJECTION64_PATH, and writes one stream per process into a
+private directory; after the target exits the streams become GPU ops, CUDA API slices, flows
+and launch stacks.  Needs no root.
+
+CPU sources (the eBPF sampler) plug in as further `RecordSource`s: every source is started
+before the target and stopped after it, then each writes its events through its own producer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from collector import model
+from collector.cli import UserError
+from collector.inject_build import BuildError, build
+from collector.sources.cupti import CuptiSource
+from exporters.perfetto.writer import TraceWriter
+
+# After Ctrl-C the target gets SIGINT, then SIGTERM, then SIGKILL, this far apart.
+_STOP_GRACE_S = 2.0
+KINDS = ("kernel", "memcpy", "memset", "sync", "marker")
+
+
+class RecordSource(Protocol):
+    """What `record` needs from a source: environment for the target, a start before it, a
+    stop after it, then its events and counters (written as metadata `<name>_<counter>`)."""
+
+    name: str
+
+    def target_env(self) -> Mapping[str, str]: ...
+    def start(self) -> None: ...
+    def target_started(self, pid: int) -> None: ...
+    def stop(self) -> None: ...
+    def events(self) -> Iterable[model.Event]: ...
+    def stats(self) -> Mapping[str, int]: ...
+
+
+class CuptiRecording:
+    """The GPU source: CUPTI injection into the target, streams read after it exits."""
+
+    name = "cupti"
+
+    def __init__(
+        self,
+        library: Path,
+        *,
+        stacks: bool = True,
+        python_frames: bool = True,
+        kinds: Sequence[str] = KINDS,
+        keep_streams: Path | None = None,
+    ) -> None:
+        self.library = library
+        self.stacks = stacks
+        self.python_frames = python_frames
+        self.kinds = kinds
+        self.keep_streams = keep_streams
+        self.directory = Path(tempfile.mkdtemp(prefix="xpu-perf-cupti-"))
+        self._source: CuptiSource | None = None
+
+    def target_env(self) -> Mapping[str, str]:
+        env = {
+            "CUDA_INJECTION64_PATH": str(self.library),
+            "XPU_PERF_OUT_DIR": str(self.directory),
+            "XPU_PERF_STACKS": "1" if self.stacks else "0",
+            "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
+            "XPU_PERF_KINDS": ",".join(self.kinds),
+        }
+        if "marker" in self.kinds:
+            # NVTX hands its callbacks to this library, which passes them to the process's own
+            # libcupti (pointing NVTX at a libcupti path could load a second copy).
+            env["NVTX_INJECTION64_PATH"] = str(self.library)
+        return env
+
+    def start(self) -> None:
+        pass
+
+    def target_started(self, pid: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self.keep_streams is not None:
+            self.keep_streams.mkdir(parents=True, exist_ok=True)
+            for p in self.directory.iterdir():
+                shutil.copy2(p, self.keep_streams / p.name)
+
+    def events(self) -> Iterable[model.Event]:
+        self._source = CuptiSource(self.directory)
+        yield from self._source.events()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def stats(self) -> Mapping[str, int]:
+        return dict(self._source.counts) if self._source else {}
+
+
+class _Interrupt:
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        self.signal = signum
+
+
+def run_target(cmd: Sequence[str], sources: Sequence[RecordSource]) -> int:
+    """Start the sources, run `cmd` with their environment, stop them; returns the target's
+    exit status (128+N when killed by signal N).  Ctrl-C is passed on to the target."""
+    env = dict(os.environ)
+    for source in sources:
+        env.update(source.target_env())
+    for source in sources:
+        source.start()
+    interrupt = _Interrupt()
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            proc = subprocess.Popen(list(cmd), env=env)
+        except OSError as exc:
+            raise UserError(f"cannot run {cmd[0]}: {exc.strerror}") from None
+        for source in sources:
+            source.target_started(proc.pid)
+        escalation = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
+        last_sent: float | None = None
+        while proc.poll() is None:
+            due = last_sent is None or time.monotonic() - last_sent >= _STOP_GRACE_S
+            if interrupt.signal is not None and escalation and due:
+                proc.send_signal(escalation.pop(0))
+                last_sent = time.monotonic()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.05)
+        code = proc.returncode
+        return 128 - code if code < 0 else code
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for source in sources:
+            source.stop()
+
+
+def write_trace(
+    out: Path, sources: Sequence[RecordSource], command_line: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    """Every source through its own producer; counters as metadata `<source>_<counter>`
+    (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice)."""
+    stats: dict[str, dict[str, int]] = {}
+    with TraceWriter(out, command_line=command_line, clock_id=pb.BUILTIN_CLOCK_MONOTONIC) as writer:
+        for source in sources:
+            producer = writer.producer(source.name)
+            producer.write_all(source.events())
+            stats[source.name] = dict(source.stats())
+            for key, value in stats[source.name].items():
+                prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"
+                writer.set_metadata(prefixed, value)
+    return stats
+
+
+def summary_lines(cupti: Mapping[str, int]) -> list[str]:
+    """The GPU part of the end-of-record summary."""
+    ops = cupti.get("gpu_ops", 0)
+    launches = cupti.get("launches", 0)
+    return [
+        f"records: kernel={cupti.get('records_kernel', 0)} memcpy={cupti.get('records_memcpy', 0)} "
+        f"memset={cupti.get('records_memset', 0)} sync={cupti.get('records_sync', 0)} "
+        f"api={cupti.get('records_api', 0)} nvtx={cupti.get('records_marker', 0)} "
+        f"(processes={cupti.get('streams', 0)})",
+        f"dropped: cupti={cupti.get('cupti_dropped_records', 0)} "
+        f"transport={cupti.get('transport_dropped_rows', 0)}",
+        f"gpu ops without api call: {cupti.get('gpu_ops_without_api', 0)} of {ops}",
+        f"launches without stack: {cupti.get('launches_without_stack', 0)} of {launches}",
+    ]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "record",
+        help="run a command and record GPU activity, CUDA API calls and launch stacks",
+        description="Run CMD under xpu-perf and write a Perfetto trace. GPU recording (CUPTI "
+        "injection) needs no root; the target's exit code is passed through.",
+    )
+    p.add_argument("-o", "--output", type=Path, default=Path("xpu-perf.perfetto-trace"))
+    p.add_argument("--no-cpu", action="store_true", help="no CPU sampling (GPU recording only)")
+    p.add_argument("--no-stacks", action="store_true", help="no launch stacks")
+    p.add_argument("--no-python", action="store_true", help="launch stacks without Python frames")
+    p.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"GPU activity kinds, comma separated (default {','.join(KINDS)})",
+    )
+    p.add_argument(
+        "--keep-streams", type=Path, metavar="DIR", help="copy the raw CUPTI streams here"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
+    if not cmd:
+        raise UserError("no command given (put it after --)")
+    if not args.output.parent.resolve().is_dir():
+        raise UserError(f"output directory does not exist: {args.output.parent}")
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise UserError(f"unknown --kinds: {', '.join(sorted(unknown))}")
+    try:
+        library = build()
+    except BuildError as exc:
+        raise UserError(str(exc)) from None
+    sources: list[RecordSource] = [
+        CuptiRecording(
+            library,
+            stacks=not args.no_stacks,
+            python_frames=not args.no_python,
+            kinds=kinds,
+            keep_streams=args.keep_streams,
+        )
+    ]
+    if not args.no_cpu:
+        # The eBPF CPU sampler joins here (issue 4); until then GPU-only is what runs.
+        print(
+            "xpu-perf record: CPU sampling not available in this build; recording GPU only",
+            file=sys.stderr,
+        )
+    code = run_target(cmd, sources)
+    stats = write_trace(args.output, sources, ["xpu-perf", "record", "--", *cmd])
+    if not args.quiet:
+        for line in summary_lines(stats.get("cupti", {})):
+            print(f"xpu-perf record: {line}", file=sys.stderr)
+        print(f"xpu-perf record: wrote {args.output}", file=sys.stderr)
+    return code

@@ -1,0 +1,182 @@
+"""Build the CUPTI injection library (cupti_inject/) on demand, cached by CUPTI version.
+
+The library must be compiled against the CUPTI headers of the libcupti the target will load
+(activity record layouts change between CUPTI versions), so it is built on the machine that
+runs the target, with the system C compiler, the first time `record` needs it.  The cache key
+is the CUPTI version plus a hash of the sources, so editing the C code rebuilds too.
+
+CUPTI is looked for in, in order: $XPU_PERF_CUPTI_HOME, $CUDA_HOME, the pip `nvidia-*` wheels of
+the running Python (torch's CUDA 13 wheels: site-packages/nvidia/cu13), /usr/local/cuda*.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE_DIR = REPO / "cupti_inject" / "src"
+SCHEMA = REPO / "protos" / "cupti_stream.def"
+LIBRARY_NAME = "libxpu_perf_cupti.so"
+CFLAGS = (
+    "-O2",
+    "-g",
+    "-fPIC",
+    "-shared",
+    "-std=gnu11",
+    "-fvisibility=hidden",
+    "-fasynchronous-unwind-tables",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-pthread",
+)
+
+
+class BuildError(Exception):
+    """The library could not be built; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Cupti:
+    include_dirs: tuple[Path, ...]  # cupti.h and cuda.h
+    lib_dir: Path  # libcupti.so*
+    version: str  # CUPTI_API_VERSION
+
+
+def _candidate_roots() -> list[Path]:
+    roots: list[Path] = []
+    for var in ("XPU_PERF_CUPTI_HOME", "CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            roots.append(Path(os.environ[var]))
+    for site in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *sys.path}:
+        nvidia = Path(site) / "nvidia"
+        if nvidia.is_dir():
+            roots.extend(sorted(nvidia.iterdir(), reverse=True))
+    local = Path("/usr/local")
+    if local.is_dir():
+        roots.append(local / "cuda")
+        roots.extend(sorted(local.glob("cuda-*"), reverse=True))
+    return roots
+
+
+def _first(root: Path, rels: tuple[str, ...], name: str) -> Path | None:
+    for rel in rels:
+        d = root / rel
+        if list(d.glob(name)):
+            return d
+    return None
+
+
+def find_cupti() -> Cupti:
+    """Locate CUPTI headers and library; raises BuildError listing where it looked."""
+    tried = []
+    for root in _candidate_roots():
+        inc = _first(root, ("include", "extras/CUPTI/include", "cuda_cupti/include"), "cupti.h")
+        lib = _first(root, ("lib64", "lib", "extras/CUPTI/lib64", "cuda_cupti/lib"), "libcupti.so*")
+        tried.append(str(root))
+        if inc is None or lib is None:
+            continue
+        cuda_h = inc if (inc / "cuda.h").exists() else None
+        if cuda_h is None:
+            for other in _candidate_roots():
+                found = _first(other, ("include", "cuda_runtime/include"), "cuda.h")
+                if found:
+                    cuda_h = found
+                    break
+        if cuda_h is None:
+            continue
+        text = (inc / "cupti_version.h").read_text(errors="replace")
+        m = re.search(r"#define\s+CUPTI_API_VERSION\s+(\d+)", text)
+        version = m.group(1) if m else "unknown"
+        dirs = (inc,) if cuda_h == inc else (inc, cuda_h)
+        return Cupti(dirs, lib, version)
+    raise BuildError(
+        "CUPTI not found (set CUDA_HOME or XPU_PERF_CUPTI_HOME); looked in: " + ", ".join(tried)
+    )
+
+
+def _source_hash(extra: str) -> str:
+    h = hashlib.sha256(extra.encode())
+    for path in [*sorted(SOURCE_DIR.glob("*")), SCHEMA]:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XPU_PERF_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "xpu-perf"
+    )
+    return Path(base) / "cupti_inject"
+
+
+def _link_name(lib_dir: Path) -> str:
+    """-l argument: prefer the versioned soname the driver's CUPTI carries (libcupti.so.13)."""
+    if (lib_dir / "libcupti.so").exists():
+        return "-lcupti"
+    versioned = sorted(lib_dir.glob("libcupti.so.*"))
+    return f"-l:{versioned[0].name}"
+
+
+def build(cupti: Cupti | None = None, out_dir: Path | None = None, force: bool = False) -> Path:
+    """Return the path of the built library, compiling it if the cache has none.
+
+    $XPU_PERF_INJECT_LIB names a library built elsewhere (tests, a read-only install)."""
+    prebuilt = os.environ.get("XPU_PERF_INJECT_LIB")
+    if prebuilt and cupti is None and out_dir is None:
+        if not Path(prebuilt).is_file():
+            raise BuildError(f"XPU_PERF_INJECT_LIB={prebuilt} does not exist")
+        return Path(prebuilt)
+    cupti = cupti or find_cupti()
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise BuildError("no C compiler (cc/gcc) on PATH")
+    key = f"cupti{cupti.version}-{_source_hash(str(cupti.lib_dir))}"
+    target_dir = out_dir or cache_dir() / key
+    target = target_dir / LIBRARY_NAME
+    if target.exists() and not force:
+        return target
+    target_dir.mkdir(parents=True, exist_ok=True)
+    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c"))
+    with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
+        tmp_lib = Path(tmp) / LIBRARY_NAME
+        cmd = [
+            compiler,
+            *CFLAGS,
+            *(f"-I{d}" for d in cupti.include_dirs),
+            *sources,
+            "-o",
+            str(tmp_lib),
+            f"-L{cupti.lib_dir}",
+            _link_name(cupti.lib_dir),
+            f"-Wl,-rpath,{cupti.lib_dir}",
+            "-ldl",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"building {LIBRARY_NAME} failed:\n{' '.join(cmd)}\n{proc.stderr}")
+        os.replace(tmp_lib, target)
+    return target
+
+
+def main() -> int:
+    """`python -m collector.inject_build`: build (or find) the library and print its path."""
+    try:
+        print(build(force="--force" in sys.argv))
+    except BuildError as exc:
+        print(f"xpu-perf: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

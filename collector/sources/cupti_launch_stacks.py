@@ -1,0 +1,107 @@
+"""Launch stacks from the CUPTI stream → model.Stack: native return addresses symbolized
+through the process's module map (ELF symbols via collector.symbolize, demangled), and the
+Python frames spliced in where the interpreter ran them.
+
+`symbolize_native(modules, pcs)` is the one function that names injection-library addresses;
+it reuses collector.symbolize's ELF symbol tables (the eBPF path uses the same ones).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from collector.model import Frame, Stack
+from collector.symbolize import Symbolizer
+
+PYTHON_EVAL_FUNCTIONS = ("_PyEval_EvalFrameDefault",)
+_UNKNOWN = "[unknown]"
+
+
+@dataclass(frozen=True, slots=True)
+class Module:
+    """One loaded ELF object of the traced process (MODULE chunk)."""
+
+    lo: int
+    hi: int
+    load_bias: int
+    path: str
+    build_id: str
+
+
+class ModuleMap:
+    """Address → module, for one process; later MODULE chunks add objects loaded later."""
+
+    def __init__(self, modules: Sequence[Module]) -> None:
+        unique = {(m.lo, m.hi, m.path): m for m in modules}
+        self._modules = sorted(unique.values(), key=lambda m: m.lo)
+        self._starts = [m.lo for m in self._modules]
+
+    def find(self, pc: int) -> Module | None:
+        i = bisect.bisect_right(self._starts, pc) - 1
+        if i >= 0 and pc < self._modules[i].hi:
+            return self._modules[i]
+        return None
+
+
+def symbolize_native(symbolizer: Symbolizer, modules: ModuleMap, pcs: Sequence[int]) -> list[Frame]:
+    """Frames for return addresses, innermost first; each is looked up at pc - 1 (the call)."""
+    frames = []
+    for pc in pcs:
+        module = modules.find(pc - 1)
+        if module is None:
+            frames.append(Frame(f"0x{pc:x}", _UNKNOWN, pc))
+            continue
+        vaddr = pc - module.load_bias
+        elf = symbolizer.elf(module.path) if module.path.startswith("/") else None
+        name = elf.function_at(vaddr - 1) if elf is not None else None
+        if name is None:
+            name = f"{os.path.basename(module.path)}+0x{vaddr:x}"
+        frames.append(Frame(name, module.path, vaddr, module.build_id))
+    return frames
+
+
+@dataclass(frozen=True, slots=True)
+class PythonFrame:
+    filename: str
+    function: str
+    line: int
+
+    def frame(self) -> Frame:
+        return Frame(
+            f"{self.function} ({os.path.basename(self.filename)}:{self.line})",
+            self.filename,
+            self.line,
+        )
+
+
+def merge_python(native: list[Frame], python: Sequence[PythonFrame | None]) -> list[Frame]:
+    """Splice Python frames (innermost first; None separates interpreter invocations) into
+    the native frames (innermost first) in place of the interpreter's eval-loop frames, the
+    way py-spy's native mode does.  Extra Python segments go on the outer end."""
+    segments: list[list[Frame]] = [[]]
+    for pf in python:
+        if pf is None:
+            segments.append([])
+        else:
+            segments[-1].append(pf.frame())
+    segments = [s for s in segments if s]
+    if not segments:
+        return native
+    merged: list[Frame] = []
+    seg = 0
+    for fr in native:
+        if seg < len(segments) and fr.function in PYTHON_EVAL_FUNCTIONS:
+            merged.extend(segments[seg])
+            seg += 1
+        else:
+            merged.append(fr)
+    for rest in segments[seg:]:
+        merged.extend(rest)
+    return merged
+
+
+def launch_stack(frames_innermost_first: list[Frame]) -> Stack:
+    return Stack(tuple(reversed(frames_innermost_first)))

@@ -1,0 +1,661 @@
+/* xpu-perf CUPTI injection library: loaded by libcuda through CUDA_INJECTION64_PATH, which
+ * calls InitializeInjection() during cuInit.  It subscribes to a chosen set of CUDA runtime and
+ * driver API callbacks (launches, graph launches, copies, sets, syncs, allocations: not all APIs,
+ * which would cost ~19 records per PyTorch kernel), takes the launch stack at API enter, and
+ * enables activity records for kernels, copies, sets, syncs and NVTX markers.  Everything goes
+ * into the per-process stream (stream.h); nothing is written on the application's threads.
+ *
+ * Environment (set by `xpu-perf record`):
+ *   XPU_PERF_OUT_DIR     directory for cupti-<pid>.xpstream (required; unset: do nothing)
+ *   XPU_PERF_STACKS      0: no launch stacks (default 1)
+ *   XPU_PERF_PYTHON      0: no Python frames (default 1)
+ *   XPU_PERF_KINDS       comma list of kernel,memcpy,memset,sync,marker (default all)
+ *   XPU_PERF_NESTED_DRIVER 0: skip driver callbacks nested in runtime calls (default 1)
+ *   XPU_PERF_FLUSH_MS, XPU_PERF_QUEUE_KB: see stream.c
+ */
+#define _GNU_SOURCE
+#include <cupti.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "modules.h"
+#include "pyframes.h"
+#include "stream.h"
+#include "strings.h"
+#include "unwind.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_NATIVE 128
+#define MAX_PYTHON 128
+
+/* ---- the eBPF hook ---- */
+/* Called at every kernel/graph launch with its correlation id and api id (domain << 16 | cbid)
+ * so that a uprobe can tie its own stack to the exact launch.  Never inlined, never elided. */
+EXPORT __attribute__((noinline, used)) void xpu_perf_launch_marker(uint64_t correlation_id,
+                                                                   uint32_t api_id) {
+    __asm__ volatile("" : : "r"(correlation_id), "r"(api_id) : "memory");
+}
+
+/* ---- configuration ---- */
+static int want_stacks = 1, want_python = 1, want_nested_driver = 1;
+static CUpti_SubscriberHandle subscriber;
+enum { TRACED = 1, LAUNCH = 2 };
+static uint8_t runtime_flags[CUPTI_RUNTIME_TRACE_CBID_SIZE];
+static uint8_t driver_flags[CUPTI_DRIVER_TRACE_CBID_SIZE];
+static unsigned long self_lo, self_hi;
+
+/* ---- counters (written at flush) ---- */
+static _Atomic uint64_t api_records, launches, launch_stacks, launches_no_stack, alias_records;
+static _Atomic uint64_t stacks_unique, stack_table_full, cupti_dropped, activity_buffers;
+static _Atomic uint64_t records_kernel, records_memcpy, records_memset, records_sync, records_marker;
+static _Atomic uint64_t records_other;
+
+/* ---- per-thread API batches ---- */
+struct thread_state {
+    struct thread_state *next;
+    pthread_mutex_t lock;
+    struct xp_batch_API *api;
+    struct xp_batch_API_ALIAS *alias;
+    uint32_t tid;
+    int depth;
+    uint32_t outer_corr;
+    uint32_t outer_api;
+    uint32_t outer_stack;
+    uint64_t outer_start;
+};
+
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct thread_state *threads;
+static __thread struct thread_state *tls_state;
+static pthread_key_t thread_key;
+
+static void thread_exit(void *p) {
+    struct thread_state *ts = p;
+    pthread_mutex_lock(&threads_lock);
+    pthread_mutex_lock(&ts->lock);
+    xp_emit_API(ts->api);
+    xp_emit_API_ALIAS(ts->alias);
+    pthread_mutex_unlock(&ts->lock);
+    for (struct thread_state **pp = &threads; *pp; pp = &(*pp)->next) {
+        if (*pp == ts) { *pp = ts->next; break; }
+    }
+    pthread_mutex_unlock(&threads_lock);
+    free(ts->api);
+    free(ts->alias);
+    free(ts);
+}
+
+static void at_exit(void);
+static pthread_once_t late_atexit_once = PTHREAD_ONCE_INIT;
+/* atexit handlers run last-registered first: registering again at the first API call (after
+ * cuInit has registered the driver's own teardown) makes our final flush run before it. */
+static void register_late_atexit(void) { atexit(at_exit); }
+
+static struct thread_state *thread_state(void) {
+    struct thread_state *ts = tls_state;
+    if (ts) return ts;
+    pthread_once(&late_atexit_once, register_late_atexit);
+    ts = calloc(1, sizeof *ts);
+    if (!ts) return NULL;
+    ts->api = malloc(sizeof *ts->api);
+    ts->alias = malloc(sizeof *ts->alias);
+    if (!ts->api || !ts->alias) { free(ts->api); free(ts->alias); free(ts); return NULL; }
+    ts->api->rows = 0;
+    ts->alias->rows = 0;
+    pthread_mutex_init(&ts->lock, NULL);
+    ts->tid = (uint32_t)syscall(SYS_gettid);
+    char name[17] = {0};
+    prctl(PR_GET_NAME, name, 0, 0, 0);
+    xp_emit_thread(ts->tid, name);
+    pthread_mutex_lock(&threads_lock);
+    ts->next = threads;
+    threads = ts;
+    pthread_mutex_unlock(&threads_lock);
+    pthread_setspecific(thread_key, ts);
+    tls_state = ts;
+    return ts;
+}
+
+/* ---- launch stacks ---- */
+#define STACK_TABLE_BITS 18
+static _Atomic uint64_t *stack_table;
+static pthread_mutex_t stack_emit_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct xp_batch_STACK *stack_batch;
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+static uint32_t capture_stack(void) {
+    uint64_t pcs[MAX_NATIVE];
+    struct xp_pyframe_key py[MAX_PYTHON];
+    int n = xp_unwind(pcs, MAX_NATIVE);
+    int skip = 0;
+    while (skip < n && pcs[skip] >= self_lo && pcs[skip] < self_hi) skip++;
+    int np = want_python ? xp_py_walk(py, MAX_PYTHON) : 0;
+    if (n - skip <= 0 && np == 0) return 0;
+    uint64_t h = 0x12345678ull;
+    for (int i = skip; i < n; i++) h = mix(h, pcs[i]);
+    h = mix(h, 0xfeedull);
+    for (int i = 0; i < np; i++) h = mix(mix(h, py[i].code), py[i].offset);
+    if (h == 0) h = 1;
+    const uint64_t mask = (1ull << STACK_TABLE_BITS) - 1;
+    uint64_t idx = h & mask;
+    for (int probe = 0; probe < 64; probe++, idx = (idx + 1) & mask) {
+        uint64_t cur = atomic_load_explicit(&stack_table[idx], memory_order_acquire);
+        if (cur == h) return (uint32_t)idx + 1;
+        if (cur != 0) continue;
+        uint64_t expected = 0;
+        if (!atomic_compare_exchange_strong(&stack_table[idx], &expected, h)) {
+            if (expected == h) return (uint32_t)idx + 1;
+            continue;
+        }
+        /* First sight of this stack: send it (cold path). */
+        uint32_t pyids[MAX_PYTHON];
+        for (int i = 0; i < np; i++) pyids[i] = xp_py_frame_id(py[i]);
+        pthread_mutex_lock(&stack_emit_lock);
+        stack_batch->rows = 1;
+        stack_batch->stack_id[0] = (uint32_t)idx + 1;
+        stack_batch->native_pcs[0] = (struct xp_u64list){pcs + skip, (uint32_t)(n - skip)};
+        stack_batch->python_frames[0] = (struct xp_u32list){pyids, (uint32_t)np};
+        xp_emit_STACK(stack_batch);
+        pthread_mutex_unlock(&stack_emit_lock);
+        stacks_unique++;
+        return (uint32_t)idx + 1;
+    }
+    stack_table_full++;
+    return 0;
+}
+
+/* ---- API callbacks ---- */
+static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
+                                 CUpti_CallbackId cbid, const void *data) {
+    (void)userdata;
+    if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+    const CUpti_CallbackData *cb = data;
+    struct thread_state *ts = thread_state();
+    if (!ts) return;
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+        if (ts->depth++ > 0) {
+            /* A driver call made by a traced runtime call: GPU records may name either id. */
+            if (domain == CUPTI_CB_DOMAIN_DRIVER_API && want_nested_driver) {
+                pthread_mutex_lock(&ts->lock);
+                uint32_t r = ts->alias->rows;
+                ts->alias->driver_correlation_id[r] = cb->correlationId;
+                ts->alias->runtime_correlation_id[r] = ts->outer_corr;
+                if (++ts->alias->rows == XP_BATCH_ROWS) xp_emit_API_ALIAS(ts->alias);
+                pthread_mutex_unlock(&ts->lock);
+                alias_records++;
+            }
+            return;
+        }
+        uint8_t flags = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
+        uint32_t api_id = ((uint32_t)domain << 16) | (uint32_t)cbid;
+        ts->outer_corr = cb->correlationId;
+        ts->outer_api = api_id;
+        ts->outer_stack = want_stacks ? capture_stack() : 0;
+        if (flags & LAUNCH) {
+            xpu_perf_launch_marker(cb->correlationId, api_id);
+            launches++;
+            if (ts->outer_stack) launch_stacks++; else launches_no_stack++;
+        }
+        ts->outer_start = xp_now_ns();
+        return;
+    }
+    /* API exit */
+    if (ts->depth == 0) return;
+    if (--ts->depth > 0) return;
+    uint64_t end = xp_now_ns();
+    pthread_mutex_lock(&ts->lock);
+    struct xp_batch_API *b = ts->api;
+    uint32_t r = b->rows;
+    b->correlation_id[r] = ts->outer_corr;
+    b->api_id[r] = ts->outer_api;
+    b->tid[r] = ts->tid;
+    b->stack_id[r] = ts->outer_stack;
+    b->start[r] = ts->outer_start;
+    b->end[r] = end;
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_API(b);
+    pthread_mutex_unlock(&ts->lock);
+    api_records++;
+}
+
+/* ---- activity buffers ---- */
+#define ACTIVITY_BUFFER_SIZE (8u << 20)
+static pthread_mutex_t activity_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct xp_batch_KERNEL *kernel_batch;
+static struct xp_batch_MEMCPY *memcpy_batch;
+static struct xp_batch_MEMSET *memset_batch;
+static struct xp_batch_SYNC *sync_batch;
+static struct xp_batch_MARKER *marker_batch;
+static struct xp_batch_DEVICE *device_batch;
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *buffer = aligned_alloc(8, ACTIVITY_BUFFER_SIZE);
+    *size = *buffer ? ACTIVITY_BUFFER_SIZE : 0;
+    *max_records = 0;
+}
+
+static void add_kernel(const CUpti_ActivityKernel10 *k) {
+    struct xp_batch_KERNEL *b = kernel_batch;
+    uint32_t r = b->rows;
+    b->start[r] = k->start;
+    b->end[r] = k->end;
+    b->correlation_id[r] = k->correlationId;
+    b->device[r] = k->deviceId;
+    b->context[r] = k->contextId;
+    b->stream[r] = k->streamId;
+    b->grid_x[r] = k->gridX;
+    b->grid_y[r] = k->gridY;
+    b->grid_z[r] = k->gridZ;
+    b->block_x[r] = k->blockX;
+    b->block_y[r] = k->blockY;
+    b->block_z[r] = k->blockZ;
+    b->registers[r] = k->registersPerThread;
+    b->static_shared_memory[r] = k->staticSharedMemory;
+    b->dynamic_shared_memory[r] = k->dynamicSharedMemory;
+    b->graph_id[r] = k->graphId;
+    b->graph_node_id[r] = k->graphNodeId;
+    b->name_id[r] = xp_intern(k->name);
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_KERNEL(b);
+}
+
+static void add_memcpy(const CUpti_ActivityMemcpy6 *m) {
+    struct xp_batch_MEMCPY *b = memcpy_batch;
+    uint32_t r = b->rows;
+    b->start[r] = m->start;
+    b->end[r] = m->end;
+    b->correlation_id[r] = m->correlationId;
+    b->device[r] = m->deviceId;
+    b->stream[r] = m->streamId;
+    b->copy_kind[r] = m->copyKind;
+    b->src_kind[r] = m->srcKind;
+    b->dst_kind[r] = m->dstKind;
+    b->bytes[r] = m->bytes;
+    b->src_device[r] = m->deviceId;
+    b->dst_device[r] = m->deviceId;
+    b->graph_id[r] = m->graphId;
+    b->graph_node_id[r] = m->graphNodeId;
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_MEMCPY(b);
+}
+
+static void add_p2p(const CUpti_ActivityMemcpyPtoP4 *m) {
+    struct xp_batch_MEMCPY *b = memcpy_batch;
+    uint32_t r = b->rows;
+    b->start[r] = m->start;
+    b->end[r] = m->end;
+    b->correlation_id[r] = m->correlationId;
+    b->device[r] = m->deviceId;
+    b->stream[r] = m->streamId;
+    b->copy_kind[r] = m->copyKind;
+    b->src_kind[r] = m->srcKind;
+    b->dst_kind[r] = m->dstKind;
+    b->bytes[r] = m->bytes;
+    b->src_device[r] = m->srcDeviceId;
+    b->dst_device[r] = m->dstDeviceId;
+    b->graph_id[r] = m->graphId;
+    b->graph_node_id[r] = m->graphNodeId;
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_MEMCPY(b);
+}
+
+static void add_memset(const CUpti_ActivityMemset4 *m) {
+    struct xp_batch_MEMSET *b = memset_batch;
+    uint32_t r = b->rows;
+    b->start[r] = m->start;
+    b->end[r] = m->end;
+    b->correlation_id[r] = m->correlationId;
+    b->device[r] = m->deviceId;
+    b->stream[r] = m->streamId;
+    b->value[r] = m->value;
+    b->bytes[r] = m->bytes;
+    b->memory_kind[r] = m->memoryKind;
+    b->graph_id[r] = m->graphId;
+    b->graph_node_id[r] = m->graphNodeId;
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_MEMSET(b);
+}
+
+static void add_sync(const CUpti_ActivitySynchronization2 *s) {
+    struct xp_batch_SYNC *b = sync_batch;
+    uint32_t r = b->rows;
+    b->start[r] = s->start;
+    b->end[r] = s->end;
+    b->correlation_id[r] = s->correlationId;
+    b->context[r] = s->contextId;
+    b->stream[r] = s->streamId;
+    b->sync_type[r] = (uint32_t)s->type;
+    b->event_id[r] = s->cudaEventId;
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_SYNC(b);
+}
+
+static void add_marker(const CUpti_ActivityMarker2 *m) {
+    struct xp_batch_MARKER *b = marker_batch;
+    uint32_t r = b->rows;
+    b->timestamp[r] = m->timestamp;
+    b->marker_id[r] = m->id;
+    b->flags[r] = (uint32_t)m->flags;
+    b->tid[r] = m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? m->objectId.pt.threadId : 0;
+    b->name_id[r] = m->name ? xp_intern(m->name) : 0;
+    b->domain_id[r] = m->domain ? xp_intern(m->domain) : 0;
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_MARKER(b);
+}
+
+static void add_device(const CUpti_ActivityDevice5 *d) {
+    struct xp_batch_DEVICE *b = device_batch;
+    uint32_t r = b->rows;
+    b->device[r] = d->id;
+    const char *name = d->name ? d->name : "";
+    b->name[r] = (struct xp_str){name, (uint32_t)strlen(name)};
+    b->rows++;
+    xp_emit_DEVICE(b); /* names point into CUPTI's buffer: encode now */
+}
+
+static void emit_activity_batches(void) {
+    xp_emit_KERNEL(kernel_batch);
+    xp_emit_MEMCPY(memcpy_batch);
+    xp_emit_MEMSET(memset_batch);
+    xp_emit_SYNC(sync_batch);
+    xp_emit_MARKER(marker_batch);
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
+                                      size_t size, size_t valid) {
+    (void)size;
+    pthread_mutex_lock(&activity_lock);
+    activity_buffers++;
+    CUpti_Activity *rec = NULL;
+    while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        switch (rec->kind) {
+        case CUPTI_ACTIVITY_KIND_KERNEL:
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+            add_kernel((const CUpti_ActivityKernel10 *)rec); records_kernel++; break;
+        case CUPTI_ACTIVITY_KIND_MEMCPY:
+            add_memcpy((const CUpti_ActivityMemcpy6 *)rec); records_memcpy++; break;
+        case CUPTI_ACTIVITY_KIND_MEMCPY2:
+            add_p2p((const CUpti_ActivityMemcpyPtoP4 *)rec); records_memcpy++; break;
+        case CUPTI_ACTIVITY_KIND_MEMSET:
+            add_memset((const CUpti_ActivityMemset4 *)rec); records_memset++; break;
+        case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+            add_sync((const CUpti_ActivitySynchronization2 *)rec); records_sync++; break;
+        case CUPTI_ACTIVITY_KIND_MARKER:
+            add_marker((const CUpti_ActivityMarker2 *)rec); records_marker++; break;
+        case CUPTI_ACTIVITY_KIND_DEVICE:
+            add_device((const CUpti_ActivityDevice5 *)rec); break;
+        default:
+            records_other++; break;
+        }
+    }
+    size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS)
+        cupti_dropped += dropped;
+    emit_activity_batches();
+    pthread_mutex_unlock(&activity_lock);
+    free(buffer);
+}
+
+/* ---- flushing ---- */
+static void emit_counters(void) {
+    xp_emit_counter("api_records", api_records);
+    xp_emit_counter("launches", launches);
+    xp_emit_counter("launches_with_stack", launch_stacks);
+    xp_emit_counter("launches_without_stack", launches_no_stack);
+    xp_emit_counter("api_alias_records", alias_records);
+    xp_emit_counter("stacks_unique", stacks_unique);
+    xp_emit_counter("stack_table_full", stack_table_full);
+    xp_emit_counter("cupti_dropped_records", cupti_dropped);
+    xp_emit_counter("activity_buffers", activity_buffers);
+    xp_emit_counter("records_kernel", records_kernel);
+    xp_emit_counter("records_memcpy", records_memcpy);
+    xp_emit_counter("records_memset", records_memset);
+    xp_emit_counter("records_sync", records_sync);
+    xp_emit_counter("records_marker", records_marker);
+    xp_emit_counter("records_other", records_other);
+    xp_emit_counter("unwind_cfi_misses", xp_unwind_cfi_misses);
+    xp_emit_counter("unwind_fp_fallbacks", xp_unwind_fp_fallbacks);
+    xp_emit_counter("python_guard_failures", xp_py_guard_failures);
+    xp_emit_counter("python_frames_enabled", (uint64_t)(want_python && xp_py_enabled));
+}
+
+static void flush_hook(int final) {
+    cuptiActivityFlushAll(final ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+    pthread_mutex_lock(&threads_lock);
+    for (struct thread_state *ts = threads; ts; ts = ts->next) {
+        pthread_mutex_lock(&ts->lock);
+        xp_emit_API(ts->api);
+        xp_emit_API_ALIAS(ts->alias);
+        pthread_mutex_unlock(&ts->lock);
+    }
+    pthread_mutex_unlock(&threads_lock);
+    xp_modules_emit_if_changed();
+    if (final) emit_counters();
+}
+
+static void at_exit(void) { xp_stream_flush(1); }
+
+/* SIGTERM/SIGINT with the default action: flush on a helper thread, then die as asked. */
+static sem_t signal_sem;
+static atomic_int signal_flush_done;
+static int signal_thread_started;
+
+static void *signal_flush_main(void *arg) {
+    (void)arg;
+    while (sem_wait(&signal_sem) != 0) {}
+    xp_stream_flush(1);
+    atomic_store(&signal_flush_done, 1);
+    return NULL;
+}
+
+static void on_fatal_signal(int sig) {
+    sem_post(&signal_sem);
+    for (int i = 0; i < 300 && !atomic_load(&signal_flush_done); i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void start_signal_thread(void) {
+    pthread_t t;
+    sem_init(&signal_sem, 0, 0);
+    atomic_store(&signal_flush_done, 0);
+    if (pthread_create(&t, NULL, signal_flush_main, NULL) == 0) {
+        pthread_detach(t);
+        signal_thread_started = 1;
+    }
+}
+
+static void install_signal_handlers(void) {
+    int sigs[2] = {SIGTERM, SIGINT};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) != 0) continue;
+        if (old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* ---- fork ---- */
+static void fork_prepare(void) {
+    pthread_mutex_lock(&activity_lock);
+    pthread_mutex_lock(&threads_lock);
+    pthread_mutex_lock(&stack_emit_lock);
+}
+static void fork_parent(void) {
+    pthread_mutex_unlock(&stack_emit_lock);
+    pthread_mutex_unlock(&threads_lock);
+    pthread_mutex_unlock(&activity_lock);
+}
+static void fork_child(void) {
+    /* The parent's stream owns everything recorded so far: start clean. */
+    pthread_mutex_init(&stack_emit_lock, NULL);
+    pthread_mutex_init(&threads_lock, NULL);
+    pthread_mutex_init(&activity_lock, NULL);
+    struct thread_state *keep = tls_state;
+    for (struct thread_state *ts = threads, *next; ts; ts = next) {
+        next = ts->next;
+        if (ts == keep) continue;
+        free(ts->api); free(ts->alias); free(ts);
+    }
+    threads = keep;
+    if (keep) {
+        keep->next = NULL;
+        pthread_mutex_init(&keep->lock, NULL);
+        keep->api->rows = 0;
+        keep->alias->rows = 0;
+        keep->tid = (uint32_t)syscall(SYS_gettid);
+        keep->depth = 0;
+        char name[17] = {0};
+        prctl(PR_GET_NAME, name, 0, 0, 0);
+        xp_emit_thread(keep->tid, name);
+    }
+    memset((void *)stack_table, 0, sizeof(uint64_t) << STACK_TABLE_BITS);
+    xp_strings_reset();
+    xp_modules_reset();
+    kernel_batch->rows = memcpy_batch->rows = memset_batch->rows = 0;
+    sync_batch->rows = marker_batch->rows = 0;
+    api_records = launches = launch_stacks = launches_no_stack = alias_records = 0;
+    stacks_unique = stack_table_full = cupti_dropped = activity_buffers = 0;
+    records_kernel = records_memcpy = records_memset = records_sync = records_marker = 0;
+    records_other = 0;
+    if (signal_thread_started) start_signal_thread();
+}
+
+/* ---- setup ---- */
+static int name_has_prefix(const char *name, const char *const *prefixes) {
+    for (; *prefixes; prefixes++)
+        if (strncmp(name, *prefixes, strlen(*prefixes)) == 0) return 1;
+    return 0;
+}
+
+static const char *const runtime_traced[] = {
+    "cudaLaunch", "cudaGraphLaunch", "cudaMemcpy", "cudaMemset", "cudaDeviceSynchronize",
+    "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent", "cudaMalloc",
+    "cudaFree", "cudaHostAlloc", NULL};
+static const char *const driver_traced[] = {
+    "cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset", "cuCtxSynchronize",
+    "cuStreamSynchronize", "cuEventSynchronize", "cuStreamWaitEvent", "cuMemAlloc", "cuMemFree",
+    "cuMemHostAlloc", NULL};
+static const char *const launch_prefixes[] = {
+    "cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuLaunchKernel",
+    "cuLaunchCooperativeKernel", "cuGraphLaunch", "cuLaunchGrid", NULL};
+
+static void enable_domain(CUpti_CallbackDomain domain, int size, uint8_t *flags,
+                          const char *const *traced) {
+    struct xp_batch_API_NAME *names = malloc(sizeof *names);
+    if (!names) return;
+    names->rows = 0;
+    for (int cbid = 1; cbid < size; cbid++) {
+        const char *name = NULL;
+        if (cuptiGetCallbackName(domain, (uint32_t)cbid, &name) != CUPTI_SUCCESS || !name) continue;
+        if (!name_has_prefix(name, traced)) continue;
+        if (cuptiEnableCallback(1, subscriber, domain, (CUpti_CallbackId)cbid) != CUPTI_SUCCESS) continue;
+        flags[cbid] = TRACED | (name_has_prefix(name, launch_prefixes) ? LAUNCH : 0);
+        uint32_t r = names->rows++;
+        names->api_id[r] = ((uint32_t)domain << 16) | (uint32_t)cbid;
+        names->name[r] = (struct xp_str){name, (uint32_t)strlen(name)};
+        if (names->rows == XP_BATCH_ROWS) xp_emit_API_NAME(names);
+    }
+    xp_emit_API_NAME(names);
+    free(names);
+}
+
+static int env_flag(const char *name, int dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    return strcmp(v, "0") != 0;
+}
+
+static int kind_wanted(const char *kind) {
+    const char *v = getenv("XPU_PERF_KINDS");
+    if (!v || !*v) return 1;
+    const char *p = strstr(v, kind);
+    return p != NULL;
+}
+
+static uint64_t CUPTIAPI timestamp_callback(void) { return xp_now_ns(); }
+
+#define CHECK(call)                                                                          \
+    do {                                                                                     \
+        CUptiResult r_ = (call);                                                             \
+        if (r_ != CUPTI_SUCCESS) {                                                           \
+            const char *s_ = NULL;                                                           \
+            cuptiGetResultString(r_, &s_);                                                   \
+            fprintf(stderr, "xpu-perf: %s failed: %s\n", #call, s_ ? s_ : "?");             \
+        }                                                                                    \
+    } while (0)
+
+EXPORT int InitializeInjection(void) {
+    static int initialized;
+    if (initialized) return 1;
+    initialized = 1;
+    if (!getenv("XPU_PERF_OUT_DIR")) return 1;
+    want_stacks = env_flag("XPU_PERF_STACKS", 1);
+    want_python = env_flag("XPU_PERF_PYTHON", 1);
+    want_nested_driver = env_flag("XPU_PERF_NESTED_DRIVER", 1);
+    stack_table = calloc((size_t)1 << STACK_TABLE_BITS, sizeof(uint64_t));
+    stack_batch = malloc(sizeof *stack_batch);
+    kernel_batch = calloc(1, sizeof *kernel_batch);
+    memcpy_batch = calloc(1, sizeof *memcpy_batch);
+    memset_batch = calloc(1, sizeof *memset_batch);
+    sync_batch = calloc(1, sizeof *sync_batch);
+    marker_batch = calloc(1, sizeof *marker_batch);
+    device_batch = calloc(1, sizeof *device_batch);
+    if (!stack_table || !stack_batch || !kernel_batch || !memcpy_batch || !memset_batch ||
+        !sync_batch || !marker_batch || !device_batch)
+        return 1;
+    if (xp_stream_start() != 0) return 1;
+    pthread_key_create(&thread_key, thread_exit);
+    xp_modules_self_range((const void *)&on_callback, &self_lo, &self_hi);
+    if (want_python) xp_py_init();
+
+    CHECK(cuptiActivityRegisterTimestampCallback(timestamp_callback));
+    CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
+    CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE));
+    if (kind_wanted("kernel")) CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    if (kind_wanted("memcpy")) {
+        CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
+        CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2));
+    }
+    if (kind_wanted("memset")) CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
+    if (kind_wanted("sync")) CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION));
+    if (kind_wanted("marker")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER); /* needs NVTX injection */
+
+    CHECK(cuptiSubscribe(&subscriber, on_callback, NULL));
+    enable_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_flags, runtime_traced);
+    enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_flags, driver_traced);
+
+    xp_stream_set_flush_hook(flush_hook);
+    xp_modules_emit_if_changed();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    start_signal_thread();
+    install_signal_handlers();
+    atexit(at_exit);
+    return 1;
+}
+
+/* NVTX_INJECTION64_PATH points here: hand NVTX to the libcupti this library is linked with,
+ * so NVTX ranges and markers become CUPTI MARKER records. */
+EXPORT int InitializeInjectionNvtx2(const void *get_export_table) {
+    Dl_info info;
+    if (!dladdr((const void *)&cuptiSubscribe, &info) || !info.dli_fname) return 0;
+    void *cupti = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (!cupti) return 0;
+    int (*init)(const void *) = (int (*)(const void *))dlsym(cupti, "InitializeInjectionNvtx2");
+    return init ? init(get_export_table) : 0;
+}

@@ -1,0 +1,79 @@
+/* A "CUDA application" for the fake CUPTI: it plays the scenario the CI tests check.
+ *   main thread:  runtime launches (nested driver call), driver-only launches, a graph launch
+ *                 of 5 kernels, an H2D copy, a memset, a sync, an untraced API call
+ *   worker thread: launches on stream 2
+ *   forked child:  its own launches, its own stream file
+ * Usage: fake_app LAUNCHES [EXIT_CODE [wait]]; prints the counts it produced.  With "wait" it
+ * stops after the main thread's launches, prints "ready" and waits for a signal. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern void fake_cuInit(void);
+extern uint32_t fake_launch_kernel(const char *name, uint32_t stream, int driver_only);
+extern uint32_t fake_graph_launch(uint32_t graph_id, int kernels, uint32_t stream);
+extern uint32_t fake_memcpy_h2d(uint64_t bytes, uint32_t stream);
+extern uint32_t fake_memset(uint64_t bytes, uint32_t value, uint32_t stream);
+extern uint32_t fake_device_synchronize(void);
+extern void fake_get_device(void);
+extern void fake_set_dropped(size_t n);
+extern int cuptiActivityFlushAll(uint32_t flag);
+
+static int launches = 100;
+
+__attribute__((noinline)) void model_forward_layer(int i) {
+    fake_launch_kernel(i % 2 ? "gemm_kernel" : "gelu_kernel", 7, 0);
+    __asm__ volatile("");
+}
+
+__attribute__((noinline)) void triton_style_launch(void) {
+    fake_launch_kernel("triton_fused_kernel", 7, 1);
+    __asm__ volatile("");
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    for (int i = 0; i < launches; i++) fake_launch_kernel("worker_kernel", 2, 0);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) launches = atoi(argv[1]);
+    int exit_code = argc > 2 ? atoi(argv[2]) : 0;
+    fake_cuInit();
+    pthread_t t;
+    pthread_create(&t, NULL, worker, NULL);
+    for (int i = 0; i < launches; i++) model_forward_layer(i);
+    if (argc > 3 && strcmp(argv[3], "wait") == 0) {
+        pthread_join(t, NULL);
+        printf("ready\n");
+        fflush(stdout);
+        for (;;) pause();
+    }
+    for (int i = 0; i < 10; i++) triton_style_launch();
+    fake_graph_launch(42, 5, 9);
+    fake_memcpy_h2d(1 << 20, 7);
+    fake_memset(4096, 0, 7);
+    fake_get_device();
+    fake_set_dropped(3);
+    fake_device_synchronize();
+    pthread_join(t, NULL);
+    cuptiActivityFlushAll(0);
+
+    pid_t child = fork();
+    if (child == 0) {
+        for (int i = 0; i < 10; i++) fake_launch_kernel("child_kernel", 3, 0);
+        fake_device_synchronize();
+        exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    for (int i = 0; i < 5; i++) model_forward_layer(i);
+    int kernels = 2 * launches + 10 + 5 + 5;
+    printf("fake_app: parent kernels=%d child kernels=10 dropped=3\n", kernels);
+    return exit_code;
+}

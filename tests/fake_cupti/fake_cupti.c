@@ -1,0 +1,362 @@
+/* A test double of libcupti.so.13 for CI machines without a GPU.
+ *
+ * It implements the CUPTI entry points that cupti_inject uses, plus a few fake "CUDA API" calls
+ * (fake_launch_kernel, fake_graph_launch, ...) that a test program calls.  Each fake call runs the
+ * subscribed API callbacks exactly as CUPTI does (enter, nested driver call, exit) and queues the
+ * activity records CUPTI would deliver; flushes hand them over in buffers obtained from the
+ * client's buffer-request callback.  Knobs (environment):
+ *   FAKE_CUPTI_RECORDS_PER_BUFFER  records per delivered buffer (default 1000): small values
+ *                                  exercise many buffer-full completions
+ *   fake_set_dropped(n)            the next completed buffer reports n dropped records */
+#define _GNU_SOURCE
+#include <cupti.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static CUpti_CallbackFunc subscriber_cb;
+static void *subscriber_data;
+static uint8_t enabled_runtime[CUPTI_RUNTIME_TRACE_CBID_SIZE];
+static uint8_t enabled_driver[CUPTI_DRIVER_TRACE_CBID_SIZE];
+static uint8_t enabled_kinds[128];
+static CUpti_BuffersCallbackRequestFunc request_cb;
+static CUpti_BuffersCallbackCompleteFunc complete_cb;
+static CUpti_TimestampCallbackFunc timestamp_cb;
+static _Atomic uint32_t next_correlation = 1;
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t pending_dropped;
+
+union record {
+    CUpti_Activity base;
+    CUpti_ActivityKernel10 kernel;
+    CUpti_ActivityMemcpy6 memcpy;
+    CUpti_ActivityMemcpyPtoP4 p2p;
+    CUpti_ActivityMemset4 memset;
+    CUpti_ActivitySynchronization2 sync;
+    CUpti_ActivityDevice5 device;
+};
+static union record *pending;
+static size_t pending_count, pending_cap;
+
+static size_t record_size(CUpti_ActivityKind kind) {
+    switch (kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel10);
+    case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: return sizeof(CUpti_ActivityMemcpyPtoP4);
+    case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return sizeof(CUpti_ActivitySynchronization2);
+    case CUPTI_ACTIVITY_KIND_DEVICE: return sizeof(CUpti_ActivityDevice5);
+    default: return 0;
+    }
+}
+
+static uint64_t now(void) {
+    if (timestamp_cb) return timestamp_cb();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void queue_record(const union record *r) {
+    if (!enabled_kinds[r->base.kind]) return;
+    pthread_mutex_lock(&pending_lock);
+    if (pending_count == pending_cap) {
+        pending_cap = pending_cap ? pending_cap * 2 : 1024;
+        pending = realloc(pending, pending_cap * sizeof *pending);
+    }
+    pending[pending_count++] = *r;
+    pthread_mutex_unlock(&pending_lock);
+}
+
+/* ---- CUPTI entry points used by cupti_inject ---- */
+EXPORT CUptiResult cuptiGetResultString(CUptiResult result, const char **str) {
+    *str = result == CUPTI_SUCCESS ? "CUPTI_SUCCESS" : "CUPTI_ERROR (fake)";
+    return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
+    timestamp_cb = f;
+    return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType type) {
+    (void)type;
+    return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
+                                                  CUpti_BuffersCallbackCompleteFunc done) {
+    request_cb = req;
+    complete_cb = done;
+    return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
+    if (record_size(kind) == 0) return CUPTI_ERROR_NOT_COMPATIBLE;
+    enabled_kinds[kind] = 1;
+    return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud) {
+    if (subscriber_cb) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    subscriber_cb = cb;
+    subscriber_data = ud;
+    *s = (CUpti_SubscriberHandle)&subscriber_cb;
+    return CUPTI_SUCCESS;
+}
+
+static const char *runtime_name(uint32_t cbid) {
+    switch (cbid) {
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000: return "cudaLaunchKernel";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: return "cudaMemcpyAsync";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020: return "cudaMemsetAsync";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020: return "cudaDeviceSynchronize";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000: return "cudaGraphLaunch";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020: return "cudaGetDevice";
+    default: return NULL;
+    }
+}
+static const char *driver_name(uint32_t cbid) {
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: return "cuLaunchKernel";
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2: return "cuMemcpyHtoDAsync_v2";
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice: return "cuCtxGetDevice";
+    default: return NULL;
+    }
+}
+
+EXPORT CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cbid, const char **name) {
+    *name = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_name(cbid)
+          : domain == CUPTI_CB_DOMAIN_DRIVER_API ? driver_name(cbid) : NULL;
+    return *name ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+}
+EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle s,
+                                       CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+    (void)s;
+    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE) enabled_runtime[cbid] = (uint8_t)enable;
+    else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid < CUPTI_DRIVER_TRACE_CBID_SIZE) enabled_driver[cbid] = (uint8_t)enable;
+    else return CUPTI_ERROR_INVALID_PARAMETER;
+    return CUPTI_SUCCESS;
+}
+
+/* Records in a delivered buffer are prefixed by their size (the fake's own layout). */
+EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, CUpti_Activity **record) {
+    uint8_t *p;
+    if (*record == NULL) p = buffer;
+    else {
+        uint64_t size;
+        memcpy(&size, (uint8_t *)*record - 8, 8);
+        p = (uint8_t *)*record + size;
+    }
+    if (p + 8 > buffer + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    *record = (CUpti_Activity *)(p + 8);
+    return CUPTI_SUCCESS;
+}
+
+static __thread size_t reported_dropped;
+EXPORT CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t stream, size_t *dropped) {
+    (void)ctx;
+    (void)stream;
+    *dropped = reported_dropped;
+    reported_dropped = 0;
+    return CUPTI_SUCCESS;
+}
+
+static void deliver_all(void) {
+    static pthread_mutex_t deliver_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&deliver_lock);
+    pthread_mutex_lock(&pending_lock);
+    union record *recs = pending;
+    size_t count = pending_count;
+    size_t dropped = pending_dropped;
+    pending = NULL;
+    pending_count = pending_cap = 0;
+    pending_dropped = 0;
+    pthread_mutex_unlock(&pending_lock);
+    const char *per = getenv("FAKE_CUPTI_RECORDS_PER_BUFFER");
+    size_t per_buffer = per && atoi(per) > 0 ? (size_t)atoi(per) : 1000;
+    size_t i = 0;
+    while (i < count || dropped) {
+        uint8_t *buf = NULL;
+        size_t size = 0, max_records = 0;
+        request_cb(&buf, &size, &max_records);
+        size_t used = 0, n = 0;
+        while (i < count && n < per_buffer) {
+            size_t rs = record_size(recs[i].base.kind);
+            if (used + 8 + rs > size) break;
+            uint64_t s64 = rs;
+            memcpy(buf + used, &s64, 8);
+            memcpy(buf + used + 8, &recs[i], rs);
+            used += 8 + ((rs + 7) & ~(size_t)7);
+            i++;
+            n++;
+        }
+        reported_dropped = dropped;
+        dropped = 0;
+        complete_cb(NULL, 0, buf, size, used);
+    }
+    free(recs);
+    pthread_mutex_unlock(&deliver_lock);
+}
+
+EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    (void)flag;
+    if (complete_cb) deliver_all();
+    return CUPTI_SUCCESS;
+}
+
+/* ---- fake CUDA: what a test program calls ---- */
+static void run_callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCallbackSite site,
+                         uint32_t correlation, uint64_t *correlation_data) {
+    uint8_t on = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? enabled_runtime[cbid] : enabled_driver[cbid];
+    if (!subscriber_cb || !on) return;
+    CUpti_CallbackData data;
+    memset(&data, 0, sizeof data);
+    data.callbackSite = site;
+    data.functionName = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_name(cbid) : driver_name(cbid);
+    data.correlationId = correlation;
+    data.correlationData = correlation_data;
+    subscriber_cb(subscriber_data, domain, cbid, &data);
+}
+
+/* One API call: runtime call (with a nested driver call when driver_cbid != 0) or driver only.
+ * Returns the correlation id that GPU records carry (the outermost call's). */
+static uint32_t api_call(uint32_t runtime_cbid, uint32_t driver_cbid, uint64_t busy_ns) {
+    uint64_t rt_data = 0, drv_data = 0;
+    uint32_t outer = 0;
+    if (runtime_cbid) {
+        outer = atomic_fetch_add(&next_correlation, 1);
+        run_callback(CUPTI_CB_DOMAIN_RUNTIME_API, runtime_cbid, CUPTI_API_ENTER, outer, &rt_data);
+    }
+    uint32_t drv = 0;
+    if (driver_cbid) {
+        drv = atomic_fetch_add(&next_correlation, 1);
+        run_callback(CUPTI_CB_DOMAIN_DRIVER_API, driver_cbid, CUPTI_API_ENTER, drv, &drv_data);
+    }
+    uint64_t t0 = now();
+    while (now() - t0 < busy_ns) {}
+    if (driver_cbid) run_callback(CUPTI_CB_DOMAIN_DRIVER_API, driver_cbid, CUPTI_API_EXIT, drv, &drv_data);
+    if (runtime_cbid) run_callback(CUPTI_CB_DOMAIN_RUNTIME_API, runtime_cbid, CUPTI_API_EXIT, outer, &rt_data);
+    return runtime_cbid ? outer : drv;
+}
+
+static void kernel_record(const char *name, uint32_t stream, uint32_t correlation, uint32_t graph,
+                          uint64_t node) {
+    union record r;
+    memset(&r, 0, sizeof r);
+    r.kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    uint64_t t = now();
+    r.kernel.start = t + 1000;
+    r.kernel.end = t + 6000;
+    r.kernel.deviceId = 0;
+    r.kernel.contextId = 1;
+    r.kernel.streamId = stream;
+    r.kernel.gridX = 128; r.kernel.gridY = 1; r.kernel.gridZ = 1;
+    r.kernel.blockX = 256; r.kernel.blockY = 1; r.kernel.blockZ = 1;
+    r.kernel.registersPerThread = 32;
+    r.kernel.staticSharedMemory = 1024;
+    r.kernel.dynamicSharedMemory = 0;
+    r.kernel.correlationId = correlation;
+    r.kernel.graphId = graph;
+    r.kernel.graphNodeId = node;
+    r.kernel.name = name; /* callers pass string literals: valid for the process's life */
+    queue_record(&r);
+}
+
+EXPORT void fake_cuInit(void) {
+    static int done;
+    if (done) return;
+    done = 1;
+    const char *path = getenv("CUDA_INJECTION64_PATH");
+    if (!path) return;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) { fprintf(stderr, "fake_cupti: %s\n", dlerror()); return; }
+    int (*init)(void) = (int (*)(void))dlsym(h, "InitializeInjection");
+    if (init) init();
+    union record r;
+    memset(&r, 0, sizeof r);
+    r.device.kind = CUPTI_ACTIVITY_KIND_DEVICE;
+    r.device.id = 0;
+    r.device.name = "Fake GPU 9000";
+    queue_record(&r);
+}
+
+/* driver_only: a launch straight through the driver API (as Triton does). */
+EXPORT uint32_t fake_launch_kernel(const char *name, uint32_t stream, int driver_only) {
+    uint32_t c = driver_only ? api_call(0, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 200)
+                             : api_call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 200);
+    kernel_record(name, stream, c, 0, 0);
+    return c;
+}
+
+EXPORT uint32_t fake_graph_launch(uint32_t graph_id, int kernels, uint32_t stream) {
+    uint32_t c = api_call(CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, 0, 500);
+    for (int i = 0; i < kernels; i++) kernel_record("graph_kernel", stream, c, graph_id, (uint64_t)(i + 1));
+    return c;
+}
+
+EXPORT uint32_t fake_memcpy_h2d(uint64_t bytes, uint32_t stream) {
+    uint32_t c = api_call(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
+                          CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, 300);
+    union record r;
+    memset(&r, 0, sizeof r);
+    r.memcpy.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+    r.memcpy.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+    r.memcpy.srcKind = CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
+    r.memcpy.dstKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+    r.memcpy.bytes = bytes;
+    uint64_t t = now();
+    r.memcpy.start = t + 500;
+    r.memcpy.end = t + 2500;
+    r.memcpy.streamId = stream;
+    r.memcpy.correlationId = c;
+    queue_record(&r);
+    return c;
+}
+
+EXPORT uint32_t fake_memset(uint64_t bytes, uint32_t value, uint32_t stream) {
+    uint32_t c = api_call(CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020, 0, 100);
+    union record r;
+    memset(&r, 0, sizeof r);
+    r.memset.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+    r.memset.value = value;
+    r.memset.bytes = bytes;
+    uint64_t t = now();
+    r.memset.start = t + 300;
+    r.memset.end = t + 800;
+    r.memset.streamId = stream;
+    r.memset.correlationId = c;
+    r.memset.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+    queue_record(&r);
+    return c;
+}
+
+EXPORT uint32_t fake_device_synchronize(void) {
+    uint32_t c = api_call(CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020, 0, 1000);
+    union record r;
+    memset(&r, 0, sizeof r);
+    r.sync.kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+    r.sync.type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE;
+    uint64_t t = now();
+    r.sync.start = t - 900;
+    r.sync.end = t;
+    r.sync.correlationId = c;
+    r.sync.contextId = 1;
+    r.sync.streamId = 0xffffffffu;
+    queue_record(&r);
+    return c;
+}
+
+/* An API that cupti_inject must not trace. */
+EXPORT void fake_get_device(void) { api_call(CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020, 0, 10); }
+
+/* The next completed buffer reports n records dropped. */
+EXPORT void fake_set_dropped(size_t n) {
+    pthread_mutex_lock(&pending_lock);
+    pending_dropped += n;
+    pthread_mutex_unlock(&pending_lock);
+}
