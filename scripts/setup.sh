@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One-step set-up on a fresh Debian 12 machine (as root): the venv with xpu-perf and its
+# test tools, bcc for eBPF sampling, the CUPTI injection library, and the embedded
+# trace_processor's compiled-module cache.  Idempotent; safe to re-run.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+say() { echo "setup: $*"; }
+
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv"
+    python3 -m venv .venv
+fi
+say "installing xpu-perf and test tools into .venv"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+
+if [ "$(id -u)" -eq 0 ] && [ -x scripts/setup_bcc.sh ]; then
+    bash scripts/setup_bcc.sh
+else
+    say "not root: skipping bcc (eBPF CPU sampling) set-up; run 'sudo bash scripts/setup_bcc.sh'"
+fi
+
+if [ -f collector/inject_build.py ]; then
+    say "building the CUPTI injection library"
+    .venv/bin/python -m collector.inject_build
+fi
+
+# Compile trace_processor.wasm once (tens of seconds); later runs load the cached module.
+.venv/bin/python -c "from exporters.perfetto.wasm_engine import WasmTransport; WasmTransport()"
+say "done"
