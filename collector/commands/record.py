@@ -27,7 +27,7 @@ from typing import Protocol
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
-from collector.cli import UserError
+from collector.errors import UserError
 from collector.inject_build import BuildError, build
 from collector.sources.cupti import CuptiSource
 from exporters.perfetto.writer import TraceWriter

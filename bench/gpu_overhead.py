@@ -1,0 +1,293 @@
+"""GPU overhead of xpu-perf's CUPTI injection, and the issue-3 correctness checks, on a GPU.
+
+    python3 bench/gpu_overhead.py bench  --out DIR [--rounds 5]   # overhead, interleaved rounds
+    python3 bench/gpu_overhead.py verify --out DIR                # record the four workloads
+    python3 bench/gpu_overhead.py check  DIR [--bench DIR/bench.json] [--json OUT]
+
+`bench` runs each workload as a fresh process per mode, modes interleaved round by round so
+drift hits every mode alike, and reports the median of the per-round medians of step time:
+baseline, xpu-perf with everything on, xpu-perf knob variants (no stacks, no Python frames,
+kernels only, no nested driver callbacks), torch.profiler with and without `with_stack`.
+The xpu-perf modes load the injection library exactly as `record` does (the collector only
+runs after the target exits, so it is not part of step time).
+`verify` runs `xpu-perf record --no-cpu` on the four workloads (bench/workloads/).
+`check` reads those traces back through trace_processor and asserts the issue's criteria.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+WORKLOADS = {  # name -> (steps, warmup)
+    "launch_bound": (300, 30),
+    "compute_bound": (50, 10),
+    "multi_stream": (50, 10),
+    "cuda_graph": (50, 10),
+}
+XPU_MODES = {  # mode -> injection environment
+    "xpu_perf": {},
+    "xpu_no_stacks": {"XPU_PERF_STACKS": "0"},
+    "xpu_no_python": {"XPU_PERF_PYTHON": "0"},
+    "xpu_kernels_only": {"XPU_PERF_KINDS": "kernel"},
+    "xpu_no_nested_driver": {"XPU_PERF_NESTED_DRIVER": "0"},
+}
+TORCH_MODES = ("torch_profiler", "torch_profiler_stack")
+BENCH_MODES = {
+    "launch_bound": ("baseline", *XPU_MODES, *TORCH_MODES),
+    "compute_bound": ("baseline", "xpu_perf", "torch_profiler"),
+}
+
+
+def child(workload: str, steps: int, warmup: int, profiler: str) -> None:
+    """Run one workload in this process; print its median step time as JSON."""
+    import torch
+
+    module = importlib.import_module(f"bench.workloads.{workload}")
+    timing = importlib.import_module("bench.workloads.timing")
+    step = module.make_step()
+    if profiler == "none":
+        ms = timing.median_step_ms(step, steps, warmup)
+    else:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        with profile(activities=activities, with_stack=profiler == "torch_profiler_stack"):
+            ms = timing.median_step_ms(step, steps, warmup)
+        torch.cuda.synchronize()
+    print(json.dumps({"ms": ms}))
+
+
+def run_mode(workload: str, mode: str, library: Path) -> dict[str, float]:
+    steps, warmup = WORKLOADS[workload]
+    env = dict(os.environ)
+    profiler = "none"
+    streams = None
+    if mode in XPU_MODES:
+        streams = tempfile.mkdtemp(prefix="xpu-bench-")
+        env.update(CUDA_INJECTION64_PATH=str(library), XPU_PERF_OUT_DIR=streams, **XPU_MODES[mode])
+    elif mode in TORCH_MODES:
+        profiler = mode
+    cmd = [sys.executable, __file__, "child", workload, str(steps), str(warmup), profiler]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{workload}/{mode} failed: {proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if streams is not None:
+        from collector.sources.cupti_stream import read_stream
+
+        counters: dict[str, int] = {}
+        for path in Path(streams).iterdir():
+            s = read_stream(path)
+            t = s.table("COUNTER")
+            for name, value in zip(t["name"], t["value"], strict=True):
+                counters[name] = counters.get(name, 0) + value
+            result["stream_bytes"] = result.get("stream_bytes", 0) + path.stat().st_size
+            path.unlink()
+        os.rmdir(streams)
+        result["dropped"] = counters.get("cupti_dropped_records", 0) + counters.get(
+            "transport_dropped_rows", 0
+        )
+        result["kernels"] = counters.get("records_kernel", 0)
+    return result
+
+
+def bench(out: Path, rounds: int) -> dict:
+    from collector.inject_build import build
+
+    library = build()
+    samples: dict[str, dict[str, list[float]]] = {
+        w: {m: [] for m in ms} for w, ms in BENCH_MODES.items()
+    }
+    extra: dict[str, dict] = {}
+    for r in range(rounds):
+        for workload, modes in BENCH_MODES.items():
+            for mode in modes:
+                res = run_mode(workload, mode, library)
+                samples[workload][mode].append(res["ms"])
+                extra.setdefault(f"{workload}.{mode}", {}).update(
+                    {k: v for k, v in res.items() if k != "ms"}
+                )
+                print(f"round {r} {workload:13s} {mode:22s} {res['ms']:.3f} ms/step", flush=True)
+    result: dict = {"rounds": rounds, "samples_ms": samples, "stream_stats": extra}
+    for workload, modes in samples.items():
+        med = {m: statistics.median(v) for m, v in modes.items()}
+        base = med["baseline"]
+        result[workload] = {
+            "median_ms": med,
+            **{
+                f"{m}_overhead_pct": round(100 * (v / base - 1), 2)
+                for m, v in med.items()
+                if m != "baseline"
+            },
+        }
+        result[workload]["overhead_pct"] = result[workload]["xpu_perf_overhead_pct"]
+        if "torch_profiler" in med:
+            result[workload]["torch_profiler_overhead_pct"] = result[workload][
+                "torch_profiler_overhead_pct"
+            ]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def verify(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for workload, (steps, warmup) in WORKLOADS.items():
+        trace = out / f"{workload}.perfetto-trace"
+        cmd = [
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "record",
+            "--no-cpu",
+            "-o",
+            str(trace),
+            "--",
+            sys.executable,
+            "-m",
+            f"bench.workloads.{workload}",
+            "--steps",
+            str(steps),
+            "--warmup",
+            str(warmup),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=400)
+        print(proc.stdout.strip())
+        print(proc.stderr.strip()[-3000:])
+        size = trace.stat().st_size if trace.exists() else 0
+        print(f"verify {workload}: rc={proc.returncode} trace={size} B", flush=True)
+
+
+def _metadata(t, key: str) -> int:
+    value = t.scalar(
+        "select a.int_value from slice s join args a using (arg_set_id) "
+        f"where s.category = 'xpu_perf_metadata' and a.key = 'debug.{key}'"
+    )
+    return int(value or 0)
+
+
+def check(directory: Path) -> dict:
+    """The issue's assertions on each recorded trace; returns the per-workload facts."""
+    from exporters.perfetto.trace_processor import open_trace
+
+    facts: dict[str, dict] = {}
+    for trace in sorted(directory.glob("*.perfetto-trace")):
+        with open_trace(trace) as t:
+            f: dict = {}
+            f["kernels_in_trace"] = t.scalar("select count(*) from slice where category = 'kernel'")
+            f["kernels_delivered"] = _metadata(t, "cupti_delivered_kernel")
+            f["gpu_ops"] = t.scalar(
+                "select count(*) from slice where category in ('kernel','memcpy','memset','sync')"
+            )
+            f["gpu_ops_with_flow"] = t.scalar(
+                "select count(*) from slice g "
+                "where g.category in ('kernel','memcpy','memset','sync') "
+                "and exists (select 1 from flow f where f.slice_in = g.id)"
+            )
+            f["dropped"] = _metadata(t, "cupti_dropped_records") + _metadata(
+                t, "cupti_transport_dropped_rows"
+            )
+            f["launches"] = _metadata(t, "cupti_launches")
+            f["launches_with_user_frame"] = _metadata(t, "cupti_launches_with_user_frame")
+            f["launches_without_stack"] = _metadata(t, "cupti_launches_without_stack")
+            f["matched_via_alias"] = _metadata(t, "cupti_gpu_ops_matched_via_alias")
+            f["graph_kernels"] = t.scalar(
+                "select count(*) from slice g join args a on a.arg_set_id = g.arg_set_id "
+                "and a.key = 'debug.graph_id' where g.category = 'kernel'"
+            )
+            f["graph_kernels_from_graph_launch"] = t.scalar(
+                "select count(*) from slice g join args a on a.arg_set_id = g.arg_set_id "
+                "and a.key = 'debug.graph_id' join flow f on f.slice_in = g.id "
+                "join slice api on api.id = f.slice_out where g.category = 'kernel' "
+                "and api.name like '%GraphLaunch%'"
+            )
+            # Clock alignment: a GPU op never starts before the API call that caused it.
+            f["ops_before_their_api"] = t.scalar(
+                "select count(*) from flow f join slice a on a.id = f.slice_out "
+                "join slice g on g.id = f.slice_in where g.ts < a.ts"
+            )
+            f["python_frames"] = t.scalar(
+                "select count(*) from stack_profile_frame where name like '%.py:%'"
+            )
+            f["stats_errors"] = t.scalar(
+                "select count(*) from stats where severity in ('error','data_loss') and value > 0"
+            )
+            f["trace_bytes"] = trace.stat().st_size
+            f["bytes_per_kernel"] = round(f["trace_bytes"] / max(f["kernels_in_trace"], 1), 1)
+            f["gpu_ops_with_flow_pct"] = round(
+                100 * f["gpu_ops_with_flow"] / max(f["gpu_ops"], 1), 3
+            )
+            f["launches_with_stack_pct"] = round(
+                100 * f["launches_with_user_frame"] / max(f["launches"], 1), 3
+            )
+            f["ok"] = bool(
+                f["kernels_in_trace"] == f["kernels_delivered"]
+                and f["dropped"] == 0
+                and f["gpu_ops_with_flow"] == f["gpu_ops"]
+                and f["launches_with_stack_pct"] >= 99
+                and f["graph_kernels"] == f["graph_kernels_from_graph_launch"]
+            )
+            facts[trace.name.removesuffix(".perfetto-trace")] = f
+            print(trace.name, json.dumps(f))
+    return facts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("child")
+    c.add_argument("workload")
+    c.add_argument("steps", type=int)
+    c.add_argument("warmup", type=int)
+    c.add_argument("profiler")
+    b = sub.add_parser("bench")
+    b.add_argument("--out", type=Path, required=True)
+    b.add_argument("--rounds", type=int, default=5)
+    v = sub.add_parser("verify")
+    v.add_argument("--out", type=Path, required=True)
+    k = sub.add_parser("check")
+    k.add_argument("dir", type=Path)
+    k.add_argument("--bench", type=Path, help="bench.json to merge")
+    k.add_argument("--json", type=Path, help="write the merged results here")
+    args = parser.parse_args()
+    if args.cmd == "child":
+        child(args.workload, args.steps, args.warmup, args.profiler)
+    elif args.cmd == "bench":
+        bench(args.out, args.rounds)
+    elif args.cmd == "verify":
+        verify(args.out)
+    else:
+        facts = check(args.dir)
+        if args.json:
+            merged = json.loads(args.bench.read_text()) if args.bench else {}
+            merged["verify"] = facts
+            merged["dropped_records"] = sum(f["dropped"] for f in facts.values())
+            ops = sum(f["gpu_ops"] for f in facts.values())
+            merged["gpu_ops_with_flow_pct"] = round(
+                100 * sum(f["gpu_ops_with_flow"] for f in facts.values()) / max(ops, 1), 3
+            )
+            launches = sum(f["launches"] for f in facts.values())
+            merged["launches_with_stack_pct"] = round(
+                100 * sum(f["launches_with_user_frame"] for f in facts.values()) / max(launches, 1),
+                3,
+            )
+            if "launch_bound" in facts:
+                merged["bytes_per_kernel"] = facts["launch_bound"]["bytes_per_kernel"]
+            args.json.write_text(json.dumps(merged, indent=1) + "\n")
+        return 0 if all(f["ok"] for f in facts.values()) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
