@@ -43,9 +43,14 @@ XPU_MODES = {  # mode -> injection environment
     "xpu_no_nested_driver": {"XPU_PERF_NESTED_DRIVER": "0"},
 }
 TORCH_MODES = ("torch_profiler", "torch_profiler_stack")
-BENCH_MODES = {
-    "launch_bound": ("baseline", *XPU_MODES, *TORCH_MODES),
-    "compute_bound": ("baseline", "xpu_perf", "torch_profiler"),
+MODE_SETS = {
+    # the headline numbers: xpu-perf against the baseline and torch.profiler
+    "core": {
+        "launch_bound": ("baseline", "xpu_perf", *TORCH_MODES),
+        "compute_bound": ("baseline", "xpu_perf"),
+    },
+    # what each knob costs
+    "knobs": {"launch_bound": ("baseline", *XPU_MODES)},
 }
 
 
@@ -102,16 +107,17 @@ def run_mode(workload: str, mode: str, library: Path) -> dict[str, float]:
     return result
 
 
-def bench(out: Path, rounds: int) -> dict:
+def bench(out: Path, rounds: int, mode_set: str) -> dict:
     from collector.inject_build import build
 
     library = build()
+    modes_of = MODE_SETS[mode_set]
     samples: dict[str, dict[str, list[float]]] = {
-        w: {m: [] for m in ms} for w, ms in BENCH_MODES.items()
+        w: {m: [] for m in ms} for w, ms in modes_of.items()
     }
     extra: dict[str, dict] = {}
     for r in range(rounds):
-        for workload, modes in BENCH_MODES.items():
+        for workload, modes in modes_of.items():
             for mode in modes:
                 res = run_mode(workload, mode, library)
                 samples[workload][mode].append(res["ms"])
@@ -137,7 +143,7 @@ def bench(out: Path, rounds: int) -> dict:
                 "torch_profiler_overhead_pct"
             ]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=1))
+    (out / f"bench_{mode_set}.json").write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -148,8 +154,7 @@ def verify(out: Path) -> None:
         cmd = [
             sys.executable,
             "-m",
-            "collector.cli",
-            "record",
+            "collector.commands.record",
             "--no-cpu",
             "-o",
             str(trace),
@@ -254,6 +259,7 @@ def main() -> int:
     b = sub.add_parser("bench")
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--rounds", type=int, default=5)
+    b.add_argument("--set", dest="mode_set", choices=sorted(MODE_SETS), default="core")
     v = sub.add_parser("verify")
     v.add_argument("--out", type=Path, required=True)
     k = sub.add_parser("check")
@@ -264,7 +270,7 @@ def main() -> int:
     if args.cmd == "child":
         child(args.workload, args.steps, args.warmup, args.profiler)
     elif args.cmd == "bench":
-        bench(args.out, args.rounds)
+        bench(args.out, args.rounds, args.mode_set)
     elif args.cmd == "verify":
         verify(args.out)
     else:

@@ -244,3 +244,16 @@ def main(args: argparse.Namespace) -> int:
             print(f"xpu-perf record: {line}", file=sys.stderr)
         print(f"xpu-perf record: wrote {args.output}", file=sys.stderr)
     return code
+
+
+if __name__ == "__main__":
+    # `python -m collector.commands.record ...`: the same command without the other
+    # subcommands' imports (useful where only the recording dependencies are installed).
+    _parser = argparse.ArgumentParser(prog="xpu-perf")
+    add_parser(_parser.add_subparsers(dest="command"))
+    _args = _parser.parse_args(["record", *sys.argv[1:]])
+    try:
+        sys.exit(main(_args))
+    except UserError as _exc:
+        print(f"xpu-perf record: error: {_exc}", file=sys.stderr)
+        sys.exit(2)
