@@ -96,6 +96,8 @@ class MapsSnapshot:
             text = Path(f"/proc/{self.pid}/maps").read_text()
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             return False
+        if not text:
+            return False  # a zombie: its address space is already gone
         known = {(m.start, m.end, m.path) for m in self.mappings}
         fresh = [m for m in parse_maps(text) if (m.start, m.end, m.path) not in known]
         if fresh:

@@ -28,8 +28,9 @@ LAUNCH_STACK_FRAMES_SQL = """
 with recursive
   launches as (
     select s.id, s.callsite_id from perf_sample s
-    join perf_counter_track c
-      on c.perf_session_id = s.perf_session_id and c.name = 'xpu_perf.launch_stack'
+    where s.perf_session_id in (
+      select perf_session_id from perf_counter_track where name = 'xpu_perf.launch_stack'
+    )
   ),
   chain(sample_id, callsite_id, up) as (
     select id, callsite_id, 0 from launches
@@ -61,8 +62,8 @@ def test_marker_called_n_times_gives_n_stacks(programs: dict[str, Path], tmp_pat
     assert sorted(r["correlation_id"] for r in launches) == list(range(1, N_LAUNCHES + 1))
     stack_count = query(
         trace,
-        "select count(*) as n from perf_sample s join perf_counter_track c "
-        "on c.perf_session_id = s.perf_session_id and c.name = 'xpu_perf.launch_stack'",
+        "select count(*) as n from perf_sample where perf_session_id in (select "
+        "perf_session_id from perf_counter_track where name = 'xpu_perf.launch_stack')",
     )[0]["n"]
     assert stack_count == N_LAUNCHES
 

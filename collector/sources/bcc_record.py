@@ -72,7 +72,7 @@ def run_target(
     """Start `sources` (already constructed), then `cmd`; wait for it, Ctrl-C or the
     duration; stop the sources.  Returns the target's exit status (128+N if killed by N)."""
     for source in sources:
-        source.start(ProcessTree.spawned_by_self())
+        source.start(ProcessTree.spawned_by_self())  # before the target: no early sample lost
     interrupt = _Interrupt()
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     proc = None
@@ -109,21 +109,23 @@ def run_target(
 
 def write_sources(
     out: Path, sources: Sequence[BccSource], command_line: Sequence[str], freq: int
-) -> dict[str, int]:
-    """Write the stopped sources' events and counters (metadata `ebpf.<counter>`)."""
-    stats: dict[str, int] = {}
+) -> dict[str, dict[str, int]]:
+    """Write the stopped sources' events, each through its own producer, and their counters
+    as metadata `<source>.<counter>` (what `record` does for every source)."""
+    stats: dict[str, dict[str, int]] = {}
     with TraceWriter(
         out,
         command_line=command_line,
         clock_id=pb.BUILTIN_CLOCK_MONOTONIC,  # bpf_ktime_get_ns()
         sample_frequency_hz=freq,
     ) as writer:
-        producer = writer.producer("ebpf")
         for source in sources:
-            producer.write_all(source.events())  # type: ignore[attr-defined]
-            stats.update(source.stats())  # type: ignore[attr-defined]
-        for key, value in stats.items():
-            writer.set_metadata(f"ebpf.{key}", value)
+            writer.producer(source.name).write_all(source.events())
+            stats[source.name] = source.stats()
+            for key, value in stats[source.name].items():
+                writer.set_metadata(f"{source.name}.{key}", value)
+        if any(isinstance(source, BccCpuSampler) for source in sources):
+            writer.set_metadata("cpu_sample_frequency_hz", freq)  # read by `folded`
     return stats
 
 
@@ -163,8 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sources.append(BccLaunchUprobes(probes))
     code = run_target(cmd, sources, args.duration)
     stats = write_sources(args.output, sources, [sys.argv[0], *cmd], args.freq)
-    summary = ", ".join(f"{k}={v}" for k, v in stats.items())
-    print(f"bcc_record: {summary}", file=sys.stderr)
+    for name, counters in stats.items():
+        summary = " ".join(f"{k}={v}" for k, v in counters.items())
+        print(f"bcc_record: {name}: {summary}", file=sys.stderr)
     print(f"bcc_record: wrote {args.output}", file=sys.stderr)
     return code
 

@@ -3,7 +3,7 @@ process tree, draining the BPF ring buffer on a background thread, and loss coun
 
 Lifecycle (the same for the CPU sampler and the launch uprobes, so `record` composes them):
 
-    source.start(ProcessTree.spawned_by_self())   # compile + attach; follows our forks
+    source.start()                                # compile + attach; follows our forks
     proc = subprocess.Popen(cmd)                  # the target is tracked from fork on
     source.target_started(proc.pid)               # stop following the recorder's forks
     ...                                           # run until exit / Ctrl-C / --duration
@@ -21,9 +21,11 @@ import ctypes
 import struct
 import threading
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from collector.model import Event
 from collector.sources.bcc_process_tree import ProcessRegistry, ProcessTree, descendants
 
 BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
@@ -77,6 +79,7 @@ def stack_words(data: bytes, offset: int, nbytes: int) -> array:
 class BccSource:
     """Base of the bcc sources: subclasses name their program and attach their probes."""
 
+    name = "ebpf"  # metadata prefix: counters are written as `<name>.<counter>`
     program = ""  # file in bpf/
     ringbuf_pages = 1024  # power of two
 
@@ -90,7 +93,14 @@ class BccSource:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self, tree: ProcessTree) -> None:
+    def target_env(self) -> dict[str, str]:
+        """Environment the target needs (none: eBPF observes from outside)."""
+        return {}
+
+    def start(self, tree: ProcessTree | None = None) -> None:
+        """Compile and attach; follow `tree` (default: whatever this process spawns next)."""
+        if tree is None:
+            tree = ProcessTree.spawned_by_self()
         bcc = load_bpf_module()
         try:
             self.bpf = bcc.BPF(
@@ -169,6 +179,14 @@ class BccSource:
 
     def on_task_event(self, kind: int, pid: int, tid: int) -> None:
         """Fork/exec/exit of a followed task (after the registry saw it)."""
+
+    def events(self) -> Iterator[Event]:
+        """The recorded events, symbolized (call after stop())."""
+        raise NotImplementedError
+
+    def stats(self) -> dict[str, int]:
+        """Counters: what was recorded and every way something was lost."""
+        raise NotImplementedError
 
     # --- results -----------------------------------------------------------------------
 

@@ -78,6 +78,7 @@ class LaunchHit:
 class BccLaunchUprobes(BccSource):
     """User stacks at CUDA launches (or any probed function) in the target's process tree."""
 
+    name = "ebpf_launch"
     program = "launch_uprobes.bpf.c"
     ringbuf_pages = 4096  # 16 MiB: launch-bound loops reach tens of thousands of launches/s
 
@@ -100,8 +101,9 @@ class BccLaunchUprobes(BccSource):
 
     # --- attaching ---------------------------------------------------------------------
 
-    def start(self, tree: ProcessTree) -> None:
-        self._live.update(descendants(tree.pids) if tree.pids else ())
+    def start(self, tree: ProcessTree | None = None) -> None:
+        if tree is not None and tree.pids:
+            self._live.update(descendants(tree.pids))
         super().start(tree)
 
     def target_started(self, pid: int) -> None:
@@ -222,15 +224,15 @@ class BccLaunchUprobes(BccSource):
     def stats(self) -> dict[str, int]:
         counters = self.kernel_counters()
         return {
-            "launch_stacks": len(self._raw),
-            "launch_lost_ringbuf_full": counters.get("lost_ringbuf_full", 0),
-            "launch_user_stack_errors": counters.get("user_stack_errors", 0),
-            "launch_user_stacks_truncated": counters.get("user_stacks_truncated", 0),
-            "launch_untracked_forks": counters.get("untracked_forks", 0),
-            "launch_maps_missing": self.registry.maps_missing,
-            "launch_unresolved_frames": self._symbolizer.unresolved_frames,
-            "launch_probe_attach_errors": len(self.attach_errors),
-            "launch_decode_errors": self.decode_errors,
+            "stacks": len(self._raw),
+            "lost_ringbuf_full": counters.get("lost_ringbuf_full", 0),
+            "user_stack_errors": counters.get("user_stack_errors", 0),
+            "user_stacks_truncated": counters.get("user_stacks_truncated", 0),
+            "untracked_forks": counters.get("untracked_forks", 0),
+            "maps_missing": self.registry.maps_missing,
+            "unresolved_frames": self._symbolizer.unresolved_frames,
+            "probe_attach_errors": len(self.attach_errors),
+            "decode_errors": self.decode_errors,
         }
 
 

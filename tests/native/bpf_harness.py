@@ -20,8 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 CPU_SAMPLES_SQL = """
 select s.id, s.ts, s.callsite_id, t.tid, t.upid
 from perf_sample s
-join perf_counter_track c on c.perf_session_id = s.perf_session_id and c.name = 'cpu-clock'
 join thread t using (utid)
+where s.perf_session_id in (
+  select perf_session_id from perf_counter_track where name = 'cpu-clock'
+)
 """
 
 # Folded-style aggregation: for each function, in how many CPU samples it is on the stack.
