@@ -96,6 +96,8 @@ class BccCpuSampler(BccSource):
             "maps_missing": self.registry.maps_missing,
             "unresolved_frames": self._symbolizer.unresolved_frames,
             "decode_errors": self.decode_errors,
+            "bpf_run_ns": counters.get("bpf_run_ns", 0),
+            "bpf_runs": counters.get("bpf_runs", 0),
         }
 
 

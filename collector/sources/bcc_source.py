@@ -136,8 +136,26 @@ class BccSource:
         self._counters = {
             name: int(counters.sum(ctypes.c_int(i)).value) for i, name in enumerate(COUNTER_NAMES)
         }
+        self._counters.update(self._program_run_time())
         self.bpf.cleanup()
         self.bpf = None
+
+    def _program_run_time(self) -> dict[str, int]:
+        """Time the kernel spent in this source's BPF programs, from their fdinfo.  Zero
+        unless the kernel.bpf_stats_enabled sysctl is on (the overhead benchmark sets it)."""
+        run_ns = runs = 0
+        for func in self.bpf.funcs.values():
+            try:
+                info = Path(f"/proc/self/fdinfo/{func.fd}").read_text()
+            except OSError:
+                continue
+            for line in info.splitlines():
+                key, _, value = line.partition(":")
+                if key == "run_time_ns":
+                    run_ns += int(value)
+                elif key == "run_cnt":
+                    runs += int(value)
+        return {"bpf_run_ns": run_ns, "bpf_runs": runs}
 
     def _drain(self) -> None:
         while not self._stop.is_set():
