@@ -41,6 +41,9 @@ XPU_MODES = {  # mode -> injection environment
     "xpu_no_python": {"XPU_PERF_PYTHON": "0"},
     "xpu_kernels_only": {"XPU_PERF_KINDS": "kernel"},
     "xpu_no_nested_driver": {"XPU_PERF_NESTED_DRIVER": "0"},
+    # floors: CUPTI activity alone (no API callbacks), API callbacks alone (no activity)
+    "cupti_activity_only": {"XPU_PERF_CALLBACKS": "0"},
+    "xpu_callbacks_only": {"XPU_PERF_KINDS": "none"},
 }
 TORCH_MODES = ("torch_profiler", "torch_profiler_stack")
 MODE_SETS = {

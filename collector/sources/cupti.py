@@ -85,6 +85,7 @@ REPORTED_COUNTS = (
     "python_guard_failures",
     "streams_truncated",
     "streams_without_counters",
+    "cupti_delivered_kernel",
 )
 
 
@@ -151,12 +152,15 @@ class CuptiSource:
         counters = stream.table("COUNTER")
         if counters.rows:
             last = dict(zip(counters["name"], counters["value"], strict=True))
+            counts["cupti_delivered_kernel"] += last.get("records_kernel", 0)
             for key in (
                 "cupti_dropped_records",
                 "transport_dropped_rows",
                 "stack_table_full",
                 "python_guard_failures",
                 "unwind_fp_fallbacks",
+                "unwind_cfi_misses",
+                "api_alias_records",
                 "transport_bytes",
             ):
                 counts[key] += last.get(key, 0)

@@ -72,16 +72,23 @@ struct thread_state {
     uint32_t outer_api;
     uint32_t outer_stack;
     uint64_t outer_start;
+    /* Per-thread counts (no shared cache line on the launch path); summed at flush. */
+    uint64_t n_api, n_launch, n_launch_stack, n_launch_no_stack, n_alias;
 };
 
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct thread_state *threads;
-static __thread struct thread_state *tls_state;
+static __thread struct thread_state *tls_state __attribute__((tls_model("initial-exec")));
 static pthread_key_t thread_key;
 
 static void thread_exit(void *p) {
     struct thread_state *ts = p;
     pthread_mutex_lock(&threads_lock);
+    api_records += ts->n_api;
+    launches += ts->n_launch;
+    launch_stacks += ts->n_launch_stack;
+    launches_no_stack += ts->n_launch_no_stack;
+    alias_records += ts->n_alias;
     pthread_mutex_lock(&ts->lock);
     xp_emit_API(ts->api);
     xp_emit_API_ALIAS(ts->alias);
@@ -196,7 +203,7 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
                 ts->alias->runtime_correlation_id[r] = ts->outer_corr;
                 if (++ts->alias->rows == XP_BATCH_ROWS) xp_emit_API_ALIAS(ts->alias);
                 pthread_mutex_unlock(&ts->lock);
-                alias_records++;
+                ts->n_alias++;
             }
             return;
         }
@@ -207,8 +214,8 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
         ts->outer_stack = want_stacks ? capture_stack() : 0;
         if (flags & LAUNCH) {
             xpu_perf_launch_marker(cb->correlationId, api_id);
-            launches++;
-            if (ts->outer_stack) launch_stacks++; else launches_no_stack++;
+            ts->n_launch++;
+            if (ts->outer_stack) ts->n_launch_stack++; else ts->n_launch_no_stack++;
         }
         ts->outer_start = xp_now_ns();
         return;
@@ -228,7 +235,7 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     b->end[r] = end;
     if (++b->rows == XP_BATCH_ROWS) xp_emit_API(b);
     pthread_mutex_unlock(&ts->lock);
-    api_records++;
+    ts->n_api++;
 }
 
 /* ---- activity buffers ---- */
@@ -405,11 +412,22 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
 
 /* ---- flushing ---- */
 static void emit_counters(void) {
-    xp_emit_counter("api_records", api_records);
-    xp_emit_counter("launches", launches);
-    xp_emit_counter("launches_with_stack", launch_stacks);
-    xp_emit_counter("launches_without_stack", launches_no_stack);
-    xp_emit_counter("api_alias_records", alias_records);
+    uint64_t api = api_records, launch = launches, with_stack = launch_stacks;
+    uint64_t no_stack = launches_no_stack, alias = alias_records;
+    pthread_mutex_lock(&threads_lock);
+    for (struct thread_state *ts = threads; ts; ts = ts->next) {
+        api += ts->n_api;
+        launch += ts->n_launch;
+        with_stack += ts->n_launch_stack;
+        no_stack += ts->n_launch_no_stack;
+        alias += ts->n_alias;
+    }
+    pthread_mutex_unlock(&threads_lock);
+    xp_emit_counter("api_records", api);
+    xp_emit_counter("launches", launch);
+    xp_emit_counter("launches_with_stack", with_stack);
+    xp_emit_counter("launches_without_stack", no_stack);
+    xp_emit_counter("api_alias_records", alias);
     xp_emit_counter("stacks_unique", stacks_unique);
     xp_emit_counter("stack_table_full", stack_table_full);
     xp_emit_counter("cupti_dropped_records", cupti_dropped);
@@ -636,9 +654,11 @@ EXPORT int InitializeInjection(void) {
     if (kind_wanted("sync")) CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION));
     if (kind_wanted("marker")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER); /* needs NVTX injection */
 
-    CHECK(cuptiSubscribe(&subscriber, on_callback, NULL));
-    enable_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_flags, runtime_traced);
-    enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_flags, driver_traced);
+    if (env_flag("XPU_PERF_CALLBACKS", 1)) { /* 0: activity only (overhead measurements) */
+        CHECK(cuptiSubscribe(&subscriber, on_callback, NULL));
+        enable_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_flags, runtime_traced);
+        enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_flags, driver_traced);
+    }
 
     xp_stream_set_flush_hook(flush_hook);
     xp_modules_emit_if_changed();

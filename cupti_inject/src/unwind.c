@@ -36,7 +36,9 @@ struct thread_unwind {
     int ready;
 };
 
-static __thread struct thread_unwind tls;
+/* initial-exec: a plain %fs-relative load, not a __tls_get_addr call per access (this
+ * library is dlopen'ed, which would otherwise make every TLS access a call). */
+static __thread struct thread_unwind tls __attribute__((tls_model("initial-exec")));
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 
@@ -352,9 +354,9 @@ static int compute_rule(uint64_t pc, struct rule *out) {
     return 0;
 }
 
-static inline int lookup_rule(uint64_t pc, struct rule *out) {
+static inline int lookup_rule(struct thread_unwind *t, uint64_t pc, struct rule *out) {
     uint64_t h = (pc * 0x9E3779B97F4A7C15ull) >> (64 - CACHE_BITS);
-    struct cache_entry *e = &tls.cache[h];
+    struct cache_entry *e = &t->cache[h];
     if (e->pc == pc) { *out = e->rule; return out->cfa_kind == CFA_INVALID ? -1 : 0; }
     xp_unwind_cfi_misses++;
     struct rule r;
@@ -365,8 +367,8 @@ static inline int lookup_rule(uint64_t pc, struct rule *out) {
     return r.cfa_kind == CFA_INVALID ? -1 : 0;
 }
 
-static inline int on_stack(uint64_t addr) {
-    return addr >= tls.stack_lo && addr + 8 <= tls.stack_hi && (addr & 7) == 0;
+static inline int on_stack_of(const struct thread_unwind *t, uint64_t addr) {
+    return addr >= t->stack_lo && addr + 8 <= t->stack_hi && (addr & 7) == 0;
 }
 
 __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
@@ -374,6 +376,8 @@ __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
     uint64_t rip, rsp, rbp;
     __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"
                      : "=r"(rip), "=r"(rsp), "=r"(rbp));
+    struct thread_unwind *t = &tls;
+#define on_stack(a) on_stack_of(t, (a))
     int n = 0;
     int first = 1;
     while (n < max) {
@@ -381,7 +385,7 @@ __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
         uint64_t cfa;
         /* A return address points after the call; look up the call itself. */
         uint64_t lookup_pc = first ? rip : rip - 1;
-        if (lookup_rule(lookup_pc, &r) == 0) {
+        if (lookup_rule(t, lookup_pc, &r) == 0) {
             switch (r.cfa_kind) {
             case CFA_RSP: cfa = rsp + (int64_t)r.cfa_off; break;
             case CFA_RBP: cfa = rbp + (int64_t)r.cfa_off; break;
@@ -418,5 +422,6 @@ __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
         if (rip < 4096) break;
         pcs[n++] = rip;
     }
+#undef on_stack
     return n;
 }
