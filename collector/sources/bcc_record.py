@@ -33,27 +33,17 @@ _STOP_GRACE_S = 2.0
 
 
 def target_credentials() -> dict[str, object]:
-    """Under sudo, run the target as the invoking user rather than root."""
+    """Under sudo, run the target as the invoking user (SUDO_UID/SUDO_GID) rather than root."""
     uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
     if os.geteuid() != 0 or not uid or not gid:
         return {}
-    user = os.environ.get("SUDO_USER")
-    creds: dict[str, object] = {"user": int(uid), "group": int(gid)}
-    if user:
-        import pwd
+    import pwd
 
-        try:
-            import grp
-
-            pw = pwd.getpwnam(user)
-            creds["extra_groups"] = [g.gr_gid for g in grp.getgrall() if user in g.gr_mem] or [
-                pw.pw_gid
-            ]
-        except KeyError:
-            creds["extra_groups"] = []
-    else:
-        creds["extra_groups"] = []
-    return creds
+    try:
+        groups = os.getgrouplist(pwd.getpwuid(int(uid)).pw_name, int(gid))
+    except KeyError:
+        groups = [int(gid)]
+    return {"user": int(uid), "group": int(gid), "extra_groups": groups}
 
 
 class _Interrupt:
