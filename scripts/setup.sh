@@ -7,6 +7,18 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 say() { echo "setup: $*"; }
 
+# Compilers for the injection library and the native test programs.
+if [ "$(id -u)" -eq 0 ]; then
+    need=()
+    for pkg in gcc g++ binutils make; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+    done
+    if [ ${#need[@]} -gt 0 ]; then
+        say "installing ${need[*]}"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
     say "creating .venv"
     python3 -m venv .venv
