@@ -44,12 +44,20 @@ XPU_MODES = {  # mode -> injection environment
     # floors: CUPTI activity alone (no API callbacks), API callbacks alone (no activity)
     "cupti_activity_only": {"XPU_PERF_CALLBACKS": "0"},
     "xpu_callbacks_only": {"XPU_PERF_KINDS": "none"},
+    "xpu_no_sync_records": {"XPU_PERF_KINDS": "kernel,memcpy,memset,marker"},
+    "xpu_hw_trace": {"XPU_PERF_HW_TRACE": "1"},
 }
 TORCH_MODES = ("torch_profiler", "torch_profiler_stack")
 MODE_SETS = {
     # the headline numbers: xpu-perf against the baseline and torch.profiler
     "core": {
-        "launch_bound": ("baseline", "xpu_perf", *TORCH_MODES),
+        "launch_bound": (
+            "baseline",
+            "xpu_perf",
+            "xpu_no_sync_records",
+            "xpu_hw_trace",
+            *TORCH_MODES,
+        ),
         "compute_bound": ("baseline", "xpu_perf"),
     },
     # what each knob costs

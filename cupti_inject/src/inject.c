@@ -644,6 +644,12 @@ EXPORT int InitializeInjection(void) {
     CHECK(cuptiActivityRegisterTimestampCallback(timestamp_callback));
     CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
     CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    if (env_flag("XPU_PERF_HW_TRACE", 0)) {
+        /* Hardware-event tracing of kernels/copies where the GPU supports it (looked up, not
+         * linked, so an older CUPTI without it still loads this library). */
+        CUptiResult (*hw)(uint8_t) = (CUptiResult(*)(uint8_t))dlsym(RTLD_DEFAULT, "cuptiActivityEnableHWTrace");
+        if (hw) CHECK(hw(1));
+    }
     CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE));
     if (kind_wanted("kernel")) CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     if (kind_wanted("memcpy")) {
