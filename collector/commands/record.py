@@ -29,6 +29,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from collector import model
 from collector.errors import UserError
 from collector.inject_build import BuildError, build
+from collector.setup_check import check_ebpf
+from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ, BccCpuSampler
 from collector.sources.cupti import CuptiSource
 from exporters.perfetto.writer import TraceWriter
 
@@ -116,9 +118,26 @@ class _Interrupt:
         self.signal = signum
 
 
-def run_target(cmd: Sequence[str], sources: Sequence[RecordSource]) -> int:
+def target_credentials() -> dict[str, object]:
+    """Under sudo, the target runs as the invoking user (SUDO_UID/SUDO_GID), not as root."""
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() != 0 or not uid or not gid:
+        return {}
+    import pwd
+
+    try:
+        groups = os.getgrouplist(pwd.getpwuid(int(uid)).pw_name, int(gid))
+    except KeyError:
+        groups = [int(gid)]
+    return {"user": int(uid), "group": int(gid), "extra_groups": groups}
+
+
+def run_target(
+    cmd: Sequence[str], sources: Sequence[RecordSource], duration: float | None = None
+) -> int:
     """Start the sources, run `cmd` with their environment, stop them; returns the target's
-    exit status (128+N when killed by signal N).  Ctrl-C is passed on to the target."""
+    exit status (128+N when killed by signal N).  Ctrl-C (or the end of `duration`) is passed
+    on to the target as SIGINT, then SIGTERM, then SIGKILL."""
     env = dict(os.environ)
     for source in sources:
         env.update(source.target_env())
@@ -128,16 +147,21 @@ def run_target(cmd: Sequence[str], sources: Sequence[RecordSource]) -> int:
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            proc = subprocess.Popen(list(cmd), env=env)
+            creds = target_credentials()
+            proc = subprocess.Popen(list(cmd), env=env, **creds)  # type: ignore[call-overload]
         except OSError as exc:
             raise UserError(f"cannot run {cmd[0]}: {exc.strerror}") from None
         for source in sources:
             source.target_started(proc.pid)
         escalation = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
         last_sent: float | None = None
+        deadline = time.monotonic() + duration if duration else None
         while proc.poll() is None:
             due = last_sent is None or time.monotonic() - last_sent >= _STOP_GRACE_S
-            if interrupt.signal is not None and escalation and due:
+            stopping = interrupt.signal is not None or (
+                deadline is not None and time.monotonic() >= deadline
+            )
+            if stopping and escalation and due:
                 proc.send_signal(escalation.pop(0))
                 last_sent = time.monotonic()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -152,12 +176,19 @@ def run_target(cmd: Sequence[str], sources: Sequence[RecordSource]) -> int:
 
 
 def write_trace(
-    out: Path, sources: Sequence[RecordSource], command_line: Sequence[str]
+    out: Path, sources: Sequence[RecordSource], command_line: Sequence[str], freq: int = 0
 ) -> dict[str, dict[str, int]]:
     """Every source through its own producer; counters as metadata `<source>_<counter>`
     (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice)."""
     stats: dict[str, dict[str, int]] = {}
-    with TraceWriter(out, command_line=command_line, clock_id=pb.BUILTIN_CLOCK_MONOTONIC) as writer:
+    with TraceWriter(
+        out,
+        command_line=command_line,
+        clock_id=pb.BUILTIN_CLOCK_MONOTONIC,
+        sample_frequency_hz=freq,
+    ) as writer:
+        if freq:
+            writer.set_metadata("cpu_sample_frequency_hz", freq)  # read by `folded`
         for source in sources:
             producer = writer.producer(source.name)
             producer.write_all(source.events())
@@ -193,6 +224,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--output", type=Path, default=Path("xpu-perf.perfetto-trace"))
     p.add_argument("--no-cpu", action="store_true", help="no CPU sampling (GPU recording only)")
+    p.add_argument("--no-gpu", action="store_true", help="no GPU recording (CPU sampling only)")
+    p.add_argument(
+        "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
+    )
+    p.add_argument("--duration", type=float, help="stop recording (and the target) after S seconds")
     p.add_argument("--no-stacks", action="store_true", help="no launch stacks")
     p.add_argument("--no-python", action="store_true", help="launch stacks without Python frames")
     p.add_argument(
@@ -218,30 +254,50 @@ def main(args: argparse.Namespace) -> int:
     unknown = set(kinds) - set(KINDS)
     if unknown:
         raise UserError(f"unknown --kinds: {', '.join(sorted(unknown))}")
-    try:
-        library = build()
-    except BuildError as exc:
-        raise UserError(str(exc)) from None
-    sources: list[RecordSource] = [
-        CuptiRecording(
-            library,
-            stacks=not args.no_stacks,
-            python_frames=not args.no_python,
-            kinds=kinds,
-            keep_streams=args.keep_streams,
+    sources: list[RecordSource] = []
+    if not args.no_gpu:
+        try:
+            library = build()
+        except BuildError as exc:
+            raise UserError(str(exc)) from None
+        sources.append(
+            CuptiRecording(
+                library,
+                stacks=not args.no_stacks,
+                python_frames=not args.no_python,
+                kinds=kinds,
+                keep_streams=args.keep_streams,
+            )
         )
-    ]
+    freq = 0
     if not args.no_cpu:
-        # The eBPF CPU sampler joins here (issue 4); until then GPU-only is what runs.
-        print(
-            "xpu-perf record: CPU sampling not available in this build; recording GPU only",
-            file=sys.stderr,
-        )
-    code = run_target(cmd, sources)
-    stats = write_trace(args.output, sources, ["xpu-perf", "record", "--", *cmd])
+        problems = check_ebpf()
+        if problems:
+            print(
+                "xpu-perf record: CPU sampling skipped: " + "; ".join(map(str, problems)),
+                file=sys.stderr,
+            )
+        else:
+            freq = args.freq
+            sources.append(BccCpuSampler(freq))  # started before the target, like every source
+    if not sources:
+        raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
+    code = run_target(cmd, sources, args.duration)
+    stats = write_trace(args.output, sources, ["xpu-perf", "record", "--", *cmd], freq)
     if not args.quiet:
-        for line in summary_lines(stats.get("cupti", {})):
-            print(f"xpu-perf record: {line}", file=sys.stderr)
+        if "cupti" in stats:
+            for line in summary_lines(stats["cupti"]):
+                print(f"xpu-perf record: {line}", file=sys.stderr)
+        if "ebpf" in stats:
+            ebpf = stats["ebpf"]
+            quiet = ("cpu_samples", "bpf_runs", "bpf_run_ns", "unresolved_frames")
+            lost = {k: v for k, v in ebpf.items() if v and k not in quiet}
+            print(
+                f"xpu-perf record: cpu samples: {ebpf.get('cpu_samples', 0)} at {freq} Hz, "
+                f"lost/errors: {lost or 'none'}, "
+                f"unresolved frames: {ebpf.get('unresolved_frames', 0)}",
+                file=sys.stderr,
+            )
         print(f"xpu-perf record: wrote {args.output}", file=sys.stderr)
     return code
 
