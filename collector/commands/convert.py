@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -17,8 +18,10 @@ from rich.progress import (
 )
 
 from collector.errors import UserError
-from collector.sources import kineto
 from exporters.perfetto.writer import TraceWriter
+
+if TYPE_CHECKING:
+    from collector.sources import kineto
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -44,6 +47,9 @@ def default_output(src: Path) -> Path:
 
 
 def main(args: argparse.Namespace) -> int:
+    # Imported here so other subcommands (record on a GPU box) never need ijson.
+    from collector.sources import kineto
+
     src: Path = args.input
     if not src.is_file():
         raise UserError(f"no such file: {src}")
