@@ -26,6 +26,7 @@ from collector import model  # noqa: E402
 from collector.sources import kineto  # noqa: E402
 from exporters.perfetto.writer import TraceWriter  # noqa: E402
 
+KERNEL_ARGS = {"grid_x": 128, "block_x": 256, "registers_per_thread": 32}
 NAMES = [f"void kernel_{i}<float, 128>(float const*, float*, int)" for i in range(50)]
 
 
@@ -36,13 +37,29 @@ def make_ops(n: int, with_api: bool) -> list[model.Event]:
         fid = model.flow_id(1234, corr)
         if with_api:
             events.append(
-                model.CpuSlice(1234, 1234, ts, 2_500, "cudaLaunchKernel", model.CAT_CUDA_API,
-                               {"correlation_id": corr}, flow_ids=(fid,))
+                model.CpuSlice(
+                    1234,
+                    1234,
+                    ts,
+                    2_500,
+                    "cudaLaunchKernel",
+                    model.CAT_CUDA_API,
+                    {"correlation_id": corr},
+                    flow_ids=(fid,),
+                )
             )
         events.append(
-            model.GpuOp(0, 7, ts + 4_000, 3_000 + corr % 97, NAMES[corr % len(NAMES)],
-                        model.CAT_KERNEL, {"grid_x": 128, "block_x": 256, "registers_per_thread": 32},
-                        correlation_id=corr, terminating_flow_ids=(fid,))
+            model.GpuOp(
+                0,
+                7,
+                ts + 4_000,
+                3_000 + corr % 97,
+                NAMES[corr % len(NAMES)],
+                model.CAT_KERNEL,
+                KERNEL_ARGS,
+                correlation_id=corr,
+                terminating_flow_ids=(fid,),
+            )
         )
         ts += 3_100
     return events
@@ -63,7 +80,11 @@ def bench_writer(n: int, with_api: bool, rounds: int) -> dict[str, float]:
 
 
 def bench_convert(src: Path, rounds: int) -> dict[str, float]:
-    raw = len(gzip.open(src).read()) if kineto.is_gzip(src) else src.stat().st_size
+    if kineto.is_gzip(src):
+        with gzip.open(src) as f:
+            raw = len(f.read())
+    else:
+        raw = src.stat().st_size
     gz = src.stat().st_size
     times, out_size = [], 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,9 +99,14 @@ def bench_convert(src: Path, rounds: int) -> dict[str, float]:
             out_size = out.stat().st_size
     t = statistics.median(times)
     return {
-        "json_bytes": raw, "gz_bytes": gz, "out_bytes": out_size,
-        "ratio_vs_json": raw / out_size, "ratio_vs_gz": gz / out_size,
-        "mb_per_s": raw / 1e6 / t, "seconds": t, "kernels": stats.kernels,
+        "json_bytes": raw,
+        "gz_bytes": gz,
+        "out_bytes": out_size,
+        "ratio_vs_json": raw / out_size,
+        "ratio_vs_gz": gz / out_size,
+        "mb_per_s": raw / 1e6 / t,
+        "seconds": t,
+        "kernels": stats.kernels,
         "out_bytes_per_kernel": out_size / max(stats.kernels, 1),
     }
 
@@ -108,8 +134,10 @@ def main() -> int:
         print(f"{key:<28}{r['ops_per_s']:>12,.0f}{r['bytes_per_kernel']:>10.1f}")
     print(f"\n{'convert input':<34}{'JSON MB':>8}{'x JSON':>8}{'x gz':>7}{'MB/s':>7}{'B/kern':>8}")
     for name, r in result["convert"].items():  # type: ignore[union-attr]
-        print(f"{name:<34}{r['json_bytes'] / 1e6:>8.2f}{r['ratio_vs_json']:>8.1f}"
-              f"{r['ratio_vs_gz']:>7.2f}{r['mb_per_s']:>7.1f}{r['out_bytes_per_kernel']:>8.0f}")
+        print(
+            f"{name:<34}{r['json_bytes'] / 1e6:>8.2f}{r['ratio_vs_json']:>8.1f}"
+            f"{r['ratio_vs_gz']:>7.2f}{r['mb_per_s']:>7.1f}{r['out_bytes_per_kernel']:>8.0f}"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"\nwrote {args.out}")

@@ -85,8 +85,9 @@ def test_random_streams_round_trip(
         assert (
             t.scalar(
                 "select count(*) from flow f "
-                "join args a on a.arg_set_id = (select arg_set_id from slice where id = f.slice_out) "
-                "join args g on g.arg_set_id = (select arg_set_id from slice where id = f.slice_in) "
+                "join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in "
+                "join args a on a.arg_set_id = so.arg_set_id "
+                "join args g on g.arg_set_id = si.arg_set_id "
                 "where a.key = 'debug.correlation_id' and g.key = 'debug.correlation_id' "
                 "and a.int_value = g.int_value"
             )
@@ -133,7 +134,8 @@ def test_tracks_lanes_and_samples(tmp_path: Path) -> None:
         launch = t.query("select ts, utid from xpu_launch_stack")
         assert [r["ts"] for r in launch] == [90]
         frames = t.query(
-            "select f.name from xpu_launch_stack l join stack_profile_callsite c on c.id = l.callsite_id "
+            "select f.name from xpu_launch_stack l "
+            "join stack_profile_callsite c on c.id = l.callsite_id "
             "join stack_profile_frame f on f.id = c.frame_id"
         )
         assert frames == [{"name": "_Z3foov"}]
