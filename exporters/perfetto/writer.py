@@ -103,6 +103,28 @@ class _Sequence:
                 defaults.perf_sample_defaults.timebase.frequency = writer.sample_frequency_hz
         writer._emit(first)
 
+    def track_event(
+        self,
+        ts: int,
+        kind: int,
+        uuid: int,
+        name: str,
+        category: str,
+        args: Iterable[tuple[str, model.ArgValue]] = (),
+    ) -> tuple[pb.TracePacket, pb.TrackEvent]:
+        """A BEGIN or INSTANT TrackEvent packet with interned name, category and args."""
+        pkt = self.packet(ts)
+        pkt.sequence_flags = _SEQ_NEEDS
+        te = pkt.track_event
+        te.type = kind
+        te.track_uuid = uuid
+        te.name_iid = self.event_names.get(name)
+        if category:
+            te.category_iids.append(self.categories.get(category))
+        for key, value in args:
+            _annotate(self, te, key, value)
+        return pkt, te
+
     def packet(self, ts: int | None = None) -> pb.TracePacket:
         pkt = pb.TracePacket()
         pkt.trusted_packet_sequence_id = self.seq_id
@@ -254,26 +276,17 @@ class Producer:
     # -- encoding -----------------------------------------------------------------------
     def _write_slice(self, uuid: int, ev: model.CpuSlice | model.GpuOp) -> None:
         seq = self._seq
-        pkt = seq.packet(ev.ts)
-        pkt.sequence_flags = _SEQ_NEEDS
-        te = pkt.track_event
-        te.type = _TYPE_BEGIN
-        te.track_uuid = uuid
-        te.name_iid = seq.event_names.get(ev.name)
-        if ev.category:
-            te.category_iids.append(seq.categories.get(ev.category))
+        args: list[tuple[str, model.ArgValue]] = []
+        if isinstance(ev, model.GpuOp):
+            if ev.correlation_id is not None:
+                args.append(("correlation_id", ev.correlation_id))
+            args += (("device", ev.device), ("stream", ev.stream))
+        args += ev.args.items()
+        pkt, te = seq.track_event(ev.ts, _TYPE_BEGIN, uuid, ev.name, ev.category, args)
         if ev.flow_ids:
             te.flow_ids.extend(ev.flow_ids)
         if ev.terminating_flow_ids:
             te.terminating_flow_ids.extend(ev.terminating_flow_ids)
-        if isinstance(ev, model.GpuOp):
-            if ev.correlation_id is not None:
-                self._annotate(te, "correlation_id", ev.correlation_id)
-            self._annotate(te, "device", ev.device)
-            self._annotate(te, "stream", ev.stream)
-        if ev.args:
-            for key, value in ev.args.items():
-                self._annotate(te, key, value)
         seq.flush_interned(pkt)
         emit = self.writer._emit
         emit(pkt)
@@ -282,22 +295,10 @@ class Producer:
         end.track_event.track_uuid = uuid
         emit(end)
 
-    def _annotate(self, te: pb.TrackEvent, key: str, value: model.ArgValue) -> None:
-        _annotate(self._seq, te, key, value)
-
     def _write_instant(self, ev: model.Instant) -> None:
         seq = self._seq
         uuid = self.writer.tracks.thread_lane(ev.pid, ev.tid, ev.ts, 0)
-        pkt = seq.packet(ev.ts)
-        pkt.sequence_flags = _SEQ_NEEDS
-        te = pkt.track_event
-        te.type = _TYPE_INSTANT
-        te.track_uuid = uuid
-        te.name_iid = seq.event_names.get(ev.name)
-        if ev.category:
-            te.category_iids.append(seq.categories.get(ev.category))
-        for key, value in ev.args.items():
-            self._annotate(te, key, value)
+        pkt, _ = seq.track_event(ev.ts, _TYPE_INSTANT, uuid, ev.name, ev.category, ev.args.items())
         seq.flush_interned(pkt)
         self.writer._emit(pkt)
 
@@ -589,15 +590,14 @@ class TraceWriter:
         desc = pb.TrackDescriptor(uuid=uuid, name=TOOL_NAME)
         self.tracks._descriptor(desc)
         seq = _Sequence(self, self._next_seq_id())
-        pkt = seq.packet(self._first_ts_hint())
-        pkt.sequence_flags = _SEQ_NEEDS
-        te = pkt.track_event
-        te.type = _TYPE_INSTANT
-        te.track_uuid = uuid
-        te.name_iid = seq.event_names.get("xpu-perf metadata")
-        te.category_iids.append(seq.categories.get(METADATA_CATEGORY))
-        for key, value in self._metadata.items():
-            _annotate(seq, te, key, value)
+        pkt, _ = seq.track_event(
+            self._first_ts_hint(),
+            _TYPE_INSTANT,
+            uuid,
+            "xpu-perf metadata",
+            METADATA_CATEGORY,
+            self._metadata.items(),
+        )
         seq.flush_interned(pkt)
         self._emit(pkt)
 
