@@ -185,10 +185,8 @@ def write_trace(
         out,
         command_line=command_line,
         clock_id=pb.BUILTIN_CLOCK_MONOTONIC,
-        sample_frequency_hz=freq,
+        sample_frequency_hz=freq,  # also written as metadata, read by `folded`
     ) as writer:
-        if freq:
-            writer.set_metadata("cpu_sample_frequency_hz", freq)  # read by `folded`
         for source in sources:
             producer = writer.producer(source.name)
             producer.write_all(source.events())
