@@ -34,6 +34,8 @@ CFLAGS = (
     "-std=gnu11",
     "-fvisibility=hidden",
     "-fasynchronous-unwind-tables",
+    # eBPF launch stacks (--launch-stacks ebpf) walk frame pointers up from the marker.
+    "-fno-omit-frame-pointer",
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",

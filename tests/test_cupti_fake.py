@@ -155,6 +155,9 @@ def test_threads_and_forked_child_have_their_own_tracks(app_trace) -> None:
         assert counts == sorted([CHILD_KERNELS + 1, LAUNCHES, LAUNCHES + 10 + 1 + 1 + 1 + 1 + 5])
         child_kernels = t.scalar("select count(*) from slice where name = 'child_kernel'")
         assert child_kernels == CHILD_KERNELS
+        # The child's stream names its API calls too (names are per stream).
+        unnamed = t.scalar("select count(*) from slice where name like 'cuda_api_0x%'")
+        assert unnamed == 0
 
 
 def test_launch_stacks_are_symbolized(app_trace) -> None:

@@ -29,14 +29,21 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from collector import model
 from collector.errors import UserError
 from collector.inject_build import BuildError, build
-from collector.setup_check import check_ebpf
+from collector.launch_join import EbpfLaunchStacks
+from collector.setup_check import Problem, check_ebpf
 from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ, BccCpuSampler
+from collector.sources.bcc_uprobes import CUDA_LAUNCH_PROBES, BccLaunchUprobes, marker_probe
 from collector.sources.cupti import CuptiSource
 from exporters.perfetto.writer import TraceWriter
 
 # After Ctrl-C the target gets SIGINT, then SIGTERM, then SIGKILL, this far apart.
 _STOP_GRACE_S = 2.0
 KINDS = ("kernel", "memcpy", "memset", "sync", "marker")
+LAUNCH_STACK_MODES = ("auto", "inprocess", "ebpf", "off")
+# What `--launch-stacks auto` picks when the GPU is recorded: the in-process unwinder, from the
+# H100 comparison in docs/benchmarks.md (eBPF's frame-pointer walk stops in libraries built
+# without frame pointers, such as libcupti and libtorch_cuda).
+AUTO_WITH_GPU = "inprocess"
 
 
 class RecordSource(Protocol):
@@ -197,11 +204,35 @@ def write_trace(
     return stats
 
 
+def resolve_launch_stacks(
+    requested: str, gpu: bool, ebpf_problems: Sequence[Problem]
+) -> tuple[str, str | None]:
+    """The launch-stack mode to use, and a line for the user when it is not the one asked for.
+
+    inprocess needs the GPU recording (its unwinder runs in the injection library); ebpf needs
+    root and bcc, and without the GPU recording probes cudaLaunchKernel/cuLaunchKernel (stacks
+    without correlation ids) instead of the library's marker.
+    """
+    if requested == "off":
+        return "off", None
+    if requested == "inprocess" and not gpu:
+        raise UserError("--launch-stacks inprocess needs GPU recording (drop --no-gpu)")
+    if requested == "auto":
+        if gpu:
+            return AUTO_WITH_GPU, None
+        return ("off", None) if ebpf_problems else ("ebpf", None)
+    if requested == "ebpf" and ebpf_problems:
+        fallback = "inprocess" if gpu else "off"
+        why = "; ".join(map(str, ebpf_problems))
+        return fallback, f"eBPF launch stacks skipped, using {fallback}: {why}"
+    return requested, None
+
+
 def summary_lines(cupti: Mapping[str, int]) -> list[str]:
     """The GPU part of the end-of-record summary."""
     ops = cupti.get("gpu_ops", 0)
     launches = cupti.get("launches", 0)
-    return [
+    lines = [
         f"records: kernel={cupti.get('records_kernel', 0)} memcpy={cupti.get('records_memcpy', 0)} "
         f"memset={cupti.get('records_memset', 0)} sync={cupti.get('records_sync', 0)} "
         f"api={cupti.get('records_api', 0)} nvtx={cupti.get('records_marker', 0)} "
@@ -211,6 +242,17 @@ def summary_lines(cupti: Mapping[str, int]) -> list[str]:
         f"gpu ops without api call: {cupti.get('gpu_ops_without_api', 0)} of {ops}",
         f"launches without stack: {cupti.get('launches_without_stack', 0)} of {launches}",
     ]
+    if "ebpf_launch_stacks" in cupti:
+        lost = {
+            k.removeprefix("ebpf_launch_"): v
+            for k, v in cupti.items()
+            if k.startswith("ebpf_launch_") and v and k != "ebpf_launch_stacks"
+        }
+        lines.append(
+            f"eBPF launch stacks: {cupti['ebpf_launch_stacks']}, "
+            f"unmatched: {cupti.get('launch_stacks_unmatched', 0)}, lost/errors: {lost or 'none'}"
+        )
+    return lines
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -227,7 +269,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
     )
     p.add_argument("--duration", type=float, help="stop recording (and the target) after S seconds")
-    p.add_argument("--no-stacks", action="store_true", help="no launch stacks")
+    p.add_argument(
+        "--launch-stacks",
+        choices=LAUNCH_STACK_MODES,
+        default="auto",
+        help="where launch-site call stacks come from: the injection library's in-process "
+        "unwinder, eBPF uprobes (root), or none; auto = inprocess when recording the GPU, "
+        "else ebpf uprobes on cudaLaunchKernel/cuLaunchKernel when eBPF is available",
+    )
+    p.add_argument("--no-stacks", action="store_true", help="same as --launch-stacks off")
     p.add_argument("--no-python", action="store_true", help="launch stacks without Python frames")
     p.add_argument(
         "--kinds",
@@ -252,27 +302,39 @@ def main(args: argparse.Namespace) -> int:
     unknown = set(kinds) - set(KINDS)
     if unknown:
         raise UserError(f"unknown --kinds: {', '.join(sorted(unknown))}")
+    cpu = not args.no_cpu
+    gpu = not args.no_gpu
+    requested = "off" if args.no_stacks else args.launch_stacks
+    needs_ebpf = cpu or requested in ("ebpf", "auto")
+    ebpf_problems = check_ebpf() if needs_ebpf else []
+    stacks, note = resolve_launch_stacks(requested, gpu, ebpf_problems)
+    if note:
+        print(f"xpu-perf record: {note}", file=sys.stderr)
     sources: list[RecordSource] = []
-    if not args.no_gpu:
+    if gpu:
         try:
             library = build()
         except BuildError as exc:
             raise UserError(str(exc)) from None
-        sources.append(
-            CuptiRecording(
-                library,
-                stacks=not args.no_stacks,
-                python_frames=not args.no_python,
-                kinds=kinds,
-                keep_streams=args.keep_streams,
-            )
+        cupti = CuptiRecording(
+            library,
+            stacks=stacks == "inprocess",
+            python_frames=not args.no_python,
+            kinds=kinds,
+            keep_streams=args.keep_streams,
         )
+        if stacks == "ebpf":
+            uprobes = BccLaunchUprobes([marker_probe(str(library))])
+            sources.append(EbpfLaunchStacks(cupti, uprobes))
+        else:
+            sources.append(cupti)
+    elif stacks == "ebpf":
+        sources.append(BccLaunchUprobes(CUDA_LAUNCH_PROBES))
     freq = 0
-    if not args.no_cpu:
-        problems = check_ebpf()
-        if problems:
+    if cpu:
+        if ebpf_problems:
             print(
-                "xpu-perf record: CPU sampling skipped: " + "; ".join(map(str, problems)),
+                "xpu-perf record: CPU sampling skipped: " + "; ".join(map(str, ebpf_problems)),
                 file=sys.stderr,
             )
         else:
@@ -286,6 +348,16 @@ def main(args: argparse.Namespace) -> int:
         if "cupti" in stats:
             for line in summary_lines(stats["cupti"]):
                 print(f"xpu-perf record: {line}", file=sys.stderr)
+        if "ebpf_launch" in stats:
+            launch = stats["ebpf_launch"]
+            lost = {
+                k: v for k, v in launch.items() if v and k not in ("stacks", "unresolved_frames")
+            }
+            print(
+                f"xpu-perf record: eBPF launch stacks (cudaLaunchKernel/cuLaunchKernel): "
+                f"{launch.get('stacks', 0)}, lost/errors: {lost or 'none'}",
+                file=sys.stderr,
+            )
         if "ebpf" in stats:
             ebpf = stats["ebpf"]
             quiet = ("cpu_samples", "bpf_runs", "bpf_run_ns", "unresolved_frames")

@@ -53,6 +53,7 @@ enum { TRACED = 1, LAUNCH = 2 };
 static uint8_t runtime_flags[CUPTI_RUNTIME_TRACE_CBID_SIZE];
 static uint8_t driver_flags[CUPTI_DRIVER_TRACE_CBID_SIZE];
 static unsigned long self_lo, self_hi;
+static void emit_api_names(void);
 
 /* ---- counters (written at flush) ---- */
 static _Atomic uint64_t api_records, launches, launch_stacks, launches_no_stack, alias_records;
@@ -550,6 +551,7 @@ static void fork_child(void) {
     stacks_unique = stack_table_full = cupti_dropped = activity_buffers = 0;
     records_kernel = records_memcpy = records_memset = records_sync = records_marker = 0;
     records_other = 0;
+    emit_api_names(); /* the child's stream is new: it needs the names too */
     if (signal_thread_started) start_signal_thread();
 }
 
@@ -572,24 +574,38 @@ static const char *const launch_prefixes[] = {
     "cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuLaunchKernel",
     "cuLaunchCooperativeKernel", "cuGraphLaunch", "cuLaunchGrid", NULL};
 
-static void enable_domain(CUpti_CallbackDomain domain, int size, uint8_t *flags,
-                          const char *const *traced) {
+/* The names of the traced APIs, kept to be written again into a forked child's fresh stream
+ * (CUPTI's name strings are static). */
+#define MAX_API_NAMES 1024
+static struct { uint32_t api_id; const char *name; } api_names[MAX_API_NAMES];
+static int n_api_names;
+
+static void emit_api_names(void) {
     struct xp_batch_API_NAME *names = malloc(sizeof *names);
     if (!names) return;
     names->rows = 0;
-    for (int cbid = 1; cbid < size; cbid++) {
+    for (int i = 0; i < n_api_names; i++) {
+        uint32_t r = names->rows++;
+        names->api_id[r] = api_names[i].api_id;
+        names->name[r] = (struct xp_str){api_names[i].name, (uint32_t)strlen(api_names[i].name)};
+        if (names->rows == XP_BATCH_ROWS) xp_emit_API_NAME(names);
+    }
+    xp_emit_API_NAME(names);
+    free(names);
+}
+
+static void enable_domain(CUpti_CallbackDomain domain, int size, uint8_t *flags,
+                          const char *const *traced) {
+    for (int cbid = 1; cbid < size && n_api_names < MAX_API_NAMES; cbid++) {
         const char *name = NULL;
         if (cuptiGetCallbackName(domain, (uint32_t)cbid, &name) != CUPTI_SUCCESS || !name) continue;
         if (!name_has_prefix(name, traced)) continue;
         if (cuptiEnableCallback(1, subscriber, domain, (CUpti_CallbackId)cbid) != CUPTI_SUCCESS) continue;
         flags[cbid] = TRACED | (name_has_prefix(name, launch_prefixes) ? LAUNCH : 0);
-        uint32_t r = names->rows++;
-        names->api_id[r] = ((uint32_t)domain << 16) | (uint32_t)cbid;
-        names->name[r] = (struct xp_str){name, (uint32_t)strlen(name)};
-        if (names->rows == XP_BATCH_ROWS) xp_emit_API_NAME(names);
+        api_names[n_api_names].api_id = ((uint32_t)domain << 16) | (uint32_t)cbid;
+        api_names[n_api_names].name = name;
+        n_api_names++;
     }
-    xp_emit_API_NAME(names);
-    free(names);
 }
 
 static int env_flag(const char *name, int dflt) {
@@ -664,6 +680,7 @@ EXPORT int InitializeInjection(void) {
         CHECK(cuptiSubscribe(&subscriber, on_callback, NULL));
         enable_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_flags, runtime_traced);
         enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_flags, driver_traced);
+        emit_api_names();
     }
 
     xp_stream_set_flush_hook(flush_hook);

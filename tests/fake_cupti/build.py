@@ -42,6 +42,7 @@ def build_fake(out: Path) -> FakeCupti:
             cc,
             "-O1",
             "-g",
+            "-fno-omit-frame-pointer",  # so eBPF launch stacks unwind through it
             "-fPIC",
             "-shared",
             "-std=gnu11",
@@ -64,6 +65,7 @@ def build_fake(out: Path) -> FakeCupti:
             cc,
             "-O1",
             "-g",
+            "-fno-omit-frame-pointer",  # so eBPF launch stacks unwind through it
             "-pthread",
             str(HERE / "fake_app.c"),
             "-o",
