@@ -1,0 +1,64 @@
+"""`xpu-perf report`: what a trace says, as terminal tables and optionally one HTML page."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from collector.commands.query import add_trace_processor_flag
+from collector.errors import UserError
+from exporters.folded.folded import FoldedError
+from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
+from exporters.report.html_page import render_html
+from exporters.report.queries import DEFAULT_BINS, DEFAULT_TOP, collect
+from exporters.report.terminal import print_report
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="top kernels, GPU busy/idle, copies, API cost, stacks, counters",
+        description="Summarise a trace by SQL: top GPU kernels (count, total, mean, p50/p99), "
+        "GPU busy vs idle per device and stream over time, memcpy volume and bandwidth by "
+        "direction, the costliest CUDA API calls, top CPU stacks, the launch stacks behind "
+        "the most GPU time and every drop/match counter. -o also writes a self-contained "
+        "HTML page with a utilisation timeline and an interactive flamegraph.",
+    )
+    p.add_argument("trace", type=Path, help=".perfetto-trace file")
+    p.add_argument("-o", "--output", type=Path, help="also write this HTML page")
+    p.add_argument(
+        "--top", type=int, default=DEFAULT_TOP, help=f"rows per table (default: {DEFAULT_TOP})"
+    )
+    p.add_argument(
+        "--bins",
+        type=int,
+        default=DEFAULT_BINS,
+        help=f"time bins of the utilisation timeline (default: {DEFAULT_BINS})",
+    )
+    add_trace_processor_flag(p)
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.top < 1:
+        raise UserError("--top must be at least 1")
+    if not 1 <= args.bins <= 2000:
+        raise UserError("--bins must be 1..2000")
+    try:
+        with open_trace(args.trace, args.trace_processor) as trace:
+            report = collect(trace, args.trace.name, top=args.top, bins=args.bins)
+    except (TraceOpenError, QueryError, FoldedError) as exc:
+        raise UserError(str(exc)) from None
+    print_report(report)
+    if args.output is not None:
+        tmp = args.output.with_name(args.output.name + ".tmp")
+        try:
+            tmp.write_text(render_html(report), encoding="utf-8")
+            os.replace(tmp, args.output)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,50 @@
+"""One report cell -> text, shared by the terminal and HTML renderings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporters.report import units
+from exporters.report.queries import Column
+
+# Long stacks are shown as the thread, then the frames nearest the leaf.
+STACK_TAIL_FRAMES = 4
+
+
+def cell_text(column: Column, value: Any) -> str:
+    if value is None:
+        return "-"
+    kind = column.kind
+    if kind == "ns":
+        return units.duration(value)
+    if kind == "pct":
+        return units.percent(value)
+    if kind == "count":
+        return units.count(value)
+    if kind == "bytes":
+        return units.byte_count(value)
+    if kind == "gbps":
+        return units.rate_gbps(value)
+    if kind == "stack":
+        return short_stack(str(value))
+    return str(value)
+
+
+def short_stack(stack: str, tail: int = STACK_TAIL_FRAMES) -> str:
+    """`thread;a;b;c;d;e;f` -> `thread;…;c;d;e;f` (a plain name stays as it is)."""
+    frames = stack.split(";")
+    if len(frames) <= tail + 2:
+        return stack
+    return ";".join([frames[0], "…", *frames[-tail:]])
+
+
+def is_numeric(column: Column) -> bool:
+    return column.kind not in ("text", "name", "stack")
+
+
+def cut(text: str, width: int, keep_end: bool) -> str:
+    """`text` in at most `width` characters, '…' where it was cut; stacks keep their leaf
+    end (the caller nearest the work), names their start."""
+    if len(text) <= width:
+        return text
+    return "…" + text[-(width - 1) :] if keep_end else text[: width - 1] + "…"

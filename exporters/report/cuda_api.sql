@@ -1,0 +1,12 @@
+-- CUDA API calls by the CPU (wall) time spent in them on the calling threads.
+SELECT name,
+       count(*) AS calls,
+       sum(dur) AS total_ns,
+       100.0 * sum(dur) / (SELECT sum(dur) FROM slice WHERE category = 'cuda_api') AS pct,
+       avg(dur) AS mean_ns,
+       max(dur) AS max_ns
+FROM slice
+WHERE category = 'cuda_api'
+GROUP BY name
+ORDER BY total_ns DESC, name
+LIMIT {top};

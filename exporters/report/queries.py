@@ -1,0 +1,297 @@
+"""The report's content, gathered from a trace by SQL alone (the .sql files beside this).
+
+`collect()` returns plain data; terminal.py and html.py only lay it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from exporters.folded.folded import FoldedError, FoldedStacks, fold
+from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.views import load_views
+from exporters.report import units
+
+DEFAULT_TOP = 15
+DEFAULT_BINS = 120
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # column of the SQL result
+    title: str
+    kind: str = "text"  # text | name (long) | stack | count | ns | pct | bytes | gbps
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    title: str
+    columns: tuple[Column, ...]
+    rows: list[dict[str, Any]]
+    empty: str  # what to say when there are no rows
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StreamBusy:
+    device: str
+    stream: str  # '*' for the whole device
+    busy_ns: list[int]  # per bin
+
+
+@dataclass(frozen=True)
+class Timeline:
+    t0: int  # trace start (ns, trace clock)
+    dur_ns: int  # trace duration; bins * bin_ns >= dur_ns (the last bin ends early)
+    bin_ns: int
+    bins: int
+    rows: list[StreamBusy]
+
+
+@dataclass(frozen=True)
+class Report:
+    trace: str
+    facts: list[tuple[str, str]]  # header lines: what the trace is
+    sections: list[Section]
+    timeline: Timeline
+    flame: FoldedStacks | None  # merge-mode stacks in ns (None: nothing to draw)
+    flame_note: str = ""
+
+
+@dataclass(frozen=True)
+class _Spec:
+    key: str
+    title: str
+    sql: str
+    columns: tuple[Column, ...]
+    empty: str
+    note: str = ""
+
+
+_SPECS = (
+    _Spec(
+        "kernels",
+        "Top GPU kernels by total time",
+        "kernels.sql",
+        (
+            Column("name", "kernel", "name"),
+            Column("count", "count", "count"),
+            Column("total_ns", "total", "ns"),
+            Column("pct", "% kernels", "pct"),
+            Column("mean_ns", "mean", "ns"),
+            Column("p50_ns", "p50", "ns"),
+            Column("p99_ns", "p99", "ns"),
+            Column("max_ns", "max", "ns"),
+        ),
+        "no GPU kernels in this trace",
+        "p50/p99: nearest-rank percentiles of the kernel's durations",
+    ),
+    _Spec(
+        "gpu_streams",
+        "GPU busy vs idle over the whole trace (per device '*' and per stream)",
+        "gpu_streams.sql",
+        (
+            Column("device", "device"),
+            Column("stream", "stream"),
+            Column("busy_ns", "busy", "ns"),
+            Column("idle_ns", "idle", "ns"),
+            Column("busy_pct", "busy %", "pct"),
+            Column("ops", "ops", "count"),
+        ),
+        "no GPU kernels, copies or sets in this trace",
+        "busy = union of kernel/memcpy/memset intervals (overlaps counted once)",
+    ),
+    _Spec(
+        "memcpy",
+        "Memory copies by direction",
+        "memcpy.sql",
+        (
+            Column("direction", "direction"),
+            Column("count", "count", "count"),
+            Column("bytes", "bytes", "bytes"),
+            Column("total_ns", "time", "ns"),
+            Column("gb_per_s", "bandwidth", "gbps"),
+        ),
+        "no memory copies in this trace",
+    ),
+    _Spec(
+        "cuda_api",
+        "CUDA API calls by CPU time",
+        "cuda_api.sql",
+        (
+            Column("name", "API call"),
+            Column("calls", "calls", "count"),
+            Column("total_ns", "total", "ns"),
+            Column("pct", "% API", "pct"),
+            Column("mean_ns", "mean", "ns"),
+            Column("max_ns", "max", "ns"),
+        ),
+        "no CUDA API calls in this trace",
+    ),
+    _Spec(
+        "cpu_stacks",
+        "Top CPU stacks (timer samples)",
+        "cpu_stacks.sql",
+        (
+            Column("stack", "stack (thread;root;...;leaf)", "stack"),
+            Column("samples", "samples", "count"),
+            Column("pct", "% samples", "pct"),
+        ),
+        "no CPU samples in this trace (record as root, without --no-cpu)",
+    ),
+    _Spec(
+        "launch_stacks",
+        "Where GPU time is launched from",
+        "launch_stacks.sql",
+        (
+            Column("stack", "CPU context (thread;...;caller)", "stack"),
+            Column("api", "API call"),
+            Column("gpu_ns", "GPU time", "ns"),
+            Column("pct", "% GPU", "pct"),
+            Column("ops", "GPU ops", "count"),
+        ),
+        "no GPU ops linked to an API call in this trace",
+    ),
+    _Spec(
+        "counters",
+        "Counters: drops, matches, totals",
+        "counters.sql",
+        (
+            Column("source", "source"),
+            Column("counter", "counter"),
+            Column("value", "value", "count"),
+        ),
+        "no counters in this trace (not written by xpu-perf?)",
+        "trace_processor rows appear only for import errors or data losses",
+    ),
+)
+
+
+def sql_text(name: str, **params: int) -> str:
+    """A report SQL file with its integer parameters ({top}, {bins}) filled in."""
+    text = resources.files("exporters.report").joinpath(name).read_text()
+    for key, value in params.items():
+        text = text.replace("{" + key + "}", str(int(value)))
+    return text
+
+
+def _load_tables(trace: Trace) -> None:
+    load_views(trace)
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_folded_gpu'"):
+        trace.execute(resources.files("exporters.folded").joinpath("stacks.sql").read_text())
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_report_busy'"):
+        trace.execute(sql_text("gpu_busy.sql"))
+
+
+def collect(
+    trace: Trace, trace_name: str | Path, top: int = DEFAULT_TOP, bins: int = DEFAULT_BINS
+) -> Report:
+    _load_tables(trace)
+    launch_stacks = trace.scalar("select count(*) from xpu_launch_stack")
+    sections = []
+    for spec in _SPECS:
+        note = spec.note
+        if spec.key == "launch_stacks":
+            # Recorded traces carry launch stacks; converted Kineto traces only the CPU
+            # slices (python functions, aten ops) around each API call.
+            note = (
+                "context = the launch stack recorded at each API call"
+                if launch_stacks
+                else "context = the CPU slices enclosing each API call (no launch stacks)"
+            )
+        rows = trace.query(sql_text(spec.sql, top=top, bins=bins))
+        sections.append(Section(spec.key, spec.title, spec.columns, rows, spec.empty, note))
+    flame, flame_note = _flame_stacks(trace)
+    return Report(
+        trace=str(trace_name),
+        facts=_facts(trace),
+        sections=sections,
+        timeline=_timeline(trace, bins),
+        flame=flame,
+        flame_note=flame_note,
+    )
+
+
+def _flame_stacks(trace: Trace) -> tuple[FoldedStacks | None, str]:
+    try:
+        stacks = fold(trace, "merge", "ns")
+        note = "GPU ops weighted by GPU time, CPU samples by sampled CPU time"
+    except FoldedError as exc:
+        # CPU samples without a recorded frequency cannot be put in ns: GPU side only.
+        stacks = fold(trace, "gpu", "ns")
+        note = f"GPU stacks only: {exc}"
+    if not stacks.lines:
+        return None, "no GPU ops and no CPU samples: nothing to draw"
+    return stacks, note
+
+
+def _timeline(trace: Trace, bins: int) -> Timeline:
+    rows = trace.query(sql_text("gpu_timeline.sql", bins=bins))
+    bounds = trace.query("select start_ts, dur from xpu_report_window")[0]
+    series: dict[tuple[str, str], list[int]] = {}
+    for row in rows:
+        busy = series.setdefault((row["device"], row["stream"]), [0] * bins)
+        busy[int(row["bin"])] = int(row["busy_ns"])
+    bin_ns = max(1, -(-int(bounds["dur"]) // bins))
+    return Timeline(
+        t0=int(bounds["start_ts"]),
+        dur_ns=int(bounds["dur"]),
+        bin_ns=bin_ns,
+        bins=bins,
+        rows=[StreamBusy(dev, stream, busy) for (dev, stream), busy in series.items()],
+    )
+
+
+def _facts(trace: Trace) -> list[tuple[str, str]]:
+    meta = {
+        r["key"]: r["value"]
+        for r in trace.query(
+            "select key, coalesce(string_value, int_value, real_value) as value from xpu_metadata"
+        )
+    }
+    dur = trace.scalar("select dur from xpu_report_window")
+    counts = {
+        r["category"]: (r["n"], r["total"])
+        for r in trace.query(
+            "select category, count(*) as n, sum(dur) as total from slice "
+            "where category in ('kernel', 'memcpy', 'memset', 'sync', 'cuda_api') "
+            "group by category"
+        )
+    }
+    devices = [r["name"] for r in trace.query(_DEVICES_SQL)]
+    samples = trace.scalar("select count(*) from xpu_cpu_sample")
+    launches = trace.scalar("select count(*) from xpu_launch_stack")
+    facts = [
+        ("written by", f"{meta.get('tool', '?')} {meta.get('tool_version', '')}".strip()),
+        ("command line", str(meta.get("command_line", "?"))),
+        ("trace duration", units.duration(dur)),
+        ("GPUs", ", ".join(devices) or "none"),
+    ]
+    for category, label in (
+        ("kernel", "kernels"),
+        ("memcpy", "memory copies"),
+        ("memset", "memory sets"),
+        ("cuda_api", "CUDA API calls"),
+    ):
+        n, total = counts.get(category, (0, 0))
+        facts.append((label, f"{units.count(n)} ({units.duration(total or 0)})"))
+    hz = meta.get("cpu_sample_frequency_hz")
+    facts.append(
+        ("CPU samples", f"{units.count(samples)}" + (f" at {units.count(hz)} Hz" if hz else ""))
+    )
+    facts.append(("launch stacks", units.count(launches)))
+    return facts
+
+
+# A device is the parent track of the tracks GPU ops are on.
+_DEVICES_SQL = """
+select distinct d.name from slice s
+join track t on s.track_id = t.id
+join track d on d.id = t.parent_id
+where s.category in ('kernel', 'memcpy', 'memset', 'sync')
+order by d.name
+"""
