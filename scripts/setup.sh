@@ -32,6 +32,8 @@ else
     say "not root: skipping bcc (eBPF CPU sampling) set-up; run 'sudo bash scripts/setup_bcc.sh'"
 fi
 
+if [ "$(id -u)" -eq 0 ]; then bash scripts/setup_browser.sh; fi  # headless chromium for the browser tests
+
 if [ -f collector/inject_build.py ]; then
     say "building the CUPTI injection library"
     .venv/bin/python -m collector.inject_build
