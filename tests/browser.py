@@ -183,15 +183,20 @@ class Chromium:
     def wait_for(
         self, expression: str, timeout: float = 60, what: str = "", poll: float = 0.25
     ) -> Any:
-        """Poll a JS expression until it is truthy; its value."""
+        """Poll a JS expression until it is truthy; its value.  Errors while polling (the
+        page still loading, a navigation replacing the context) count as not yet."""
         deadline = time.monotonic() + timeout
-        last: Any = None
+        error = ""
         while time.monotonic() < deadline:
-            last = self.evaluate(expression)
-            if last:
-                return last
+            try:
+                value = self.evaluate(expression)
+            except BrowserError as exc:
+                error = f" (last error: {exc})"
+            else:
+                if value:
+                    return value
             time.sleep(poll)
-        raise BrowserError(f"timed out after {timeout} s waiting for {what or expression}")
+        raise BrowserError(f"timed out after {timeout} s waiting for {what or expression}{error}")
 
     def wait_until(self, check: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
         deadline = time.monotonic() + timeout

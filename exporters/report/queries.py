@@ -137,7 +137,7 @@ _SPECS = (
         "Top CPU stacks (timer samples)",
         "cpu_stacks.sql",
         (
-            Column("stack", "stack (thread;root;...;leaf)", "stack"),
+            Column("stack", "stack (thread;...;leaf)", "stack"),
             Column("samples", "samples", "count"),
             Column("pct", "% samples", "pct"),
         ),

@@ -1,0 +1,76 @@
+"""A recorded trace for the view/report/flamegraph tests, made without a GPU: `xpu-perf
+record` of the fake-CUPTI application (tests/fake_cupti: real injection library, scripted
+kernels, copies, launch stacks) followed by a CPU-bound native program, with eBPF CPU
+sampling where this machine allows it (root + bcc), as CI does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from collector.inject_build import BuildError
+from tests.fake_cupti.build import build_fake, cupti_headers
+from tests.native.bpf_harness import bpf_unavailable_reason
+from tests.native.build import FLAGS
+from tests.native.build import HERE as NATIVE_SRC
+
+from .conftest import REPO
+
+FAKE_LAUNCHES = 200
+CPU_SECONDS = 0.3  # two_callers burns this much CPU: ~300 samples at 999 Hz
+
+
+@dataclass(frozen=True)
+class RecordedTrace:
+    path: Path
+    cpu_samples: bool  # recorded with eBPF CPU sampling (else GPU activity only)
+
+
+def record_fake_gpu_app(work: Path) -> RecordedTrace:
+    """Record fake_app + two_callers into work/recorded.perfetto-trace; skips the calling
+    test where the fake CUPTI cannot be built (no CUPTI headers), like test_cupti_fake."""
+    if cupti_headers() is None:
+        pytest.skip("CUPTI headers not installed: no fake-CUPTI recorded trace")
+    try:
+        fake = build_fake(work / "fake_cupti")
+    except (BuildError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot build the fake CUPTI: {exc}")
+    two_callers = work / "two_callers"
+    subprocess.run(
+        ["gcc", *FLAGS, "-o", str(two_callers), str(NATIVE_SRC / "two_callers.c")], check=True
+    )
+    cpu = bpf_unavailable_reason() is None
+    out = work / "recorded.perfetto-trace"
+    env = dict(
+        os.environ, XPU_PERF_INJECT_LIB=str(fake.injection), FAKE_CUPTI_RECORDS_PER_BUFFER="64"
+    )
+    sampling = ["--freq", "999"] if cpu else ["--no-cpu"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "record",
+            *sampling,
+            "-o",
+            str(out),
+            "--",
+            "sh",
+            "-c",
+            f'"$0" {FAKE_LAUNCHES} 0 && "$1" {CPU_SECONDS}',
+            str(fake.app),
+            str(two_callers),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return RecordedTrace(out, cpu)

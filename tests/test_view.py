@@ -1,0 +1,193 @@
+"""`xpu-perf view`: the offline Perfetto UI server, unit-level over HTTP and end to end in
+headless Chromium (Debian's chromium; missing chromium fails these tests)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporters.perfetto.trace_processor import open_trace
+from exporters.report.ui_server import INTERNAL_USER_SCRIPT, serve_ui, start_in_thread
+
+from .browser import BrowserError, Chromium, is_local
+from .conftest import REPO, run_cli
+from .report_inputs import RecordedTrace, record_fake_gpu_app
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedTrace:
+    return record_fake_gpu_app(tmp_path_factory.mktemp("view_rec"))
+
+
+@pytest.fixture
+def served(example_trace: Path) -> Iterator[str]:
+    server = serve_ui(example_trace, port=0)
+    start_in_thread(server)
+    try:
+        yield server.url
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _get(url: str) -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def test_server_answers_the_ui_hooks_and_serves_the_trace(served: str, example_trace: Path):
+    status, _, body = _get(served + "vizviewer_info")
+    assert status == 200 and json.loads(body) == {}
+    status, _, body = _get(served + "localtrace")
+    assert status == 200 and body == example_trace.read_bytes()
+    status, headers, body = _get(served)
+    assert status == 200 and b"Perfetto UI" in body
+    # Everything the page may reach: this server and the trace_processor RPC port.
+    assert "connect-src 'self'" in headers["Content-Security-Policy"]
+
+
+def test_server_rewrites_the_one_external_script(served: str):
+    status, _, index = _get(served)
+    version = json.loads(index.split(b"data-perfetto_version='")[1].split(b"'")[0])["stable"]
+    status, _, bundle = _get(f"{served}{version}/frontend_bundle.js")
+    assert status == 200 and len(bundle) > 1_000_000
+    assert INTERNAL_USER_SCRIPT not in bundle
+    assert b"https://storage.cloud.google.com" not in bundle
+
+
+def test_server_stays_inside_its_web_build(served: str):
+    for path in ("../../../../etc/passwd", "%2e%2e/%2e%2e/etc/passwd", "nonexistent.js"):
+        status, _, body = _get(served + path)
+        assert status == 404, path
+        assert b"root:" not in body
+
+
+def test_view_errors_are_one_line(tmp_path: Path, example_trace: Path):
+    not_trace = tmp_path / "notes.txt"
+    not_trace.write_text("hello\n")
+    for args, message in (
+        ((tmp_path / "missing.perfetto-trace",), "no such trace file"),
+        ((not_trace,), "not a trace file"),
+        ((example_trace, "--port", "70000"), "--port must be"),
+    ):
+        proc = run_cli("view", "--no-open", *args)
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_view_port_in_use_is_one_line(example_trace: Path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_cli("view", "--no-open", "--port", str(port), example_trace)
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        == f"xpu-perf view: error: port {port} is in use; pick another with --port"
+    )
+
+
+def _kernel_to_find(trace: Path) -> tuple[str, str, str, set[int]]:
+    """The longest-running kernel whose instances all run on one stream (and whose name is
+    no glob pattern, as the UI's search globs): name, its GPU, its stream, slice ids."""
+    with open_trace(trace) as t:
+        row = t.query(
+            "select s.name, d.name as device, min(tr.name) as stream, "
+            "group_concat(s.id) as ids from slice s "
+            "join track tr on s.track_id = tr.id join track d on d.id = tr.parent_id "
+            "where s.category = 'kernel' and s.name not glob '*[[*?]*' "
+            "group by s.name having count(distinct tr.name) = 1 "
+            "order by sum(s.dur) desc limit 1"
+        )[0]
+    return row["name"], row["device"], row["stream"], {int(i) for i in row["ids"].split(",")}
+
+
+def _view_in_chromium(trace: Path, shot: Path) -> None:
+    name, device, stream, ids = _kernel_to_find(trace)
+    gpu_label = device.split(" (")[0] + " ("  # "GPU 0 (": the UI may wrap the rest
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "view", "--no-open", "--port", "0", str(trace)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("Perfetto UI with "), first + proc.stderr.read()
+        url = first.rsplit(": ", 1)[1].strip()
+        assert url.startswith("http://127.0.0.1:")
+        with Chromium(width=1600, height=1000) as browser:
+            browser.navigate(url)
+            # Track names come from the UI's own engine: they appear once the trace loaded.
+            browser.wait_for(
+                f"document.body.innerText.includes({json.dumps(gpu_label)})",
+                timeout=90,
+                what="the GPU track in the Perfetto UI",
+            )
+            # Find the kernel with the omnibox search; Enter selects the first match, which
+            # expands its GPU, scrolls to its stream and opens the slice's details.
+            browser.evaluate("document.querySelector('.pf-omnibox input').focus()")
+            browser.call("Input.insertText", {"text": name})
+            browser.wait_for(
+                f"document.querySelector('.pf-omnibox input').value === {json.dumps(name)}",
+                what="the search text",
+            )
+            # The first Enter may only run the search ("0 / 2"), the next steps to a match.
+            details = ""
+            for _ in range(4):
+                _press_enter(browser)
+                try:
+                    details = browser.wait_for(
+                        "(() => { const t = document.body.innerText; return "
+                        "t.includes('Category\\nkernel') && t.includes('SQL ID') ? t : ''; })()",
+                        timeout=10,
+                        what="the kernel's details panel",
+                    )
+                    break
+                except BrowserError:
+                    continue
+            browser.screenshot(shot)
+            assert details, "the search never selected the kernel (see the screenshot)"
+            assert f"Name\n{name}\n" in details
+            selected = int(details.split("slice[", 1)[1].split("]", 1)[0])
+            assert selected in ids  # the UI selected one of this kernel's slices
+            assert stream in details.split("\n")  # its stream track, now expanded
+            assert gpu_label in details
+            assert browser.log.exceptions == []
+            off_machine = [u for u in browser.log.requests if not is_local(u)]
+            assert off_machine == []
+            assert any(u.endswith("/localtrace") for u in browser.log.requests)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _press_enter(browser: Chromium) -> None:
+    for kind in ("rawKeyDown", "char", "keyUp"):
+        key = {"type": kind, "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13}
+        if kind == "char":
+            key["text"] = "\r"
+        browser.call("Input.dispatchKeyEvent", key)
+
+
+def test_view_kineto_trace_in_chromium(example_trace: Path, tmp_path: Path):
+    _view_in_chromium(example_trace, tmp_path / "view_kineto.png")
+
+
+def test_view_recorded_trace_in_chromium(recorded: RecordedTrace, tmp_path: Path):
+    _view_in_chromium(recorded.path, tmp_path / "view_recorded.png")
