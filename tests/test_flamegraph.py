@@ -1,0 +1,160 @@
+"""The flamegraph SVG renderer (tree, layout, escaping, elision) and `xpu-perf flamegraph`."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from exporters.perfetto.trace_processor import open_trace
+from exporters.report.flamegraph import (
+    PAD,
+    build_tree,
+    fit_label,
+    layout,
+    render_svg,
+)
+
+from .conftest import run_cli
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def frames(svg_text: str) -> list[dict]:
+    """Every drawn frame: name, weight, start, depth, and its rect's x/width (parsed as XML,
+    so this also checks the SVG is well-formed)."""
+    root = ET.fromstring(svg_text)
+    out = []
+    for g in root.iter(f"{SVG}g"):
+        if g.get("class") != "fg-f":
+            continue
+        rect = g.find(f"{SVG}rect")
+        title = g.find(f"{SVG}title")
+        assert rect is not None and title is not None
+        out.append(
+            {
+                "name": (title.text or "").split("\n")[0],
+                "value": float(g.get("data-v", "nan")),
+                "start": float(g.get("data-s", "nan")),
+                "depth": int(g.get("data-d", "-1")),
+                "x": float(rect.get("x", "nan")),
+                "width": float(rect.get("width", "nan")),
+                "label": g.find(f"{SVG}text").text or "",  # type: ignore[union-attr]
+            }
+        )
+    return out
+
+
+LINES = [
+    ("main;train;forward;[GPU_Kernel]gemm", 600.0),
+    ("main;train;forward;[GPU_Kernel]relu", 100.0),
+    ("main;train;backward;[GPU_Kernel]gemm", 250.0),
+    ("main;eval", 50.0),
+    ("main;zero", 0.0),  # zero weights are no frames
+]
+
+
+def test_tree_values_include_children() -> None:
+    root = build_tree(LINES)
+    assert root.value == 1000
+    main = root.children["main"]
+    assert main.value == 1000
+    train = main.children["train"]
+    assert train.value == 950
+    assert train.children["forward"].value == 700
+    assert sum(c.value for c in train.children.values()) == train.value
+    assert "zero" not in main.children
+
+
+def test_layout_nests_children_inside_their_parent() -> None:
+    placed, elided = layout(build_tree(LINES), min_value=0)
+    assert elided == 0
+    by_name = {(f.name, f.depth): f for f in placed}
+    forward = by_name[("forward", 3)]
+    backward = by_name[("backward", 3)]
+    # Siblings sorted by name, side by side, starting at their parent's start.
+    assert backward.start == by_name[("train", 2)].start
+    assert forward.start == backward.start + backward.value
+    for f in placed:
+        if f.depth == 0:
+            continue
+        parents = [p for p in placed if p.depth == f.depth - 1]
+        assert any(p.start <= f.start and f.start + f.value <= p.start + p.value for p in parents)
+
+
+def test_svg_widths_are_proportional_and_sum_per_level() -> None:
+    width = 1000
+    fs = frames(render_svg(LINES, width=width))
+    plot_w = width - 2 * PAD
+    root = next(f for f in fs if f["depth"] == 0)
+    assert root["name"] == "all" and root["width"] == pytest.approx(plot_w)
+    for f in fs:
+        assert f["width"] == pytest.approx(plot_w * f["value"] / 1000, abs=1e-3)
+        assert f["x"] == pytest.approx(PAD + plot_w * f["start"] / 1000, abs=1e-3)
+    # Depth 1 holds everything; leaves of GPU kernels add up to what was put in.
+    assert sum(f["value"] for f in fs if f["depth"] == 1) == 1000
+    gemm = sum(f["value"] for f in fs if f["name"] == "[GPU_Kernel]gemm")
+    assert gemm == 850
+
+
+def test_names_are_escaped() -> None:
+    nasty = 'std::vector<int>& operator"<<"'
+    svg = render_svg([(f"main;{nasty};leaf<&>", 10.0)], width=2000)
+    names = {f["name"] for f in frames(svg)}
+    assert nasty in names and "leaf<&>" in names
+    assert "<int>" not in svg  # only as &lt;int&gt;
+
+
+def test_narrow_frames_are_elided_and_said_so() -> None:
+    lines = [("main;big", 1_000_000.0), ("main;tiny", 1.0)]
+    svg = render_svg(lines, width=1000, min_width=0.1)
+    names = {f["name"] for f in frames(svg)}
+    assert "tiny" not in names and "big" in names
+    # The elided weight still counts in its parent, and the SVG says a frame is missing.
+    main = next(f for f in frames(svg) if f["name"] == "main")
+    assert main["value"] == 1_000_001.0
+    assert "1 frame narrower than 0.1 px not drawn" in svg
+    assert "tiny" in {f["name"] for f in frames(render_svg(lines, width=1000, min_width=0))}
+
+
+def test_labels_fit_their_frame() -> None:
+    assert fit_label("forward", 500) == "forward"
+    # 60 px hold 8 characters of 7.08 px: 6 of the name and the '..' mark.
+    assert fit_label("a_rather_long_function_name", 60) == "a_rath.."
+    assert fit_label("forward", 10) == ""
+
+
+def test_bad_graph_id_is_refused() -> None:
+    with pytest.raises(ValueError):
+        render_svg(LINES, graph_id="x');alert(1);('")
+
+
+def test_flamegraph_cli_gpu_total_is_kernel_time(example_trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gpu.svg"
+    proc = run_cli("flamegraph", example_trace, "-o", out, "--mode", "gpu")
+    assert proc.returncode == 0, proc.stderr
+    fs = frames(out.read_text())
+    with open_trace(example_trace) as t:
+        kernel_ns = t.scalar("select sum(dur) from slice where category = 'kernel'")
+        gpu_ns = t.scalar(
+            "select sum(dur) from slice where category in ('kernel', 'memcpy', 'memset')"
+        )
+    drawn_kernels = sum(f["value"] for f in fs if f["name"].startswith("[GPU_Kernel]"))
+    assert drawn_kernels == pytest.approx(kernel_ns, rel=1e-3)
+    assert next(f for f in fs if f["depth"] == 0)["value"] == gpu_ns
+    assert "gpu.svg: " in proc.stderr
+
+
+def test_flamegraph_cli_errors_are_one_line(example_trace: Path, tmp_path: Path) -> None:
+    cases = (
+        (("flamegraph", tmp_path / "none.perfetto-trace", "-o", tmp_path / "a.svg"), "no such"),
+        # A converted Kineto trace has no CPU samples.
+        (("flamegraph", example_trace, "-o", tmp_path / "b.svg", "--mode", "cpu"), "nothing"),
+        (("flamegraph", example_trace, "-o", tmp_path / "c.svg", "--width", "5"), "--width"),
+    )
+    for args, message in cases:
+        proc = run_cli(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.svg*"))
