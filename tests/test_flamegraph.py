@@ -106,7 +106,7 @@ def test_names_are_escaped() -> None:
     assert "<int>" not in svg  # only as &lt;int&gt;
 
 
-def test_narrow_frames_are_elided_and_said_so() -> None:
+def test_narrow_cpu_frames_are_elided_and_said_so() -> None:
     lines = [("main;big", 1_000_000.0), ("main;tiny", 1.0)]
     svg = render_svg(lines, width=1000, min_width=0.1)
     names = {f["name"] for f in frames(svg)}
@@ -114,8 +114,20 @@ def test_narrow_frames_are_elided_and_said_so() -> None:
     # The elided weight still counts in its parent, and the SVG says a frame is missing.
     main = next(f for f in frames(svg) if f["name"] == "main")
     assert main["value"] == 1_000_001.0
-    assert "1 frame narrower than 0.1 px not drawn" in svg
+    assert "1 CPU frame narrower than 0.1 px not drawn" in svg
     assert "tiny" in {f["name"] for f in frames(render_svg(lines, width=1000, min_width=0))}
+
+
+def test_narrow_gpu_frames_are_always_drawn() -> None:
+    lines = [
+        ("main;cpu_work", 10_000_000.0),
+        ("main;launch;cudaLaunchKernel;[GPU_Kernel]short", 3.0),
+        ("main;launch;cudaMemcpy;[GPU_Memcpy]copy", 2.0),
+    ]
+    fs = frames(render_svg(lines, width=1000, min_width=0.1))
+    names = {f["name"] for f in fs}
+    assert {"launch", "cudaLaunchKernel", "[GPU_Kernel]short", "[GPU_Memcpy]copy"} <= names
+    assert sum(f["value"] for f in fs if f["name"].startswith("[GPU_")) == 5.0
 
 
 def test_labels_fit_their_frame() -> None:

@@ -3,8 +3,11 @@
 No maintained Python package renders flamegraph SVGs (flamegraph.pl and inferno are Perl
 and Rust tools; the PyPI packages found are profilers that emit folded text), so this is a
 small renderer in flamegraph.pl's layout: root at the bottom, children sorted by name,
-widths proportional to weight, frames narrower than `min_width` px not drawn (their weight
-stays in their parents).  Every frame is a `<g class="fg-f">` carrying its weight and its
+widths proportional to weight, CPU frames narrower than `min_width` px not drawn (their
+weight stays in their parents).  Frames on the way to a GPU op are always drawn, however
+narrow: next to seconds of CPU samples a kernel is a sliver, yet it is what the graph is
+for, the GPU side is small (one stack per launch context and op name), and zooming in
+shows it.  Every frame is a `<g class="fg-f">` carrying its weight and its
 offset from the left in the stack's unit (`data-v`, `data-s`), its depth (`data-d`) and a
 `<title>` "name\\nweight, pct" tooltip; the inline script zooms on click, resets, searches
 (regular expression, matched share shown) and shows the frame under the mouse.  The same
@@ -31,11 +34,15 @@ MIN_LABEL_CHARS = 4
 _GRAPH_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
+GPU_OP_PREFIX = "[GPU_"  # folded.py's leaf frames: [GPU_Kernel], [GPU_Memcpy], [GPU_Memset]
+
+
 @dataclass
 class Frame:
     name: str
     value: float = 0.0
     children: dict[str, Frame] = field(default_factory=dict)
+    gpu: bool = False  # a GPU op is at or under this frame: never elided
 
     def child(self, name: str) -> Frame:
         node = self.children.get(name)
@@ -50,11 +57,15 @@ def build_tree(lines: Iterable[tuple[str, float]], root_name: str = "all") -> Fr
     for stack, weight in lines:
         if weight <= 0:
             continue
+        names = stack.split(";")
+        gpu = names[-1].startswith(GPU_OP_PREFIX)
         root.value += weight
+        root.gpu |= gpu
         node = root
-        for name in stack.split(";"):
+        for name in names:
             node = node.child(name.replace("\n", " "))
             node.value += weight
+            node.gpu |= gpu
     return root
 
 
@@ -67,7 +78,8 @@ class PlacedFrame:
 
 
 def layout(root: Frame, min_value: float) -> tuple[list[PlacedFrame], int]:
-    """Frames in drawing order (parents first) and how many were too narrow to draw."""
+    """Frames in drawing order (parents first) and how many CPU frames were too narrow to
+    draw (GPU frames are always drawn)."""
     placed: list[PlacedFrame] = []
     elided = 0
     stack: list[tuple[Frame, float, int]] = [(root, 0.0, 0)]
@@ -78,7 +90,7 @@ def layout(root: Frame, min_value: float) -> tuple[list[PlacedFrame], int]:
         children = []
         for name in sorted(node.children):
             child = node.children[name]
-            if child.value >= min_value:
+            if child.value >= min_value or child.gpu:
                 children.append((child, offset, depth + 1))
             else:
                 elided += 1
@@ -132,7 +144,8 @@ def render_svg(
     height = HEADER + (depth + 1) * FRAME_HEIGHT + FOOTER + PAD
     if elided:
         subtitle = (subtitle + "; " if subtitle else "") + (
-            f"{elided} frame{'s' if elided != 1 else ''} narrower than {min_width:g} px not drawn"
+            f"{elided} CPU frame{'s' if elided != 1 else ''} narrower than {min_width:g} px "
+            "not drawn"
         )
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" id="{graph_id}" '
