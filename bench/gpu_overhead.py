@@ -46,6 +46,16 @@ XPU_MODES = {  # mode -> injection environment
     "xpu_callbacks_only": {"XPU_PERF_KINDS": "none"},
     "xpu_no_sync_records": {"XPU_PERF_KINDS": "kernel,memcpy,memset,marker"},
     "xpu_hw_trace": {"XPU_PERF_HW_TRACE": "1"},
+    # where CUPTI's own cost ends: no periodic cuptiActivityFlushAll, CUPTI's own clock,
+    # buffers freed unread (the last two break the trace; measurement only)
+    "xpu_no_periodic_flush": {"XPU_PERF_FLUSH_MS": "600000"},
+    "xpu_cupti_clock": {"XPU_PERF_TS_CALLBACK": "0"},
+    "cupti_activity_unparsed": {"XPU_PERF_CALLBACKS": "0", "XPU_PERF_PARSE": "0"},
+    "cupti_kernels_unparsed": {
+        "XPU_PERF_CALLBACKS": "0",
+        "XPU_PERF_PARSE": "0",
+        "XPU_PERF_KINDS": "kernel",
+    },
 }
 TORCH_MODES = ("torch_profiler", "torch_profiler_stack")
 MODE_SETS = {
@@ -62,6 +72,19 @@ MODE_SETS = {
     },
     # what each knob costs
     "knobs": {"launch_bound": ("baseline", *XPU_MODES)},
+    # CUPTI's own floor against ours, launch-bound only
+    "floor": {
+        "launch_bound": (
+            "baseline",
+            "xpu_perf",
+            "xpu_no_periodic_flush",
+            "xpu_cupti_clock",
+            "cupti_activity_unparsed",
+            "cupti_kernels_unparsed",
+            "xpu_callbacks_only",
+            "torch_profiler",
+        )
+    },
 }
 
 

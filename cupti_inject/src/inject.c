@@ -12,6 +12,9 @@
  *   XPU_PERF_KINDS       comma list of kernel,memcpy,memset,sync,marker (default all)
  *   XPU_PERF_NESTED_DRIVER 0: skip driver callbacks nested in runtime calls (default 1)
  *   XPU_PERF_FLUSH_MS, XPU_PERF_QUEUE_KB: see stream.c
+ * Overhead-measurement knobs only (bench/gpu_overhead.py; they break the trace):
+ *   XPU_PERF_CALLBACKS=0 (activity only), XPU_PERF_TS_CALLBACK=0 (CUPTI's own timestamps, not
+ *   CLOCK_MONOTONIC), XPU_PERF_PARSE=0 (activity buffers freed unread)
  */
 #define _GNU_SOURCE
 #include <cupti.h>
@@ -376,9 +379,12 @@ static void emit_activity_batches(void) {
     xp_emit_MARKER(marker_batch);
 }
 
+static int parse_activity = 1;
+
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                                       size_t size, size_t valid) {
     (void)size;
+    if (!parse_activity) valid = 0;
     pthread_mutex_lock(&activity_lock);
     activity_buffers++;
     CUpti_Activity *rec = NULL;
@@ -657,7 +663,9 @@ EXPORT int InitializeInjection(void) {
     xp_modules_self_range((const void *)&on_callback, &self_lo, &self_hi);
     if (want_python) xp_py_init();
 
-    CHECK(cuptiActivityRegisterTimestampCallback(timestamp_callback));
+    parse_activity = env_flag("XPU_PERF_PARSE", 1);
+    if (env_flag("XPU_PERF_TS_CALLBACK", 1))
+        CHECK(cuptiActivityRegisterTimestampCallback(timestamp_callback));
     CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
     CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     if (env_flag("XPU_PERF_HW_TRACE", 0)) {
