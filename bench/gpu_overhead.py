@@ -57,6 +57,13 @@ XPU_MODES = {  # mode -> injection environment
         "XPU_PERF_KINDS": "kernel",
     },
 }
+# CUPTI alone (no callbacks, buffers unread) with kernels plus one more activity kind each.
+for _kind in ("sync", "memcpy", "memset", "marker"):
+    XPU_MODES[f"cupti_kernels_{_kind}_unparsed"] = {
+        "XPU_PERF_CALLBACKS": "0",
+        "XPU_PERF_PARSE": "0",
+        "XPU_PERF_KINDS": f"kernel,{_kind}",
+    }
 TORCH_MODES = ("torch_profiler", "torch_profiler_stack")
 MODE_SETS = {
     # the headline numbers: xpu-perf against the baseline and torch.profiler
@@ -83,6 +90,14 @@ MODE_SETS = {
             "cupti_kernels_unparsed",
             "xpu_callbacks_only",
             "torch_profiler",
+        )
+    },
+    # which activity kind costs what (CUPTI alone), launch-bound only
+    "kinds": {
+        "launch_bound": (
+            "baseline",
+            "cupti_kernels_unparsed",
+            *(f"cupti_kernels_{k}_unparsed" for k in ("sync", "memcpy", "memset", "marker")),
         )
     },
 }
