@@ -46,6 +46,7 @@ XPU_MODES = {  # mode -> injection environment
     "xpu_callbacks_only": {"XPU_PERF_KINDS": "none"},
     "xpu_no_sync_records": {"XPU_PERF_KINDS": "kernel,memcpy,memset,marker"},
     "xpu_hw_trace": {"XPU_PERF_HW_TRACE": "1"},
+    "xpu_sync_activity": {"XPU_PERF_SYNC_ACTIVITY": "1"},  # sync from CUPTI's records
     # where CUPTI's own cost ends: no periodic cuptiActivityFlushAll, CUPTI's own clock,
     # buffers freed unread (the last two break the trace; measurement only)
     "xpu_no_periodic_flush": {"XPU_PERF_FLUSH_MS": "600000"},
@@ -71,8 +72,8 @@ MODE_SETS = {
         "launch_bound": (
             "baseline",
             "xpu_perf",
-            "xpu_no_sync_records",
-            "xpu_hw_trace",
+            "xpu_sync_activity",
+            "xpu_no_stacks",
             *TORCH_MODES,
         ),
         "compute_bound": ("baseline", "xpu_perf"),
@@ -129,7 +130,13 @@ def run_mode(workload: str, mode: str, library: Path) -> dict[str, float]:
     streams = None
     if mode in XPU_MODES:
         streams = tempfile.mkdtemp(prefix="xpu-bench-")
-        env.update(CUDA_INJECTION64_PATH=str(library), XPU_PERF_OUT_DIR=streams, **XPU_MODES[mode])
+        # What `record` sets (collector.commands.record.CuptiRecording.target_env).
+        env.update(
+            CUDA_INJECTION64_PATH=str(library),
+            NVTX_INJECTION64_PATH=str(library),
+            XPU_PERF_OUT_DIR=streams,
+            **XPU_MODES[mode],
+        )
     elif mode in TORCH_MODES:
         profiler = mode
     cmd = [sys.executable, __file__, "child", workload, str(steps), str(warmup), profiler]
@@ -196,10 +203,19 @@ def bench(out: Path, rounds: int, mode_set: str) -> dict:
     return result
 
 
+# verify runs: trace name -> (workload, extra environment).  multi_stream is recorded a second
+# time with sync ops from CUPTI's SYNCHRONIZATION records, to compare with the callbacks' ones.
+VERIFY_RUNS = {
+    **{w: (w, {}) for w in WORKLOADS},
+    "multi_stream_sync_activity": ("multi_stream", {"XPU_PERF_SYNC_ACTIVITY": "1"}),
+}
+
+
 def verify(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for workload, (steps, warmup) in WORKLOADS.items():
-        trace = out / f"{workload}.perfetto-trace"
+    for name, (workload, extra_env) in VERIFY_RUNS.items():
+        steps, warmup = WORKLOADS[workload]
+        trace = out / f"{name}.perfetto-trace"
         cmd = [
             sys.executable,
             "-m",
@@ -216,11 +232,12 @@ def verify(out: Path) -> None:
             "--warmup",
             str(warmup),
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=400)
+        env = dict(os.environ, **extra_env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=400)
         print(proc.stdout.strip())
         print(proc.stderr.strip()[-3000:])
         size = trace.stat().st_size if trace.exists() else 0
-        print(f"verify {workload}: rc={proc.returncode} trace={size} B", flush=True)
+        print(f"verify {name}: rc={proc.returncode} trace={size} B", flush=True)
 
 
 def _metadata(t, key: str) -> int:
@@ -274,6 +291,15 @@ def check(directory: Path) -> dict:
             f["python_frames"] = t.scalar(
                 "select count(*) from stack_profile_frame where name like '%.py:%'"
             )
+            f["nvtx_slices"] = t.scalar("select count(*) from slice where category = 'nvtx'")
+            # Sync ops per (type name, track name): compared between the two multi_stream runs.
+            f["syncs"] = {
+                f"{r['name']}@{r['track']}": r["n"]
+                for r in t.query(
+                    "select s.name, t.name as track, count(*) n from slice s "
+                    "join track t on s.track_id = t.id where s.category = 'sync' group by 1, 2"
+                )
+            }
             f["stats_errors"] = t.scalar(
                 "select count(*) from stats where severity in ('error','data_loss') and value > 0"
             )
@@ -294,6 +320,16 @@ def check(directory: Path) -> dict:
             )
             facts[trace.name.removesuffix(".perfetto-trace")] = f
             print(trace.name, json.dumps(f))
+    if "multi_stream" in facts:
+        # NVTX ranges arrive as CUPTI MARKER records (MARKER is enabled at the first NVTX call).
+        steps, warmup = WORKLOADS["multi_stream"]
+        facts["multi_stream"]["ok"] &= facts["multi_stream"]["nvtx_slices"] >= steps + warmup
+    if "multi_stream" in facts and "multi_stream_sync_activity" in facts:
+        ours, cuptis = facts["multi_stream"]["syncs"], facts["multi_stream_sync_activity"]["syncs"]
+        same = ours == cuptis
+        facts["multi_stream"]["syncs_match_cupti_sync_records"] = same
+        facts["multi_stream"]["ok"] &= same
+        print("sync ops from callbacks:", ours, "\nfrom CUPTI SYNCHRONIZATION:", cuptis)
     return facts
 
 

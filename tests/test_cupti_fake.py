@@ -1,6 +1,6 @@
 """CUPTI injection end to end without a GPU: the real injection library, transport and
 collector against a fake libcupti (tests/fake_cupti) that replays scripted API callbacks and
-activity buffers — runtime and driver-only launches, a CUDA graph, copies, a memset, a sync,
+activity buffers — runtime and driver-only launches, a CUDA graph, copies, a memset, syncs,
 an untraced API, dropped records, many small buffers, a second thread and a forked child —
 into a Perfetto trace read back with trace_processor."""
 
@@ -92,7 +92,7 @@ def test_exit_code_passes_through_and_summary_printed(app_trace) -> None:
     _, proc = app_trace
     assert proc.returncode == 3, proc.stderr
     assert "dropped: cupti=3 transport=0" in proc.stderr
-    assert f"gpu ops without api call: 0 of {PARENT_KERNELS + CHILD_KERNELS + 4}" in proc.stderr
+    assert f"gpu ops without api call: 0 of {PARENT_KERNELS + CHILD_KERNELS + 5}" in proc.stderr
 
 
 def test_every_kernel_lands_with_a_flow_from_its_api_call(app_trace) -> None:
@@ -104,7 +104,14 @@ def test_every_kernel_lands_with_a_flow_from_its_api_call(app_trace) -> None:
         )
         assert t.scalar("select count(*) from slice where category = 'memcpy'") == 1
         assert t.scalar("select count(*) from slice where category = 'memset'") == 1
-        assert t.scalar("select count(*) from slice where category = 'sync'") == 2
+        # Parent: device sync + stream sync; child: device sync.  All three come from the
+        # API callbacks (the fake's SYNCHRONIZATION record is ignored: that kind is not on).
+        assert t.scalar("select count(*) from slice where category = 'sync'") == 3
+        stream_sync = t.query(
+            "select s.name, t.name as track, s.dur from slice s join track t on s.track_id = t.id "
+            "where s.category = 'sync' and s.name glob '*tream*'"
+        )
+        assert [(r["track"], r["dur"] >= 2000) for r in stream_sync] == [("Stream 7", True)]
         no_flow = t.scalar(
             f"select count(*) from slice g where g.category in {GPU_CATS} "
             "and not exists (select 1 from flow f where f.slice_in = g.id)"
@@ -151,8 +158,10 @@ def test_threads_and_forked_child_have_their_own_tracks(app_trace) -> None:
         pids = {r["pid"] for r in per_thread}
         assert len(pids) == 2
         counts = sorted(r["n"] for r in per_thread)
-        # child: 10 launches + sync; worker: LAUNCHES; main: the rest.
-        assert counts == sorted([CHILD_KERNELS + 1, LAUNCHES, LAUNCHES + 10 + 1 + 1 + 1 + 1 + 5])
+        # child: 10 launches + sync; worker: LAUNCHES; main: the rest (2 syncs).
+        assert counts == sorted(
+            [CHILD_KERNELS + 1, LAUNCHES, LAUNCHES + 10 + 1 + 1 + 1 + 1 + 1 + 5]
+        )
         child_kernels = t.scalar("select count(*) from slice where name = 'child_kernel'")
         assert child_kernels == CHILD_KERNELS
         # The child's stream names its API calls too (names are per stream).

@@ -4,7 +4,8 @@ Per step: the copy stream moves pinned and pageable host buffers to the device; 
 compute stream memsets and fills scratch, waits on the copies' event, runs a few kernels
 and a device-to-device copy; the default stream waits on the compute stream, runs a kernel,
 and copies results back to pinned (async) and pageable (blocking) host memory.  This
-exercises every memcpy kind, memsets and stream-wait events in one short step.
+exercises every memcpy kind, memsets and stream-wait events in one short step, inside an
+NVTX range.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def make_step(device: str = "cuda") -> Step:
     compute_done = torch.cuda.Event()
 
     def step() -> None:
+        # NVTX: a range around the step and a mark at its end (CUPTI MARKER records).
+        torch.cuda.nvtx.range_push("multi_stream_step")
         with record_function("h2d"), torch.cuda.stream(copy_stream):
             copied_pinned.copy_(host_pinned_in, non_blocking=True)
             # Pageable source: the driver stages it, so this is host-synchronous.
@@ -57,6 +60,8 @@ def make_step(device: str = "cuda") -> Step:
             result = scratch_copy * 0.5
             host_pinned_out.copy_(result, non_blocking=True)
             result[:4096].cpu()  # pageable destination: blocks until the stream drains
+        torch.cuda.nvtx.mark("multi_stream_step_end")
+        torch.cuda.nvtx.range_pop()
 
     return step
 

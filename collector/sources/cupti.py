@@ -204,7 +204,6 @@ class CuptiSource:
         gpu_ops.extend(self._syncs(stream, link))
         counts["gpu_ops"] += len(gpu_ops)
         counts["gpu_ops_with_flow"] += sum(1 for op in gpu_ops if op.terminating_flow_ids)
-        yield from gpu_ops
 
         stacks = self._stacks(stream, strings)
         if api.rows:
@@ -231,6 +230,10 @@ class CuptiSource:
                     launch_stack=stack,
                 )
         counts["records_api"] += api.rows
+        # GPU ops after the API calls that caused them: a sync op starts at its API call's own
+        # timestamp, and trace_processor keeps same-timestamp packets of a sequence in order,
+        # so the flow must begin (API slice) before it ends (GPU op).
+        yield from gpu_ops
         yield from self._markers(stream, strings, pid)
 
     # -- tables -----------------------------------------------------------------------------

@@ -14,7 +14,8 @@
  *   XPU_PERF_FLUSH_MS, XPU_PERF_QUEUE_KB: see stream.c
  * Overhead-measurement knobs only (bench/gpu_overhead.py; they break the trace):
  *   XPU_PERF_CALLBACKS=0 (activity only), XPU_PERF_TS_CALLBACK=0 (CUPTI's own timestamps, not
- *   CLOCK_MONOTONIC), XPU_PERF_PARSE=0 (activity buffers freed unread)
+ *   CLOCK_MONOTONIC), XPU_PERF_PARSE=0 (activity buffers freed unread),
+ *   XPU_PERF_SYNC_ACTIVITY=1 (sync ops from CUPTI's SYNCHRONIZATION records, not callbacks)
  */
 #define _GNU_SOURCE
 #include <cupti.h>
@@ -52,7 +53,12 @@ EXPORT __attribute__((noinline, used)) void xpu_perf_launch_marker(uint64_t corr
 /* ---- configuration ---- */
 static int want_stacks = 1, want_python = 1, want_nested_driver = 1;
 static CUpti_SubscriberHandle subscriber;
-enum { TRACED = 1, LAUNCH = 2 };
+enum { TRACED = 1, LAUNCH = 2, SYNC_CONTEXT = 4, SYNC_STREAM = 8, SYNC_EVENT = 16, SYNC_WAIT = 32 };
+#define SYNC_ANY (SYNC_CONTEXT | SYNC_STREAM | SYNC_EVENT | SYNC_WAIT)
+/* Sync ops come from the API callbacks (start/end of the sync call, its stream), not from
+ * CUPTI's SYNCHRONIZATION activity kind: that kind alone added ~20 points of overhead to the
+ * launch-bound step on the H100 (docs/benchmarks.md) for the same facts. */
+static int sync_from_callbacks;
 static uint8_t runtime_flags[CUPTI_RUNTIME_TRACE_CBID_SIZE];
 static uint8_t driver_flags[CUPTI_DRIVER_TRACE_CBID_SIZE];
 static unsigned long self_lo, self_hi;
@@ -189,6 +195,47 @@ static uint32_t capture_stack(void) {
     return 0;
 }
 
+/* ---- sync ops from API callbacks ---- */
+/* The activity batches (filled from CUPTI's buffers, and SYNC also from API callbacks). */
+static pthread_mutex_t activity_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct xp_batch_KERNEL *kernel_batch;
+static struct xp_batch_MEMCPY *memcpy_batch;
+static struct xp_batch_MEMSET *memset_batch;
+static struct xp_batch_SYNC *sync_batch;
+static struct xp_batch_MARKER *marker_batch;
+static struct xp_batch_DEVICE *device_batch;
+#define NO_ID 0xffffffffu
+
+static void add_api_sync(const CUpti_CallbackData *cb, uint8_t flags, uint64_t start, uint64_t end) {
+    uint32_t context = NO_ID, stream = NO_ID;
+    if (cb->context) cuptiGetContextId(cb->context, &context);
+    if ((flags & (SYNC_STREAM | SYNC_WAIT)) && cb->functionParams) {
+        /* cudaStreamSynchronize / cudaStreamWaitEvent / cuStream*: the stream is the first
+         * parameter of each one's params struct. */
+        CUstream handle = *(CUstream const *)cb->functionParams;
+        uint8_t per_thread = cb->functionName && strstr(cb->functionName, "_ptsz") != NULL;
+        if (!cb->context || cuptiGetStreamIdEx(cb->context, handle, per_thread, &stream) != CUPTI_SUCCESS)
+            stream = NO_ID;
+    }
+    uint32_t type = flags & SYNC_CONTEXT ? CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE
+                  : flags & SYNC_STREAM ? CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE
+                  : flags & SYNC_EVENT  ? CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE
+                                        : CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
+    pthread_mutex_lock(&activity_lock);
+    struct xp_batch_SYNC *b = sync_batch;
+    uint32_t r = b->rows;
+    b->start[r] = start;
+    b->end[r] = end;
+    b->correlation_id[r] = cb->correlationId;
+    b->context[r] = context;
+    b->stream[r] = stream;
+    b->sync_type[r] = type;
+    b->event_id[r] = NO_ID;
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_SYNC(b);
+    records_sync++;
+    pthread_mutex_unlock(&activity_lock);
+}
+
 /* ---- API callbacks ---- */
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
                                  CUpti_CallbackId cbid, const void *data) {
@@ -240,17 +287,12 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     if (++b->rows == XP_BATCH_ROWS) xp_emit_API(b);
     pthread_mutex_unlock(&ts->lock);
     ts->n_api++;
+    uint8_t flags = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
+    if (sync_from_callbacks && (flags & SYNC_ANY)) add_api_sync(cb, flags, ts->outer_start, end);
 }
 
 /* ---- activity buffers ---- */
 #define ACTIVITY_BUFFER_SIZE (8u << 20)
-static pthread_mutex_t activity_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct xp_batch_KERNEL *kernel_batch;
-static struct xp_batch_MEMCPY *memcpy_batch;
-static struct xp_batch_MEMSET *memset_batch;
-static struct xp_batch_SYNC *sync_batch;
-static struct xp_batch_MARKER *marker_batch;
-static struct xp_batch_DEVICE *device_batch;
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     *buffer = aligned_alloc(8, ACTIVITY_BUFFER_SIZE);
@@ -600,6 +642,17 @@ static void emit_api_names(void) {
     free(names);
 }
 
+static uint8_t sync_flags(const char *name) {
+    static const char *const context[] = {"cudaDeviceSynchronize", "cuCtxSynchronize", NULL};
+    static const char *const stream[] = {"cudaStreamSynchronize", "cuStreamSynchronize", NULL};
+    static const char *const event[] = {"cudaEventSynchronize", "cuEventSynchronize", NULL};
+    static const char *const wait[] = {"cudaStreamWaitEvent", "cuStreamWaitEvent", NULL};
+    return name_has_prefix(name, context) ? SYNC_CONTEXT
+         : name_has_prefix(name, stream)  ? SYNC_STREAM
+         : name_has_prefix(name, event)   ? SYNC_EVENT
+         : name_has_prefix(name, wait)    ? SYNC_WAIT : 0;
+}
+
 static void enable_domain(CUpti_CallbackDomain domain, int size, uint8_t *flags,
                           const char *const *traced) {
     for (int cbid = 1; cbid < size && n_api_names < MAX_API_NAMES; cbid++) {
@@ -607,11 +660,20 @@ static void enable_domain(CUpti_CallbackDomain domain, int size, uint8_t *flags,
         if (cuptiGetCallbackName(domain, (uint32_t)cbid, &name) != CUPTI_SUCCESS || !name) continue;
         if (!name_has_prefix(name, traced)) continue;
         if (cuptiEnableCallback(1, subscriber, domain, (CUpti_CallbackId)cbid) != CUPTI_SUCCESS) continue;
-        flags[cbid] = TRACED | (name_has_prefix(name, launch_prefixes) ? LAUNCH : 0);
+        flags[cbid] = TRACED | (name_has_prefix(name, launch_prefixes) ? LAUNCH : 0) | sync_flags(name);
         api_names[n_api_names].api_id = ((uint32_t)domain << 16) | (uint32_t)cbid;
         api_names[n_api_names].name = name;
         n_api_names++;
     }
+}
+
+static int kind_wanted(const char *kind);
+
+/* MARKER activity: on once both CUPTI is set up and the process has used NVTX. */
+static _Atomic int nvtx_used, cupti_ready, markers_enabled;
+static void enable_markers_once(void) {
+    if (!getenv("XPU_PERF_OUT_DIR") || !kind_wanted("marker")) return;
+    if (!atomic_exchange(&markers_enabled, 1)) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER);
 }
 
 static int env_flag(const char *name, int dflt) {
@@ -681,10 +743,15 @@ EXPORT int InitializeInjection(void) {
         CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2));
     }
     if (kind_wanted("memset")) CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
-    if (kind_wanted("sync")) CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION));
-    if (kind_wanted("marker")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER); /* needs NVTX injection */
+    int callbacks = env_flag("XPU_PERF_CALLBACKS", 1);
+    if (kind_wanted("sync")) {
+        if (callbacks && !env_flag("XPU_PERF_SYNC_ACTIVITY", 0)) sync_from_callbacks = 1;
+        else CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION));
+    }
+    cupti_ready = 1;
+    if (nvtx_used) enable_markers_once();
 
-    if (env_flag("XPU_PERF_CALLBACKS", 1)) { /* 0: activity only (overhead measurements) */
+    if (callbacks) { /* 0: activity only (overhead measurements) */
         CHECK(cuptiSubscribe(&subscriber, on_callback, NULL));
         enable_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_flags, runtime_traced);
         enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_flags, driver_traced);
@@ -701,12 +768,17 @@ EXPORT int InitializeInjection(void) {
 }
 
 /* NVTX_INJECTION64_PATH points here: hand NVTX to the libcupti this library is linked with,
- * so NVTX ranges and markers become CUPTI MARKER records. */
+ * so NVTX ranges and markers become CUPTI MARKER records.  NVTX calls this at the process's
+ * first NVTX call, so the MARKER activity kind is turned on only in processes that use NVTX:
+ * enabled up front it cost ~5% on the launch-bound step, which has no NVTX ranges. */
 EXPORT int InitializeInjectionNvtx2(const void *get_export_table) {
     Dl_info info;
     if (!dladdr((const void *)&cuptiSubscribe, &info) || !info.dli_fname) return 0;
     void *cupti = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
     if (!cupti) return 0;
     int (*init)(const void *) = (int (*)(const void *))dlsym(cupti, "InitializeInjectionNvtx2");
-    return init ? init(get_export_table) : 0;
+    int ok = init ? init(get_export_table) : 0;
+    nvtx_used = 1;
+    if (cupti_ready) enable_markers_once();
+    return ok;
 }

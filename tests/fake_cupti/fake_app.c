@@ -19,6 +19,7 @@ extern uint32_t fake_graph_launch(uint32_t graph_id, int kernels, uint32_t strea
 extern uint32_t fake_memcpy_h2d(uint64_t bytes, uint32_t stream);
 extern uint32_t fake_memset(uint64_t bytes, uint32_t value, uint32_t stream);
 extern uint32_t fake_device_synchronize(void);
+extern uint32_t fake_stream_synchronize(uint32_t stream);
 extern void fake_get_device(void);
 extern void fake_set_dropped(size_t n);
 extern int cuptiActivityFlushAll(uint32_t flag);
@@ -61,6 +62,7 @@ int main(int argc, char **argv) {
     fake_get_device();
     fake_set_dropped(3);
     fake_device_synchronize();
+    fake_stream_synchronize(7);
     pthread_join(t, NULL);
     cuptiActivityFlushAll(0);
 

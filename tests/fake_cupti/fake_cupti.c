@@ -114,6 +114,7 @@ static const char *runtime_name(uint32_t cbid) {
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: return "cudaMemcpyAsync";
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020: return "cudaMemsetAsync";
     case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020: return "cudaDeviceSynchronize";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020: return "cudaStreamSynchronize";
     case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000: return "cudaGraphLaunch";
     case CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020: return "cudaGetDevice";
     default: return NULL;
@@ -124,6 +125,7 @@ static const char *driver_name(uint32_t cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: return "cuLaunchKernel";
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2: return "cuMemcpyHtoDAsync_v2";
     case CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice: return "cuCtxGetDevice";
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize: return "cuStreamSynchronize";
     default: return NULL;
     }
 }
@@ -209,6 +211,11 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
 }
 
 /* ---- fake CUDA: what a test program calls ---- */
+/* The current API call's parameter struct (what CUpti_CallbackData.functionParams points to). */
+static _Thread_local const void *call_params;
+#define FAKE_CONTEXT ((CUcontext)(uintptr_t)0xc0de)
+#define FAKE_STREAM_HANDLE(id) ((CUstream)(uintptr_t)(0x5000 + (id)))
+
 static void run_callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCallbackSite site,
                          uint32_t correlation, uint64_t *correlation_data) {
     uint8_t on = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? enabled_runtime[cbid] : enabled_driver[cbid];
@@ -219,6 +226,9 @@ static void run_callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCa
     data.functionName = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_name(cbid) : driver_name(cbid);
     data.correlationId = correlation;
     data.correlationData = correlation_data;
+    data.functionParams = call_params;
+    data.context = FAKE_CONTEXT;
+    data.contextUid = 1;
     subscriber_cb(subscriber_data, domain, cbid, &data);
 }
 
@@ -349,6 +359,31 @@ EXPORT uint32_t fake_device_synchronize(void) {
     r.sync.streamId = 0xffffffffu;
     queue_record(&r);
     return c;
+}
+
+/* cudaStreamSynchronize(stream): no SYNCHRONIZATION record is needed when the injection
+ * library derives sync ops from its API callbacks (it asks for the stream id below). */
+EXPORT uint32_t fake_stream_synchronize(uint32_t stream) {
+    struct { CUstream stream; } params = {FAKE_STREAM_HANDLE(stream)}; /* as CUDA's params struct */
+    call_params = &params;
+    uint32_t c = api_call(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
+                          CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize, 2000);
+    call_params = NULL;
+    return c;
+}
+
+EXPORT CUptiResult cuptiGetStreamIdEx(CUcontext ctx, CUstream stream, uint8_t per_thread,
+                                      uint32_t *id) {
+    (void)per_thread;
+    if (ctx != FAKE_CONTEXT || (uintptr_t)stream < 0x5000) return CUPTI_ERROR_INVALID_PARAMETER;
+    *id = (uint32_t)((uintptr_t)stream - 0x5000);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiGetContextId(CUcontext ctx, uint32_t *id) {
+    if (ctx != FAKE_CONTEXT) return CUPTI_ERROR_INVALID_PARAMETER;
+    *id = 1;
+    return CUPTI_SUCCESS;
 }
 
 /* An API that cupti_inject must not trace. */
