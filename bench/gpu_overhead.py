@@ -47,6 +47,7 @@ XPU_MODES = {  # mode -> injection environment
     "xpu_no_sync_records": {"XPU_PERF_KINDS": "kernel,memcpy,memset,marker"},
     "xpu_hw_trace": {"XPU_PERF_HW_TRACE": "1"},
     "xpu_sync_activity": {"XPU_PERF_SYNC_ACTIVITY": "1"},  # sync from CUPTI's records
+    "xpu_backtrace": {"XPU_PERF_BACKTRACE": "1"},  # glibc backtrace() for launch stacks
     # where CUPTI's own cost ends: no periodic cuptiActivityFlushAll, CUPTI's own clock,
     # buffers freed unread (the last two break the trace; measurement only)
     "xpu_no_periodic_flush": {"XPU_PERF_FLUSH_MS": "600000"},
@@ -91,6 +92,17 @@ MODE_SETS = {
             "cupti_kernels_unparsed",
             "xpu_callbacks_only",
             "torch_profiler",
+        )
+    },
+    # launch-stack unwinders and knobs, launch-bound only
+    "stacks": {
+        "launch_bound": (
+            "baseline",
+            "xpu_perf",
+            "xpu_backtrace",
+            "xpu_no_python",
+            "xpu_no_stacks",
+            "xpu_callbacks_only",
         )
     },
     # which activity kind costs what (CUPTI alone), launch-bound only
@@ -193,7 +205,8 @@ def bench(out: Path, rounds: int, mode_set: str) -> dict:
                 if m != "baseline"
             },
         }
-        result[workload]["overhead_pct"] = result[workload]["xpu_perf_overhead_pct"]
+        if "xpu_perf" in med:  # mode sets without it (e.g. "kinds") have no headline number
+            result[workload]["overhead_pct"] = result[workload]["xpu_perf_overhead_pct"]
         if "torch_profiler" in med:
             result[workload]["torch_profiler_overhead_pct"] = result[workload][
                 "torch_profiler_overhead_pct"

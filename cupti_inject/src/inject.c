@@ -15,11 +15,13 @@
  * Overhead-measurement knobs only (bench/gpu_overhead.py; they break the trace):
  *   XPU_PERF_CALLBACKS=0 (activity only), XPU_PERF_TS_CALLBACK=0 (CUPTI's own timestamps, not
  *   CLOCK_MONOTONIC), XPU_PERF_PARSE=0 (activity buffers freed unread),
- *   XPU_PERF_SYNC_ACTIVITY=1 (sync ops from CUPTI's SYNCHRONIZATION records, not callbacks)
+ *   XPU_PERF_SYNC_ACTIVITY=1 (sync ops from CUPTI's SYNCHRONIZATION records, not callbacks),
+ *   XPU_PERF_BACKTRACE=1 (launch stacks by glibc backtrace(), not the cached CFI unwinder)
  */
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -51,7 +53,7 @@ EXPORT __attribute__((noinline, used)) void xpu_perf_launch_marker(uint64_t corr
 }
 
 /* ---- configuration ---- */
-static int want_stacks = 1, want_python = 1, want_nested_driver = 1;
+static int want_stacks = 1, want_python = 1, want_nested_driver = 1, use_backtrace;
 static CUpti_SubscriberHandle subscriber;
 enum { TRACED = 1, LAUNCH = 2, SYNC_CONTEXT = 4, SYNC_STREAM = 8, SYNC_EVENT = 16, SYNC_WAIT = 32 };
 #define SYNC_ANY (SYNC_CONTEXT | SYNC_STREAM | SYNC_EVENT | SYNC_WAIT)
@@ -157,7 +159,14 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
 static uint32_t capture_stack(void) {
     uint64_t pcs[MAX_NATIVE];
     struct xp_pyframe_key py[MAX_PYTHON];
-    int n = xp_unwind(pcs, MAX_NATIVE);
+    int n;
+    if (use_backtrace) { /* measurement only: glibc's unwinder in place of ours */
+        void *frames[MAX_NATIVE];
+        n = backtrace(frames, MAX_NATIVE);
+        for (int i = 0; i < n; i++) pcs[i] = (uint64_t)(uintptr_t)frames[i];
+    } else {
+        n = xp_unwind(pcs, MAX_NATIVE);
+    }
     int skip = 0;
     while (skip < n && pcs[skip] >= self_lo && pcs[skip] < self_hi) skip++;
     int np = want_python ? xp_py_walk(py, MAX_PYTHON) : 0;
@@ -709,6 +718,7 @@ EXPORT int InitializeInjection(void) {
     want_stacks = env_flag("XPU_PERF_STACKS", 1);
     want_python = env_flag("XPU_PERF_PYTHON", 1);
     want_nested_driver = env_flag("XPU_PERF_NESTED_DRIVER", 1);
+    use_backtrace = env_flag("XPU_PERF_BACKTRACE", 0);
     stack_table = calloc((size_t)1 << STACK_TABLE_BITS, sizeof(uint64_t));
     stack_batch = malloc(sizeof *stack_batch);
     kernel_batch = calloc(1, sizeof *kernel_batch);
