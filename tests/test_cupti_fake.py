@@ -264,3 +264,12 @@ def test_bounded_queue_counts_transport_drops(fake: FakeCupti, tmp_path: Path) -
     kernels = sum(1 for e in events if getattr(e, "category", "") == "kernel")
     # What was not dropped is intact; nothing is counted twice.
     assert 0 < kernels < 2 * 2000 + 30
+
+
+def test_target_without_cuda_says_so(fake: FakeCupti, tmp_path: Path) -> None:
+    out = tmp_path / "nocuda.perfetto-trace"
+    proc = record(fake, out, "sh", "-c", "exit 4")
+    assert proc.returncode == 4, proc.stderr
+    assert "no GPU activity: no process of the target initialised CUDA" in proc.stderr
+    with open_trace(out) as t:
+        assert t.scalar("select count(*) from slice where category = 'kernel'") == 0

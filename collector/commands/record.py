@@ -348,6 +348,13 @@ def main(args: argparse.Namespace) -> int:
         if "cupti" in stats:
             for line in summary_lines(stats["cupti"]):
                 print(f"xpu-perf record: {line}", file=sys.stderr)
+            if not stats["cupti"].get("streams"):
+                print(
+                    "xpu-perf record: no GPU activity: no process of the target initialised "
+                    "CUDA (no GPU visible, no CUDA use, or CUDA linked statically without "
+                    "injection support); the trace has no GPU tracks",
+                    file=sys.stderr,
+                )
         if "ebpf_launch" in stats:
             launch = stats["ebpf_launch"]
             lost = {
