@@ -1,23 +1,31 @@
 """Writer and convert benchmarks: prints a table and writes bench/results/convert.json.
 
-- writer throughput: GPU ops (kernel slice + correlation/device/stream/grid args + flow)
-  per second through the one encoder, on one core; bytes per kernel in the file;
+- writer throughput: GPU ops per second through the one encoder, on one core.  A GPU op
+  is what the CUPTI source yields for a kernel: a kernel slice with an interned name, the
+  contract's args (correlation id, device, stream, grid x/y/z, block x/y/z, registers per
+  thread, shared memory) and a flow; bytes per kernel in the file;
 - the same with the API slice that launched each kernel (what `record` writes);
+- the same with deflate in a background thread (the only part that can use a 2nd core);
 - convert: size ratio vs the input JSON and vs its .json.gz, speed in MB/s of JSON.
-Each number is the median of --rounds runs.
+Each number is the median of --rounds runs.  With --baseline-rev REV the writer of that
+git revision runs too, round by round interleaved with the current one (same events,
+same core), so old and new are compared under the same noise.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import importlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -26,12 +34,26 @@ from collector import model  # noqa: E402
 from collector.sources import kineto  # noqa: E402
 from exporters.perfetto.writer import TraceWriter  # noqa: E402
 
-KERNEL_ARGS = {"grid_x": 128, "block_x": 256, "registers_per_thread": 32}
 NAMES = [f"void kernel_{i}<float, 128>(float const*, float*, int)" for i in range(50)]
 
 
+def kernel_args(i: int) -> dict[str, model.ArgValue]:
+    """The args CUPTI gives a kernel; one fresh dict per op, as the source builds them."""
+    k = i % len(NAMES)
+    return {
+        "grid_x": 128 + k,
+        "grid_y": 1 + k % 3,
+        "grid_z": 1,
+        "block_x": 256,
+        "block_y": 1,
+        "block_z": 1,
+        "registers_per_thread": 32 + k % 8,
+        "shared_memory": 4096 * (k % 4),
+    }
+
+
 def make_ops(n: int, with_api: bool) -> list[model.Event]:
-    events: list[model.Event] = []
+    events: list[model.Event] = [model.GpuDevice(0, "NVIDIA H100")]
     ts = 1_000_000_000
     for corr in range(1, n + 1):
         fid = model.flow_id(1234, corr)
@@ -56,7 +78,7 @@ def make_ops(n: int, with_api: bool) -> list[model.Event]:
                 3_000 + corr % 97,
                 NAMES[corr % len(NAMES)],
                 model.CAT_KERNEL,
-                KERNEL_ARGS,
+                kernel_args(corr),
                 correlation_id=corr,
                 terminating_flow_ids=(fid,),
             )
@@ -65,18 +87,67 @@ def make_ops(n: int, with_api: bool) -> list[model.Event]:
     return events
 
 
-def bench_writer(n: int, with_api: bool, rounds: int) -> dict[str, float]:
+def load_baseline(rev: str, into: Path) -> Any:
+    """The TraceWriter class of exporters/perfetto at git revision `rev`, as a package of
+    its own (its modules import each other, never the current ones)."""
+    package = into / "baseline_perfetto"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    listing = subprocess.run(
+        ["git", "-C", str(REPO), "ls-tree", "--name-only", rev, "exporters/perfetto/"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    for path in listing:
+        if path.endswith(".py"):
+            source = subprocess.run(
+                ["git", "-C", str(REPO), "show", f"{rev}:{path}"],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            source = source.replace("exporters.perfetto.", "baseline_perfetto.")
+            (package / Path(path).name).write_text(source)
+    sys.path.insert(0, str(into))
+    return importlib.import_module("baseline_perfetto.writer").TraceWriter
+
+
+def run_writer(writer_cls: Any, events: list[model.Event], path: Path, **kw: Any) -> float:
+    t0 = time.perf_counter()
+    with writer_cls(path, **kw) as w:
+        w.producer("bench").write_all(events)
+    return time.perf_counter() - t0
+
+
+def bench_writer(
+    n: int, with_api: bool, rounds: int, baseline: Any | None, **kw: Any
+) -> dict[str, Any]:
     events = make_ops(n, with_api)
-    rates, sizes = [], []
+    rates: dict[str, list[float]] = {"current": [], "baseline": []}
+    sizes: dict[str, list[float]] = {"current": [], "baseline": []}
+    variants = [("current", TraceWriter)] + ([("baseline", baseline)] if baseline else [])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.perfetto-trace"
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            with TraceWriter(path) as w:
-                w.producer("bench").write_all(events)
-            rates.append(n / (time.perf_counter() - t0))
-            sizes.append(path.stat().st_size / n)
-    return {"ops_per_s": statistics.median(rates), "bytes_per_kernel": statistics.median(sizes)}
+        for r in range(rounds):
+            order = variants if r % 2 == 0 else variants[::-1]
+            for label, cls in order:
+                options = kw if label == "current" else {}
+                rates[label].append(n / run_writer(cls, events, path, **options))
+                sizes[label].append(path.stat().st_size / n)
+    out: dict[str, Any] = {
+        "ops_per_s": statistics.median(rates["current"]),
+        "bytes_per_kernel": statistics.median(sizes["current"]),
+        "ops_per_s_rounds": rates["current"],
+    }
+    if baseline:
+        out["baseline_ops_per_s"] = statistics.median(rates["baseline"])
+        out["baseline_bytes_per_kernel"] = statistics.median(sizes["baseline"])
+        out["baseline_ops_per_s_rounds"] = rates["baseline"]
+        out["speedup"] = statistics.median(
+            c / b for c, b in zip(rates["current"], rates["baseline"], strict=True)
+        )
+    return out
 
 
 def bench_convert(src: Path, rounds: int) -> dict[str, float]:
@@ -115,32 +186,58 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--baseline-rev", help="also run the writer of this git revision")
+    ap.add_argument("--no-convert", action="store_true", help="writer benchmarks only")
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/convert.json")
     args = ap.parse_args()
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # "on one core"
-    result: dict[str, object] = {
-        "writer_kernels_only": bench_writer(args.ops, False, args.rounds),
-        "writer_kernel_plus_api": bench_writer(args.ops, True, args.rounds),
-        "convert": {
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[0]})  # "on one core"
+    tmp = tempfile.TemporaryDirectory()
+    baseline = load_baseline(args.baseline_rev, Path(tmp.name)) if args.baseline_rev else None
+    result: dict[str, Any] = {
+        "writer_kernels_only": bench_writer(args.ops, False, args.rounds, baseline),
+        "writer_kernel_plus_api": bench_writer(args.ops, True, args.rounds, baseline),
+    }
+    # Deflate off the encoding thread: on the one pinned core (what the target counts)...
+    result["writer_kernels_only_deflate_thread_1core"] = bench_writer(
+        args.ops, False, args.rounds, None, compress_in_thread=True
+    )
+    # ...and with a second core to run it on.
+    os.sched_setaffinity(0, set(cores[:2]))
+    result["writer_kernels_only_deflate_thread_2cores"] = bench_writer(
+        args.ops, False, args.rounds, None, compress_in_thread=True
+    )
+    os.sched_setaffinity(0, {cores[0]})
+    if not args.no_convert:
+        result["convert"] = {
             p.name: bench_convert(p, args.rounds)
             for p in sorted((REPO / "bench/data").glob("kineto_*.json.gz"))
-        },
-        "rounds": args.rounds,
-        "python": sys.version.split()[0],
-    }
-    print(f"{'writer':<28}{'ops/s':>12}{'B/kernel':>10}")
-    for key in ("writer_kernels_only", "writer_kernel_plus_api"):
-        r = result[key]  # type: ignore[index]
-        print(f"{key:<28}{r['ops_per_s']:>12,.0f}{r['bytes_per_kernel']:>10.1f}")
-    print(f"\n{'convert input':<34}{'JSON MB':>8}{'x JSON':>8}{'x gz':>7}{'MB/s':>7}{'B/kern':>8}")
-    for name, r in result["convert"].items():  # type: ignore[union-attr]
+        }
+    result.update(
+        rounds=args.rounds,
+        ops=args.ops,
+        baseline_rev=args.baseline_rev,
+        python=sys.version.split()[0],
+    )
+    print(f"{'writer':<44}{'ops/s':>12}{'B/kernel':>10}{'baseline ops/s':>16}{'speedup':>9}")
+    for key, r in result.items():
+        if not key.startswith("writer_"):
+            continue
+        base = f"{r['baseline_ops_per_s']:>16,.0f}{r['speedup']:>8.2f}x" if "speedup" in r else ""
+        print(f"{key:<44}{r['ops_per_s']:>12,.0f}{r['bytes_per_kernel']:>10.1f}{base}")
+    if "convert" in result:
         print(
-            f"{name:<34}{r['json_bytes'] / 1e6:>8.2f}{r['ratio_vs_json']:>8.1f}"
-            f"{r['ratio_vs_gz']:>7.2f}{r['mb_per_s']:>7.1f}{r['out_bytes_per_kernel']:>8.0f}"
+            f"\n{'convert input':<34}{'JSON MB':>8}{'x JSON':>8}{'x gz':>7}{'MB/s':>7}{'B/kern':>8}"
         )
+        for name, r in result["convert"].items():
+            print(
+                f"{name:<34}{r['json_bytes'] / 1e6:>8.2f}{r['ratio_vs_json']:>8.1f}"
+                f"{r['ratio_vs_gz']:>7.2f}{r['mb_per_s']:>7.1f}{r['out_bytes_per_kernel']:>8.0f}"
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"\nwrote {args.out}")
+    tmp.cleanup()
     return 0
 
 

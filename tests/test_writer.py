@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector import model
+from exporters.perfetto import writer as writer_module
 from exporters.perfetto.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 
@@ -68,6 +69,29 @@ def test_random_streams_round_trip(
 ) -> None:
     path = tmp_path / "t.perfetto-trace"
     events = _write(path, items)
+    _check_round_trip(path, events)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(items=st.lists(slice_st, min_size=1, max_size=60), window=st.sampled_from([3, 16]))
+def test_late_slices_round_trip(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    items: list[tuple[int, int, int, bool, str]],
+    window: int,
+) -> None:
+    """Slices that arrive after their reorder window (absolute timestamps, new sequences,
+    flow ends written before their starts) read back the same."""
+    monkeypatch.setattr(writer_module, "REORDER_WINDOW", window)
+    monkeypatch.setattr(writer_module, "_LATE_SLICES", 1)
+    path = tmp_path / "t.perfetto-trace"
+    events = _write(path, items)
+    _check_round_trip(path, events)
+
+
+def _check_round_trip(path: Path, events: list[model.Event]) -> None:
     with open_trace(path) as t:
         rows = t.query(
             "select name, ts, dur, category from slice where category in ('kernel', 'cuda_api')"
@@ -151,3 +175,47 @@ def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
         w.producer("x").write(model.GpuOp(0, 1, 10, 5, "k", model.CAT_KERNEL))
         raise RuntimeError("source failed")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_monotonic_clock_domain(tmp_path: Path) -> None:
+    """`record` writes CLOCK_MONOTONIC times: they land in trace time (BOOTTIME) through
+    the writer's snapshot, incremental timestamps included."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    path = tmp_path / "m.perfetto-trace"
+    snapshot = {pb.BUILTIN_CLOCK_BOOTTIME: 9_000_000, pb.BUILTIN_CLOCK_MONOTONIC: 5_000_000}
+    stack = model.Stack((model.Frame("main", "/bin/app", 0x10),))
+    with TraceWriter(path, clock_id=pb.BUILTIN_CLOCK_MONOTONIC, clock_snapshot=snapshot) as w:
+        p = w.producer("test")
+        p.write(model.GpuOp(0, 7, 6_000_000, 500, "k", model.CAT_KERNEL, correlation_id=1))
+        p.write(model.GpuOp(0, 7, 6_001_000, 700, "k", model.CAT_KERNEL, correlation_id=2))
+        p.write(model.CpuSample(PID, PID, 5_500_000, stack))
+    with open_trace(path) as t:
+        rows = t.query("select ts, dur from slice where category = 'kernel' order by ts")
+        assert [(r["ts"], r["dur"]) for r in rows] == [(10_000_000, 500), (10_001_000, 700)]
+        assert t.scalar("select ts from perf_sample") == 9_500_000
+        assert (
+            t.query("select * from stats where severity in ('error','data_loss') and value > 0")
+            == []
+        )
+
+
+def test_deflate_thread_writes_the_same_file(tmp_path: Path) -> None:
+    items = [
+        (i % 3, 1_000 + i * 997 % 50_000, i * 31 % 4_000, i % 2 == 0, "k0") for i in range(40_000)
+    ]
+    _write(tmp_path / "a.perfetto-trace", items)
+    original = writer_module.TraceWriter.__init__
+
+    def threaded(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, compress_in_thread=True, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(writer_module.TraceWriter, "__init__", threaded)
+        _write(tmp_path / "b.perfetto-trace", items)
+    a, b = ((tmp_path / n).read_bytes() for n in ("a.perfetto-trace", "b.perfetto-trace"))
+    assert a == b
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    chunks = pb.Trace.FromString(a).packet
+    assert len(chunks) > 1 and all(p.HasField("compressed_packets") for p in chunks)

@@ -51,6 +51,10 @@ _GPU_ARG_NAMES = {
     "graph id": "graph_id",
     "graph node id": "graph_node_id",
 }
+# Kineto bookkeeping that is not written: "Ev Idx" is the event's index in the profiler's
+# own event list (unique per event, meaningful nowhere else) and was 13% of a converted
+# trace.  Everything else is kept (docs/ARCHITECTURE.md, "Writer").
+DROPPED_ARGS = frozenset({"Ev Idx"})
 _GPU_LABEL = re.compile(r"^\s*(GPU \d+|stream \d+)\s*$", re.IGNORECASE)
 _FLOW_NAMESPACE_FWDBWD = 1 << 62  # keeps fwd->bwd flow ids apart from API->GPU ones
 
@@ -233,8 +237,8 @@ def scan_links(path: Path, progress: Callable[[int], None] | None = None) -> _Li
 def _gpu_args(args: dict[str, Any]) -> dict[str, model.ArgValue]:
     out: dict[str, model.ArgValue] = {}
     for key, value in args.items():
-        if key in ("device", "stream", "correlation"):
-            continue  # carried by the contract's own args
+        if key in ("device", "stream", "correlation") or key in DROPPED_ARGS:
+            continue  # carried by the contract's own args, or bookkeeping
         name = _GPU_ARG_NAMES.get(key, key)
         if key in ("grid", "block") and isinstance(value, list) and len(value) == 3:
             out[f"{name}_x"], out[f"{name}_y"], out[f"{name}_z"] = (int(v) for v in value)
@@ -250,6 +254,8 @@ def _cpu_args(args: Any) -> dict[str, model.ArgValue]:
         return {}
     out: dict[str, model.ArgValue] = {}
     for key, value in args.items():
+        if key in DROPPED_ARGS:
+            continue
         if isinstance(value, (int, float, str, bool)):
             out[key] = value
         elif value is not None:

@@ -15,48 +15,46 @@ where it is safe, so correctness never depends on the input order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-
-@dataclass(slots=True)
-class _Lane:
-    index: int
-    last_start: int = -(1 << 63)
-    open_ends: list[int] = field(default_factory=list)  # innermost last
-
-    def try_place(self, start: int, end: int) -> bool:
-        if start < self.last_start:
-            return False
-        stack = self.open_ends
-        # Slices that ended by `start` are closed; what remains all contain `start`.
-        while stack and stack[-1] <= start:
-            stack.pop()
-        if stack and end > stack[-1]:
-            return False
-        stack.append(end)
-        self.last_start = start
-        return True
-
 
 class LaneSet:
-    """The lanes of one logical track (a thread, or a GPU stream)."""
+    """The lanes of one logical track (a thread, or a GPU stream).
 
-    __slots__ = ("_lanes",)
+    Per lane: the latest start placed on it and the ends of the slices still open at that
+    start (innermost last).  Plain lists rather than lane objects: this runs once per slice,
+    and the writer's hot loop reads and updates lane 0 of these lists itself (the common
+    case: nothing, or one slice that has ended, open on lane 0) and calls place() for the
+    rest.
+    """
+
+    __slots__ = ("last_starts", "open_ends")
 
     def __init__(self) -> None:
-        self._lanes: list[_Lane] = [_Lane(0)]
+        self.last_starts: list[int] = [-(1 << 63)]
+        self.open_ends: list[list[int]] = [[]]
 
     def place(self, start: int, dur: int) -> int:
         """Return the lane index the slice [start, start+dur) goes to."""
-        end = start + max(dur, 0)
-        for lane in self._lanes:
-            if lane.try_place(start, end):
-                return lane.index
-        lane = _Lane(len(self._lanes))
-        lane.try_place(start, end)
-        self._lanes.append(lane)
-        return lane.index
+        end = start + dur if dur > 0 else start
+        last_starts = self.last_starts
+        for index, stack in enumerate(self.open_ends):
+            if start < last_starts[index]:
+                continue
+            # Slices that ended by `start` are closed; the ones left all contain `start`.
+            # Nothing is popped unless the slice is placed here: a lane that refuses it
+            # keeps its state for later (late-arriving) slices.
+            depth = len(stack)
+            while depth and stack[depth - 1] <= start:
+                depth -= 1
+            if depth and end > stack[depth - 1]:
+                continue
+            del stack[depth:]
+            stack.append(end)
+            last_starts[index] = start
+            return index
+        last_starts.append(start)
+        self.open_ends.append([end])
+        return len(last_starts) - 1
 
     @property
     def count(self) -> int:
-        return len(self._lanes)
+        return len(self.last_starts)

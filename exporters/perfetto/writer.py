@@ -1,9 +1,10 @@
 """The one Perfetto encoder: collector.model events in, a native .perfetto-trace out.
 
 Streaming: every packet goes to disk as soon as it is encoded; only a bounded reorder
-window of slices (to place overlapping slices on lanes in start order) and the interning
-tables stay in memory.  The file is written as `OUT.tmp` and renamed on a clean close, so
-a failed run never leaves a half-written trace under the requested name.
+window of slices (to place overlapping slices on lanes in start order), the slices still
+open, and the interning tables stay in memory.  The file is written as `OUT.tmp` and
+renamed on a clean close, so a failed run never leaves a half-written trace under the
+requested name.
 
 Encoding contract (the SQL-facing part is in docs/ARCHITECTURE.md):
 - process/thread tracks from ProcessDescriptor/ThreadDescriptor-carrying TrackDescriptors;
@@ -15,27 +16,50 @@ Encoding contract (the SQL-facing part is in docs/ARCHITECTURE.md):
   stacks are PerfSamples on sequences whose timebases are named `cpu-clock` and
   `xpu_perf.launch_stack`, which is how SQL tells them apart;
 - one ClockSnapshot, and an `xpu_perf_metadata` instant carrying the run's counters.
+
+How it is encoded (why it is fast and small):
+- Hot packets (slice BEGIN/END, instants, perf samples) are written as protobuf bytes by
+  hand (`wire.py`): constant prefixes per track, per interned name and per annotation
+  name, joined around a few varints.  Rare packets (descriptors, interned data, clock
+  snapshots) are built with the upb messages of `perfetto_trace_pb2`.
+- Timestamps are deltas on a sequence-scoped incremental clock (id 64, one per sequence,
+  defined by a ClockSnapshot on that sequence): a slice costs two 1-3 byte deltas instead
+  of two 8-byte absolute times.  Deltas must not be negative, so END packets are held
+  back in a heap and written in time order among the BEGINs; a packet that would still
+  go back in time (a slice later than the reorder window, an instant) carries an
+  absolute timestamp in the trace's clock (`timestamp_clock_id`), which leaves the
+  incremental clock untouched.
+- Packets are deflated in ~1 MiB `compressed_packets` chunks.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping
+from heapq import heappop, heappush
+from itertools import islice
+from operator import attrgetter, eq
 from pathlib import Path
 from typing import BinaryIO
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
+from exporters.perfetto import wire
 from exporters.perfetto.lanes import LaneSet
 
 TOOL_NAME = "xpu-perf"
 METADATA_CATEGORY = "xpu_perf_metadata"
 CPU_SAMPLE_TIMEBASE = "cpu-clock"
 LAUNCH_STACK_TIMEBASE = "xpu_perf.launch_stack"
+# Sequence-scoped clock ids are 64..127; each sequence defines its own clock 64.
+INCREMENTAL_CLOCK_ID = 64
 
 _SEQ_CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -45,17 +69,45 @@ _TYPE_INSTANT = pb.TrackEvent.TYPE_INSTANT
 # Slices are buffered and placed on lanes in start order in windows of this size; a
 # slice that arrives later than the window still lands safely (see lanes.py).
 REORDER_WINDOW = 65536
+# A window with more slices than this before the sequence's clock gets a new sequence.
+_LATE_SLICES = 256
+# Uncompressed bytes per `compressed_packets` chunk.
+CHUNK_BYTES = 1 << 20
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+_FRAME = wire.FRAME_PREFIX
+_TRACK_EVENT = wire.TRACK_EVENT_PREFIX
+_TS_SMALL = wire.TIMESTAMP_SMALL
+_SMALL_LIMIT = len(_TS_SMALL)
+_TS_TAG = wire.key(wire.PACKET_TIMESTAMP, wire.VARINT)
+_FRAME_TAG = wire.key(wire.TRACE_PACKET, wire.LEN)
+_TRACK_EVENT_TAG = wire.key(wire.PACKET_TRACK_EVENT, wire.LEN)
+_varint = wire.varint
+_int_annotation = wire.int_annotation
+_GpuOp = model.GpuOp
+_CpuSlice = model.CpuSlice
+_BY_TS = attrgetter("ts")
+_NEVER = 1 << 127  # later than any timestamp
+_FLOAT_OR_BOOL = frozenset((float, bool))
+_SMALL = wire.SMALL
+_ANNOTATION = wire.ANNOTATION_PREFIX
+_ANNOTATION_INT_TAG = wire.ANNOTATION_INT_TAG
+_VARINT3_LIMIT = 1 << 21
+_varint3 = wire.varint3
+_FLOW = wire.FLOW
+_FLOW_TAG = wire.FLOW_TAG
+_TERMINATING_FLOW_TAG = wire.TERMINATING_FLOW_TAG
 
 
 def _frame_packet(payload: bytes) -> bytes:
     """Frame one serialized TracePacket as `Trace.packet` (field 1, length-delimited)."""
-    n = len(payload)
-    head = bytearray(b"\x0a")
-    while n > 0x7F:
-        head.append((n & 0x7F) | 0x80)
-        n >>= 7
-    head.append(n)
-    return bytes(head) + payload
+    return wire.frame(payload)
+
+
+def _event_head(kind: int, uuid: int) -> bytes:
+    """TrackEvent `type` and `track_uuid`: the constant head of every event on a track."""
+    return wire.varint_field(wire.EVENT_TYPE, kind) + wire.varint_field(wire.EVENT_TRACK_UUID, uuid)
 
 
 class _Interner:
@@ -77,7 +129,8 @@ class _Interner:
 
 
 class _Sequence:
-    """One trusted_packet_sequence_id with its own interning state."""
+    """One trusted_packet_sequence_id: its interning state, its incremental clock, and the
+    encoded forms of its interned ids (so a hot packet is mostly cached bytes)."""
 
     def __init__(self, writer: TraceWriter, seq_id: int, timebase: str | None = None) -> None:
         self.writer = writer
@@ -90,62 +143,161 @@ class _Sequence:
         self.mappings = _Interner()
         self.frames = _Interner()
         self.callstacks = _Interner()
+        # True while an interner holds entries not yet written (see interned_field).
+        self.dirty = False
+        # Encoded fields by value: `name_iid`, `category_iids`, annotation `name_iid`, and
+        # whole annotations for argument values that repeat (see annotation()).
+        self.name_fields: dict[str, bytes] = {}
+        self.category_fields: dict[str, bytes] = {}
+        self.annotation_name_fields: dict[str, bytes] = {}
+        self.annotation_cache: dict[tuple[str, model.ArgValue], bytes] = {}
+        self._distinct_values: dict[str, int] = {}
+        # Packet heads: the sequence id, with SEQ_NEEDS_INCREMENTAL_STATE for packets that
+        # refer to interned data.
+        self.head = wire.varint_field(wire.PACKET_SEQUENCE_ID, seq_id)
+        self.head_needs = self.head + wire.varint_field(wire.PACKET_SEQUENCE_FLAGS, _SEQ_NEEDS)
+        self.absolute_clock = wire.varint_field(wire.PACKET_TIMESTAMP_CLOCK_ID, writer.clock_id)
+        # The incremental clock: the last timestamp written with it (the snapshot's 0).
+        self.clock = 0
+
         first = pb.TracePacket()
         first.trusted_packet_sequence_id = seq_id
         first.sequence_flags = _SEQ_CLEARED
         first.incremental_state_cleared = True
         first.first_packet_on_sequence = True
         defaults = first.trace_packet_defaults
-        defaults.timestamp_clock_id = writer.clock_id
+        defaults.timestamp_clock_id = INCREMENTAL_CLOCK_ID
         if timebase is not None:
             defaults.perf_sample_defaults.timebase.name = timebase
             if writer.sample_frequency_hz:
                 defaults.perf_sample_defaults.timebase.frequency = writer.sample_frequency_hz
         writer._emit(first)
+        # Clock 64 of this sequence reads 0 when the trace clock reads 0; every timestamp
+        # on it is a delta from the previous one.  All sequences use the same reference,
+        # so these snapshots agree with each other and with the writer's own snapshot.
+        snapshot = pb.TracePacket()
+        snapshot.trusted_packet_sequence_id = seq_id
+        clocks = snapshot.clock_snapshot.clocks
+        clocks.add(clock_id=INCREMENTAL_CLOCK_ID, timestamp=0, is_incremental=True)
+        clocks.add(clock_id=writer.clock_id, timestamp=0)
+        writer._emit(snapshot)
 
-    def track_event(
-        self,
-        ts: int,
-        kind: int,
-        uuid: int,
-        name: str,
-        category: str,
-        args: Iterable[tuple[str, model.ArgValue]] = (),
-    ) -> tuple[pb.TracePacket, pb.TrackEvent]:
-        """A BEGIN or INSTANT TrackEvent packet with interned name, category and args."""
-        pkt = self.packet(ts)
-        pkt.sequence_flags = _SEQ_NEEDS
-        te = pkt.track_event
-        te.type = kind
-        te.track_uuid = uuid
-        te.name_iid = self.event_names.get(name)
-        if category:
-            te.category_iids.append(self.categories.get(category))
-        for key, value in args:
-            _annotate(self, te, key, value)
-        return pkt, te
+    # -- timestamps ---------------------------------------------------------------------
+    def timestamp(self, ts: int) -> bytes:
+        """The `timestamp` field(s) for a packet at `ts`, advancing the incremental clock;
+        a packet earlier than the clock gets an absolute timestamp instead."""
+        delta = ts - self.clock
+        if delta >= 0:
+            self.clock = ts
+            return _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
+        return self.absolute_timestamp(ts)
 
-    def packet(self, ts: int | None = None) -> pb.TracePacket:
-        pkt = pb.TracePacket()
-        pkt.trusted_packet_sequence_id = self.seq_id
-        if ts is not None:
-            pkt.timestamp = ts
-        return pkt
+    def absolute_timestamp(self, ts: int) -> bytes:
+        """`ts` in the trace's clock domain; leaves the incremental clock where it is."""
+        return _TS_TAG + _varint(ts) + self.absolute_clock
 
-    def flush_interned(self, pkt: pb.TracePacket) -> None:
-        """Attach entries interned while building `pkt` to `pkt` itself."""
-        if not (
-            self.event_names.fresh
-            or self.categories.fresh
-            or self.annotation_names.fresh
-            or self.annotation_strings.fresh
-            or self.strings.fresh
-            or self.mappings.fresh
-            or self.frames.fresh
-            or self.callstacks.fresh
-        ):
-            return
-        data = pkt.interned_data
+    # -- interned fields ----------------------------------------------------------------
+    def name_field(self, name: str) -> bytes:
+        field = self.name_fields.get(name)
+        if field is None:
+            field = wire.varint_field(wire.EVENT_NAME_IID, self.event_names.get(name))
+            self.name_fields[name] = field
+            self.dirty = True
+        return field
+
+    def category_field(self, category: str) -> bytes:
+        """`category_iids` (nothing for no category: the hot loop then finds b"", which
+        is falsy, and comes here; cheap, and only for uncategorized slices)."""
+        if not category:
+            return b""
+        field = self.category_fields.get(category)
+        if field is None:
+            iid = self.categories.get(category)
+            field = wire.varint_field(wire.EVENT_CATEGORY_IIDS, iid)
+            self.category_fields[category] = field
+            self.dirty = True
+        return field
+
+    def annotation_name(self, key: str) -> bytes:
+        field = self.annotation_name_fields.get(key)
+        if field is None:
+            field = wire.annotation_name(self.annotation_names.get(key))
+            self.annotation_name_fields[key] = field
+            self.dirty = True
+        return field
+
+    def annotation(self, key: str, value: model.ArgValue) -> bytes:
+        """One debug annotation (arg `debug.<key>` in SQL) with interned name and text.
+
+        Annotations whose value repeats (grid and block sizes, registers, shapes) are
+        cached whole, keyed by (key, value) and checked for the value's exact type
+        (1, 1.0 and True are equal dict keys); a key with many distinct values (ids,
+        timestamps) stops being cached after a while.
+        """
+        name = self.annotation_name(key)
+        kind = type(value)
+        if kind is int or (isinstance(value, int) and kind is not bool):
+            if _INT64_MIN <= value <= _INT64_MAX:
+                encoded = _int_annotation(name, int(value))
+            else:
+                encoded = wire.string_iid_annotation(name, self._string_iid(str(value)))
+        elif kind is bool:
+            encoded = wire.bool_annotation(name, value)  # type: ignore[arg-type]
+        elif isinstance(value, float):
+            encoded = wire.double_annotation(name, value)
+        else:
+            encoded = wire.string_iid_annotation(name, self._string_iid(value))
+        if kind is int or kind is str:
+            seen = self._distinct_values.get(key, 0)
+            if seen < 256:
+                self._distinct_values[key] = seen + 1
+                self.annotation_cache[(key, value)] = encoded
+        return encoded
+
+    def args_fields(
+        self, args: Mapping[str, model.ArgValue], parts: list[bytes]
+    ) -> list[bytes] | None:
+        """Encode `args`: annotations whose value may well repeat are appended to `parts`,
+        the others returned (they go last in the event); None when every value had been
+        seen before (the caller may then cache the whole event head)."""
+        cache = self.annotation_cache
+        varying = []
+        all_known = True
+        for item in args.items():
+            encoded = cache.get(item)
+            if encoded is not None and type(item[1]) in _CACHED_TYPES:
+                parts.append(encoded)
+                continue
+            all_known = False
+            encoded = self.annotation(*item)
+            if item in cache and type(item[1]) in _CACHED_TYPES:
+                parts.append(encoded)  # cacheable: a value that may well repeat
+            else:
+                varying.append(encoded)
+        return None if all_known else varying
+
+    def annotations(self, args: Iterable[tuple[str, model.ArgValue]]) -> list[bytes]:
+        cache = self.annotation_cache
+        out = []
+        for item in args:
+            encoded = cache.get(item)
+            if encoded is None or type(item[1]) not in _CACHED_TYPES:
+                encoded = self.annotation(*item)
+            out.append(encoded)
+        return out
+
+    def _string_iid(self, value: object) -> int:
+        known = self.annotation_strings.ids.get(value)
+        if known is not None:
+            return known
+        self.dirty = True
+        return self.annotation_strings.get(value)
+
+    def interned_field(self) -> bytes:
+        """The `interned_data` field with every entry interned since the last call (the
+        packet that first uses an entry carries it), or b""."""
+        self.dirty = False
+        data = pb.InternedData()
         for iid, name in self.event_names.fresh:
             data.event_names.add(iid=iid, name=str(name))
         for iid, name in self.categories.fresh:
@@ -183,11 +335,14 @@ class _Sequence:
             self.callstacks,
         ):
             table.fresh.clear()
+        payload = data.SerializeToString()
+        return wire.len_field(wire.PACKET_INTERNED_DATA, payload) if payload else b""
 
     def callstack_iid(self, stack: model.Stack) -> int:
         known = self.callstacks.ids.get(stack)
         if known is not None:
             return known
+        self.dirty = True
         frame_ids = []
         for fr in stack.frames:
             fn = self.strings.get(("f", fr.function))
@@ -200,22 +355,42 @@ class _Sequence:
         self.callstacks.fresh.append((iid, frame_ids))
         return iid
 
+    # -- packets ------------------------------------------------------------------------
+    def track_event(
+        self,
+        timestamp: bytes,
+        kind: int,
+        uuid: int,
+        name: str,
+        category: str,
+        args: Iterable[tuple[str, model.ArgValue]] = (),
+    ) -> bytes:
+        """A framed TrackEvent packet (an INSTANT; BEGINs come from Producer's hot loop)
+        with interned name, category and args.  `timestamp` is the encoded field from
+        timestamp()/absolute_timestamp()."""
+        event = b"".join(
+            (
+                _event_head(kind, uuid),
+                self.name_field(name),
+                self.category_field(category),
+                *self.annotations(args),
+            )
+        )
+        body = b"".join(
+            (
+                wire.len_field(wire.PACKET_TRACK_EVENT, event),
+                self.head_needs,
+                timestamp,
+                self.interned_field() if self.dirty else b"",
+            )
+        )
+        return wire.frame(body)
 
-def _annotate(seq: _Sequence, te: pb.TrackEvent, key: str, value: model.ArgValue) -> None:
-    """Add one debug annotation (arg `debug.<key>` in SQL) with interned name and text."""
-    ann = te.debug_annotations.add()
-    ann.name_iid = seq.annotation_names.get(key)
-    if isinstance(value, bool):
-        ann.bool_value = value
-    elif isinstance(value, int):
-        if -(1 << 63) <= value < (1 << 63):
-            ann.int_value = value
-        else:
-            ann.string_value_iid = seq.annotation_strings.get(str(value))
-    elif isinstance(value, float):
-        ann.double_value = value
-    else:
-        ann.string_value_iid = seq.annotation_strings.get(value)
+
+_CACHED_TYPES = frozenset((int, str))
+# LaneSet.last_starts, LaneSet.open_ends, LaneSet.place, lane track uuids
+_LaneEntry = tuple[list[int], list[list[int]], Callable[[int, int], int], list[int]]
+_BEGIN_CACHE_SIZE = 1 << 16
 
 
 class Producer:
@@ -224,9 +399,29 @@ class Producer:
     def __init__(self, writer: TraceWriter, name: str, seq_id: int) -> None:
         self.writer = writer
         self.name = name
-        self._seq = _Sequence(writer, seq_id)
         self._sample_seqs: dict[str, _Sequence] = {}
         self._pending: list[model.CpuSlice | model.GpuOp] = []
+        # Slices begun but not ended: (end ts, -order, encoded END packet minus its
+        # timestamp); order makes the inner of two slices ending together end first.
+        self._open: list[tuple[int, int, bytes]] = []
+        self._order = 0
+        self._flows = _FlowIds(len(writer._producers) << 44)
+        self._start_sequence(seq_id)
+        # (device, stream) / (pid, tid) -> the writer's LaneSet for it (its lists and its
+        # place()) and the lanes' track uuids.
+        self._stream_lanes: dict[tuple[int, int], _LaneEntry] = {}
+        self._thread_lanes: dict[tuple[int, int], _LaneEntry] = {}
+
+    def _start_sequence(self, seq_id: int) -> None:
+        """Track events go on sequence `seq_id` from now on (with caches of its own)."""
+        self._seq = _Sequence(self.writer, seq_id)
+        # Per track uuid: the encoded head of its BEGIN events (type, uuid, and for a GPU
+        # stream lane its device and stream annotations) and its END packet.
+        self._begin_heads: dict[int, bytes] = {}
+        self._end_packets: dict[int, bytes] = {}
+        # (uuid, name, category, *arg keys, *arg values) -> the encoded constant part of
+        # the BEGIN event: what most BEGINs are, since kernels repeat.
+        self._begin_cache: dict[tuple[object, ...], bytes] = {}
 
     def write(self, event: model.Event) -> None:
         if isinstance(event, (model.CpuSlice, model.GpuOp)):
@@ -249,58 +444,300 @@ class Producer:
             raise TypeError(f"not a trace event: {event!r}")
 
     def write_all(self, events: Iterable[model.Event]) -> None:
+        pending = self._pending
+        room = REORDER_WINDOW - len(pending)
         for event in events:
-            self.write(event)
+            kind = type(event)
+            if kind is _GpuOp or kind is _CpuSlice:
+                pending.append(event)
+                room -= 1
+                if room <= 0:
+                    self.flush()
+                    pending = self._pending
+                    room = REORDER_WINDOW
+            else:
+                self.write(event)
 
     def flush(self) -> None:
-        """Place buffered slices on lanes in start order and write them out."""
+        """Place buffered slices on lanes in start order and write their BEGINs (and the
+        ENDs that are due before them)."""
         pending = self._pending
         if not pending:
             return
         self._pending = []
-        pending.sort(key=lambda e: (e.ts, -e.dur))
-        tracks = self.writer.tracks
-        for ev in pending:
-            if isinstance(ev, model.GpuOp):
-                uuid = tracks.stream_lane(ev.device, ev.stream, ev.ts, ev.dur)
-            else:
-                uuid = tracks.thread_lane(ev.pid, ev.tid, ev.ts, ev.dur)
-            self._write_slice(uuid, ev)
-            if isinstance(ev, model.CpuSlice) and ev.launch_stack is not None:
-                self._write_sample(
-                    ev.pid, ev.tid, ev.ts, ev.launch_stack, LAUNCH_STACK_TIMEBASE, None
-                )
+        # Start order, the longer of two slices starting together first (it becomes the
+        # parent).  Sorting by start alone is a C-level key; only when two slices do start
+        # together is the full key needed.
+        pending.sort(key=_BY_TS)
+        starts = [e.ts for e in pending]
+        if any(map(eq, starts, islice(starts, 1, None))):
+            pending.sort(key=_start_order)
+        if bisect_left(starts, self._seq.clock) > _LATE_SLICES:
+            # This window goes back in time (sources that write in no time order, such as
+            # Kineto's JSON): rather than absolute timestamps for its slices, a new
+            # sequence with a clock of its own, once the open slices are ended (ENDs that
+            # are written early still sort into place in trace_processor).
+            self._end_until(None)
+            self._start_sequence(self.writer._next_seq_id())
+            self._flows.new_sequence()
+        self._write_slices(pending)
         self.writer.counts["slices"] += len(pending)
         self.writer.note_ts(pending[0].ts)
 
+    def finish(self) -> None:
+        """Write everything still buffered, ENDs included (the producer is done)."""
+        self.flush()
+        self._end_until(None)
+
     # -- encoding -----------------------------------------------------------------------
-    def _write_slice(self, uuid: int, ev: model.CpuSlice | model.GpuOp) -> None:
+    def _write_slices(self, pending: list[model.CpuSlice | model.GpuOp]) -> None:
+        """The hot loop: one BEGIN per slice, ENDs in time order among them.
+
+        Everything it writes is cached bytes (see _Sequence) around a few varints, laid
+        out constant parts first and varying values last, so that deflate finds one long
+        match per packet.  Method calls, attribute lookups and temporary objects are what
+        cost here; the common cases are inlined and the rest goes to methods.
+        """
         seq = self._seq
-        args: list[tuple[str, model.ArgValue]] = []
-        if isinstance(ev, model.GpuOp):
-            if ev.correlation_id is not None:
-                args.append(("correlation_id", ev.correlation_id))
-            args += (("device", ev.device), ("stream", ev.stream))
-        args += ev.args.items()
-        pkt, te = seq.track_event(ev.ts, _TYPE_BEGIN, uuid, ev.name, ev.category, args)
-        if ev.flow_ids:
-            te.flow_ids.extend(ev.flow_ids)
-        if ev.terminating_flow_ids:
-            te.terminating_flow_ids.extend(ev.terminating_flow_ids)
-        seq.flush_interned(pkt)
-        emit = self.writer._emit
-        emit(pkt)
-        end = seq.packet(ev.ts + max(ev.dur, 0))
-        end.track_event.type = _TYPE_END
-        end.track_event.track_uuid = uuid
-        emit(end)
+        writer = self.writer
+        flows = self._flows
+        begun, ended_first, free_flow_ids = flows.begun, flows.ended_first, flows.free
+        recycled = range(flows.recycle_from, flows.unrecycled_from)
+        stream_lanes = self._stream_lanes
+        thread_lanes = self._thread_lanes
+        begin_heads = self._begin_heads
+        end_packets = self._end_packets
+        name_fields = seq.name_fields
+        category_fields = seq.category_fields
+        begin_cache = self._begin_cache
+        correlation_head = seq.annotation_name("correlation_id") + _ANNOTATION_INT_TAG
+        correlation_len = len(correlation_head)
+        head_needs = seq.head_needs
+        head_len = len(head_needs)
+        open_ends = self._open
+        next_end = open_ends[0][0] if open_ends else _NEVER
+        order = self._order
+        extend = writer._buffer.extend
+        size = writer._buffered
+        clock = seq.clock
+        # Each slice with the start of the next one (the last one's END always waits: the
+        # next window may start earlier).
+        next_starts = [e.ts for e in pending]
+        next_starts[0] = -1
+        next_starts.append(next_starts.pop(0))
+        for ev, next_start in zip(pending, next_starts, strict=True):
+            ts = ev.ts
+            if ts >= next_end:
+                # ENDs due at or before this BEGIN.
+                while open_ends and open_ends[0][0] <= ts:
+                    end_ts, _, end_packet = heappop(open_ends)
+                    delta = end_ts - clock
+                    if delta >= 0:
+                        clock = end_ts
+                        stamp = (
+                            _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
+                        )
+                    else:
+                        stamp = seq.absolute_timestamp(end_ts)
+                    n = len(end_packet) + len(stamp)
+                    extend((_FRAME[n], end_packet, stamp))
+                    size += n + 2
+                next_end = open_ends[0][0] if open_ends else _NEVER
+            delta = ts - clock
+            if delta >= 0:
+                clock = ts
+                stamp = _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
+                late = False
+            else:
+                stamp = seq.absolute_timestamp(ts)
+                late = True
+            dur = ev.dur
+            end = ts + dur if dur > 0 else ts
+            if type(ev) is _GpuOp:
+                lanes = stream_lanes.get((ev.device, ev.stream)) or self._lanes(ev)
+                corr = ev.correlation_id
+            else:
+                lanes = thread_lanes.get((ev.pid, ev.tid)) or self._lanes(ev)  # type: ignore[union-attr]
+                corr = None
+            # Lane 0 with nothing open, or only a slice that has ended: LaneSet.place's
+            # answer without the call.
+            stack = lanes[1][0]
+            if ts >= lanes[0][0] and (not stack or (len(stack) == 1 and stack[0] <= ts)):
+                if stack:
+                    stack[0] = end
+                else:
+                    stack.append(end)
+                lanes[0][0] = ts
+                index = 0
+            else:
+                index = lanes[2](ts, dur)
+            uuids = lanes[3]
+            uuid = uuids[index] if index < len(uuids) else self._new_lane(ev, index)
+            # Constant parts first: track (+ device and stream), name, category, args.  A
+            # BEGIN seen before (same track, name, category and args) is one cached piece;
+            # not for args with floats or bools (1, 1.0 and True are equal as keys but
+            # encode differently).
+            args = ev.args
+            key = (uuid, ev.name, ev.category, *args, *args.values())
+            cached = begin_cache.get(key)
+            if cached is not None and _FLOAT_OR_BOOL.isdisjoint(map(type, args.values())):
+                parts = [cached]
+                varying = ()
+            else:
+                parts = [
+                    begin_heads.get(uuid) or self._begin_head(uuid, ev),
+                    name_fields.get(ev.name) or seq.name_field(ev.name),
+                    category_fields.get(ev.category) or seq.category_field(ev.category),
+                ]
+                varying = seq.args_fields(args, parts)
+                if varying is None:  # every value seen before: worth caching
+                    varying = ()
+                    if len(begin_cache) < _BEGIN_CACHE_SIZE:
+                        begin_cache[key] = b"".join(parts)
+            # Then what varies: flows, correlation id, args with values seen rarely.
+            fids = ev.flow_ids
+            if fids:
+                if len(fids) == 1 and not late:
+                    fid = begun.get(fids[0])
+                    if fid is None:
+                        fid = ended_first.pop(fids[0], None)
+                        if fid is None:
+                            if free_flow_ids:
+                                fid = heappop(free_flow_ids)
+                            else:
+                                fid = flows.next_id
+                                flows.next_id = fid + 1
+                            begun[fids[0]] = fid
+                    parts.append(_FLOW.pack(_FLOW_TAG, fid))
+                else:
+                    parts.append(flows.starts(fids, late))
+            fids = ev.terminating_flow_ids
+            if fids:
+                if len(fids) == 1 and not late:
+                    fid = begun.pop(fids[0], None)
+                    if fid is None:
+                        fid = ended_first[fids[0]] = flows.next_unrecycled
+                        flows.next_unrecycled = fid + 1
+                    elif fid in recycled:
+                        heappush(free_flow_ids, fid)
+                    parts.append(_FLOW.pack(_TERMINATING_FLOW_TAG, fid))
+                else:
+                    parts.append(flows.ends(fids, late))
+            if corr is not None:
+                if 0 <= corr < _VARINT3_LIMIT:
+                    value = _SMALL[corr] if corr < _SMALL_LIMIT else _varint3(corr)
+                    parts += (_ANNOTATION[correlation_len + len(value)], correlation_head, value)
+                else:
+                    parts.append(seq.annotation("correlation_id", corr))
+            if varying:
+                parts += varying
+            event = b"".join(parts)
+            n = len(event)
+            event_head = _TRACK_EVENT[n] if n < _SMALL_LIMIT else _TRACK_EVENT_TAG + _varint(n)
+            if seq.dirty:
+                interned = seq.interned_field()
+                n += len(interned)
+            else:
+                interned = b""
+            n += len(event_head) + head_len + len(stamp)
+            extend(
+                (
+                    _FRAME[n] if n < _SMALL_LIMIT else _FRAME_TAG + _varint(n),
+                    event_head,
+                    event,
+                    head_needs,
+                    stamp,
+                    interned,
+                )
+            )
+            size += n + 3
+            order += 1
+            end_packet = end_packets.get(uuid) or self._end_packet(uuid)
+            if end <= next_start and end <= next_end and end >= clock:
+                # Due before anything else: write the END now, no heap.
+                delta = end - clock
+                clock = end
+                stamp = _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
+                n = len(end_packet) + len(stamp)
+                extend((_FRAME[n], end_packet, stamp))
+                size += n + 2
+            else:
+                heappush(open_ends, (end, -order, end_packet))
+                if end < next_end:
+                    next_end = end
+            if size >= CHUNK_BYTES:
+                writer._buffered = size
+                writer._flush_buffer()
+                size = 0
+            if corr is None and type(ev) is _CpuSlice and ev.launch_stack is not None:
+                seq.clock = clock
+                writer._buffered = size
+                self._write_sample(ev.pid, ev.tid, ts, ev.launch_stack, LAUNCH_STACK_TIMEBASE, None)
+                size = writer._buffered
+        seq.clock = clock
+        writer._buffered = size
+        self._order = order
+
+    def _lanes(self, ev: model.CpuSlice | model.GpuOp) -> _LaneEntry:
+        """The lanes of the track `ev` goes to and their uuids, cached per producer."""
+        tracks = self.writer.tracks
+        if type(ev) is _GpuOp:
+            lane_set, uuids = tracks.stream_lanes(ev.device, ev.stream)
+            key = (ev.device, ev.stream)
+            lanes = self._stream_lanes
+        else:
+            lane_set, uuids = tracks.thread_lanes(ev.pid, ev.tid)  # type: ignore[union-attr]
+            key = (ev.pid, ev.tid)  # type: ignore[union-attr]
+            lanes = self._thread_lanes
+        entry = lanes[key] = (lane_set.last_starts, lane_set.open_ends, lane_set.place, uuids)
+        return entry
+
+    def _new_lane(self, ev: model.CpuSlice | model.GpuOp, index: int) -> int:
+        tracks = self.writer.tracks
+        if type(ev) is _GpuOp:
+            return tracks.add_stream_lanes(ev.device, ev.stream, index)
+        return tracks.add_thread_lanes(ev.pid, ev.tid, index)  # type: ignore[union-attr]
+
+    def _end_until(self, limit: int | None) -> None:
+        """Write the ENDs due by `limit` (all of them for None)."""
+        seq = self._seq
+        open_ends = self._open
+        while open_ends and (limit is None or open_ends[0][0] <= limit):
+            end_ts, _, end_packet = heappop(open_ends)
+            stamp = seq.timestamp(end_ts)
+            self.writer._emit_framed(_frame_head(len(end_packet) + len(stamp)), end_packet, stamp)
+
+    def _begin_head(self, uuid: int, ev: model.CpuSlice | model.GpuOp) -> bytes:
+        head = _event_head(_TYPE_BEGIN, uuid)
+        if type(ev) is _GpuOp:
+            # A stream lane belongs to one device and stream: their args are constant.
+            seq = self._seq
+            head += seq.annotation("device", ev.device) + seq.annotation("stream", ev.stream)
+        self._begin_heads[uuid] = head
+        return head
+
+    def _end_packet(self, uuid: int) -> bytes:
+        """An END packet without its timestamp (which goes last)."""
+        event = _event_head(_TYPE_END, uuid)
+        packet = wire.len_field(wire.PACKET_TRACK_EVENT, event) + self._seq.head
+        self._end_packets[uuid] = packet
+        return packet
 
     def _write_instant(self, ev: model.Instant) -> None:
+        # Instants are written as they come, while slices wait in the reorder window:
+        # an absolute timestamp keeps them from moving the incremental clock.
         seq = self._seq
         uuid = self.writer.tracks.thread_lane(ev.pid, ev.tid, ev.ts, 0)
-        pkt, _ = seq.track_event(ev.ts, _TYPE_INSTANT, uuid, ev.name, ev.category, ev.args.items())
-        seq.flush_interned(pkt)
-        self.writer._emit(pkt)
+        self.writer._emit_bytes(
+            seq.track_event(
+                seq.absolute_timestamp(ev.ts),
+                _TYPE_INSTANT,
+                uuid,
+                ev.name,
+                ev.category,
+                ev.args.items(),
+            )
+        )
 
     def _write_sample(
         self, pid: int, tid: int, ts: int, stack: model.Stack, timebase: str, cpu: int | None
@@ -311,19 +748,97 @@ class Producer:
                 self.writer, self.writer._next_seq_id(), timebase
             )
         self.writer.tracks.thread(pid, tid, None)
-        pkt = seq.packet(ts)
-        pkt.sequence_flags = _SEQ_NEEDS
-        sample = pkt.perf_sample
-        sample.pid = pid
-        sample.tid = tid
+        sample = [
+            wire.varint_field(wire.SAMPLE_PID, pid),
+            wire.varint_field(wire.SAMPLE_TID, tid),
+            wire.varint_field(wire.SAMPLE_CALLSTACK_IID, seq.callstack_iid(stack)),
+        ]
         if cpu is not None:
-            sample.cpu = cpu
-        sample.callstack_iid = seq.callstack_iid(stack)
-        seq.flush_interned(pkt)
-        self.writer._emit(pkt)
+            sample.insert(0, wire.varint_field(wire.SAMPLE_CPU, cpu))
+        body = b"".join(
+            (
+                seq.timestamp(ts),
+                seq.head_needs,
+                wire.len_field(wire.PACKET_PERF_SAMPLE, b"".join(sample)),
+                seq.interned_field() if seq.dirty else b"",
+            )
+        )
+        self.writer._emit_bytes(wire.frame(body))
         self.writer.note_ts(ts)
         key = "cpu_samples" if timebase == CPU_SAMPLE_TIMEBASE else "launch_stacks"
         self.writer.counts[key] += 1
+
+
+class _FlowIds:
+    """Source flow ids -> the flow ids written: small ones, recycled.
+
+    Sources name a flow after its correlation (`pid << 32 | correlation id`): large,
+    unique numbers that cost up to 8 incompressible bytes per end.  trace_processor only
+    pairs the two ends of a flow (the id is not in the flow table) and lets an id be used
+    again once its flow has ended, so a producer hands out the smallest free id; ids then
+    repeat a lot and deflate well.  Each producer has ids of its own (`base`).
+
+    trace_processor pairs ends in timestamp order, and an id may be recycled only if that
+    is also the order in which the producer wrote them: true for packets written in time
+    order on one sequence, false for a "late" packet (absolute timestamp) or across a
+    change of sequence (the new one goes back in time).  So only flows begun in time order
+    since the last change of sequence give their id back; a flow begun late, or whose end
+    is written first (its start may be late, i.e. earlier), gets an id never recycled.
+    """
+
+    def __init__(self, base: int) -> None:
+        # Attributes the hot loop uses directly for its single-id cases.
+        self.begun: dict[int, int] = {}  # source id -> id: begun, not yet ended
+        self.ended_first: dict[int, int] = {}  # source id -> id: end written before start
+        self.free: list[int] = []  # min-heap of recyclable ids
+        self.next_id = self.recycle_from = base + 1
+        self.next_unrecycled = self.unrecycled_from = base + (1 << 40)
+
+    def new_sequence(self) -> None:
+        """The producer's packets go back in time: no id given out so far is recycled."""
+        self.free.clear()
+        self.recycle_from = self.next_id
+
+    def _new(self, late: bool) -> int:
+        if late:
+            self.next_unrecycled += 1
+            return self.next_unrecycled - 1
+        if self.free:
+            return heappop(self.free)
+        self.next_id += 1
+        return self.next_id - 1
+
+    def starts(self, source_ids: Iterable[int], late: bool) -> bytes:
+        """The encoded `flow_ids` of a slice that starts (or continues) these flows."""
+        out = []
+        for source in source_ids:
+            fid = self.begun.get(source)
+            if fid is None:
+                fid = self.ended_first.pop(source, None)
+                if fid is None:
+                    fid = self.begun[source] = self._new(late)
+            out.append(_FLOW.pack(_FLOW_TAG, fid))
+        return b"".join(out)
+
+    def ends(self, source_ids: Iterable[int], late: bool) -> bytes:
+        """The encoded `terminating_flow_ids` of a slice that ends these flows."""
+        out = []
+        for source in source_ids:
+            fid = self.begun.pop(source, None)
+            if fid is None:
+                fid = self.ended_first[source] = self._new(True)
+            elif self.recycle_from <= fid < self.unrecycled_from:
+                heappush(self.free, fid)
+            out.append(_FLOW.pack(_TERMINATING_FLOW_TAG, fid))
+        return b"".join(out)
+
+
+def _start_order(ev: model.CpuSlice | model.GpuOp) -> tuple[int, int]:
+    return ev.ts, -ev.dur
+
+
+def _frame_head(n: int) -> bytes:
+    return _FRAME[n] if n < _SMALL_LIMIT else _FRAME_TAG + _varint(n)
 
 
 class _Tracks:
@@ -382,31 +897,48 @@ class _Tracks:
         lanes = self._thread_lanes.get(key)
         if lanes and name:
             for lane_uuid in lanes[1][1:]:
-                self._describe_thread(lane_uuid, parent, pid, tid, name)
+                self._describe_thread(lane_uuid, parent, pid, tid, name, lane=True)
         return uuid
 
     def _describe_thread(
-        self, uuid: int, parent: int, pid: int, tid: int, name: str | None
+        self, uuid: int, parent: int, pid: int, tid: int, name: str | None, lane: bool = False
     ) -> None:
         desc = pb.TrackDescriptor(uuid=uuid, parent_uuid=parent)
         desc.thread.pid = pid
         desc.thread.tid = tid
         if name:
             desc.thread.thread_name = name
+        if lane:
+            # Without this, trace_processor (v52) folds every extra lane of a thread into
+            # one track, where slices of different lanes then close each other.
+            desc.disallow_merging_with_system_tracks = True
         self._descriptor(desc)
 
     def thread_lane(self, pid: int, tid: int, ts: int, dur: int) -> int:
-        key = (pid, tid)
-        entry = self._thread_lanes.get(key)
+        lane_set, uuids = self.thread_lanes(pid, tid)
+        index = lane_set.place(ts, dur)
+        return uuids[index] if index < len(uuids) else self.add_thread_lanes(pid, tid, index)
+
+    def thread_lanes(self, pid: int, tid: int) -> tuple[LaneSet, list[int]]:
+        """The thread's lanes and their track uuids (the thread's own track first)."""
+        entry = self._thread_lanes.get((pid, tid))
         if entry is None:
-            entry = self._thread_lanes[key] = (LaneSet(), [self.thread(pid, tid, None)])
-        lanes, uuids = entry
-        index = lanes.place(ts, dur)
+            entry = self._thread_lanes[(pid, tid)] = (LaneSet(), [self.thread(pid, tid, None)])
+        return entry
+
+    def add_thread_lanes(self, pid: int, tid: int, index: int) -> int:
+        """Tracks for lanes up to `index`: another track of the same thread (same
+        pid/tid/name) per lane."""
+        uuids = self.thread_lanes(pid, tid)[1]
         while index >= len(uuids):
-            # An extra lane is another track of the same thread (same pid/tid/name).
             lane_uuid = self._uuid()
             self._describe_thread(
-                lane_uuid, self.process(pid), pid, tid, self._thread_names.get(key)
+                lane_uuid,
+                self.process(pid),
+                pid,
+                tid,
+                self._thread_names.get((pid, tid)),
+                lane=True,
             )
             uuids.append(lane_uuid)
             self._writer.counts["extra_lanes"] += 1
@@ -431,12 +963,20 @@ class _Tracks:
         return uuid
 
     def stream_lane(self, device: int, stream: int, ts: int, dur: int) -> int:
-        key = (device, stream)
-        entry = self._stream_lanes.get(key)
+        lane_set, uuids = self.stream_lanes(device, stream)
+        index = lane_set.place(ts, dur)
+        return uuids[index] if index < len(uuids) else self.add_stream_lanes(device, stream, index)
+
+    def stream_lanes(self, device: int, stream: int) -> tuple[LaneSet, list[int]]:
+        """The stream's lanes and their track uuids (created with the first op)."""
+        entry = self._stream_lanes.get((device, stream))
         if entry is None:
-            entry = self._stream_lanes[key] = (LaneSet(), [])
-        lanes, uuids = entry
-        index = lanes.place(ts, dur)
+            entry = self._stream_lanes[(device, stream)] = (LaneSet(), [])
+        return entry
+
+    def add_stream_lanes(self, device: int, stream: int, index: int) -> int:
+        """Tracks for lanes up to `index`: `Stream N` tracks under the GPU's."""
+        uuids = self.stream_lanes(device, stream)[1]
         while index >= len(uuids):
             lane_uuid = self._uuid()
             desc = pb.TrackDescriptor(
@@ -445,7 +985,7 @@ class _Tracks:
             desc.sibling_order_rank = stream
             self._descriptor(desc)
             uuids.append(lane_uuid)
-            if index:
+            if len(uuids) > 1:
                 self._writer.counts["extra_lanes"] += 1
         return uuids[index]
 
@@ -462,10 +1002,12 @@ class TraceWriter:
         clock_snapshot: Mapping[int, int] | None = None,
         sample_frequency_hz: int = 0,
         compression_level: int = 6,
+        compress_in_thread: bool = False,
     ) -> None:
         """`clock_id` is the domain of every timestamp written; `clock_snapshot` maps
         builtin clock ids to readings taken at one instant (required unless the domain
-        is BOOTTIME, trace_processor's default)."""
+        is BOOTTIME, trace_processor's default).  `compress_in_thread` deflates chunks on
+        a thread of their own (zlib releases the GIL), which only pays with a free core."""
         from collector import __version__
 
         self.path = Path(path)
@@ -474,10 +1016,10 @@ class TraceWriter:
         self.sample_frequency_hz = sample_frequency_hz
         self.compression_level = compression_level
         self._file: BinaryIO | None = open(self.tmp_path, "wb")  # noqa: SIM115
+        self._deflater = _Deflater(self._file, compression_level, compress_in_thread)
         self._buffer: list[bytes] = []
         self._buffered = 0
         self._seq_counter = 0
-        self.bytes_written = 0
         self.min_ts: int | None = None
         self.counts: dict[str, int] = {
             "slices": 0,
@@ -511,9 +1053,10 @@ class TraceWriter:
         if self._file is None:
             return self.path
         for prod in self._producers:
-            prod.flush()
+            prod.finish()
         self._write_metadata()
         self._flush_buffer()
+        self._deflater.finish()
         self._file.close()
         self._file = None
         os.replace(self.tmp_path, self.path)
@@ -522,9 +1065,14 @@ class TraceWriter:
     def abort(self) -> None:
         """Drop the partial file: nothing half-written is left under any name."""
         if self._file is not None:
+            self._deflater.finish(raise_error=False)
             self._file.close()
             self._file = None
         self.tmp_path.unlink(missing_ok=True)
+
+    @property
+    def bytes_written(self) -> int:
+        return self._deflater.bytes_written
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -545,27 +1093,26 @@ class TraceWriter:
         return self._seq_counter
 
     def _emit(self, pkt: pb.TracePacket) -> None:
-        data = _frame_packet(pkt.SerializeToString())
-        self._buffer.append(data)
-        self._buffered += len(data)
-        if self._buffered >= 1 << 20:
+        self._emit_bytes(_frame_packet(pkt.SerializeToString()))
+
+    def _emit_bytes(self, framed: bytes) -> None:
+        self._buffer.append(framed)
+        self._buffered += len(framed)
+        if self._buffered >= CHUNK_BYTES:
+            self._flush_buffer()
+
+    def _emit_framed(self, *parts: bytes) -> None:
+        """A packet given as pieces (frame head first): no join needed until the chunk."""
+        self._buffer.extend(parts)
+        self._buffered += sum(map(len, parts))
+        if self._buffered >= CHUNK_BYTES:
             self._flush_buffer()
 
     def _flush_buffer(self) -> None:
-        """Write buffered packets, deflated into one `compressed_packets` packet.
-
-        trace_processor inflates these transparently; deflate on top of interning and
-        varints is what makes the trace several times smaller than gzipped JSON.
-        """
+        """Hand the buffered packets to the deflater as one chunk."""
         if self._file is None or not self._buffer:
             return
-        chunk = b"".join(self._buffer)
-        if self.compression_level > 0:
-            wrapper = pb.TracePacket()
-            wrapper.compressed_packets = zlib.compress(chunk, self.compression_level)
-            chunk = _frame_packet(wrapper.SerializeToString())
-        self._file.write(chunk)
-        self.bytes_written += len(chunk)
+        self._deflater.put(b"".join(self._buffer))
         self._buffer.clear()
         self._buffered = 0
 
@@ -590,20 +1137,73 @@ class TraceWriter:
         desc = pb.TrackDescriptor(uuid=uuid, name=TOOL_NAME)
         self.tracks._descriptor(desc)
         seq = _Sequence(self, self._next_seq_id())
-        pkt, _ = seq.track_event(
-            self._first_ts_hint(),
-            _TYPE_INSTANT,
-            uuid,
-            "xpu-perf metadata",
-            METADATA_CATEGORY,
-            self._metadata.items(),
+        self._emit_bytes(
+            seq.track_event(
+                seq.timestamp(self._first_ts_hint()),
+                _TYPE_INSTANT,
+                uuid,
+                "xpu-perf metadata",
+                METADATA_CATEGORY,
+                self._metadata.items(),
+            )
         )
-        seq.flush_interned(pkt)
-        self._emit(pkt)
 
     def _first_ts_hint(self) -> int:
         # The metadata instant only needs a timestamp inside the trace's time range.
         return self.min_ts if self.min_ts is not None else 0
+
+
+class _Deflater:
+    """Writes chunks of packets to the file, each deflated into one `compressed_packets`
+    packet (trace_processor inflates them transparently), on the caller's thread or on a
+    thread of its own.  Chunks are written in the order they are given."""
+
+    def __init__(self, file: BinaryIO, level: int, threaded: bool) -> None:
+        self._file = file
+        self._level = level
+        self.bytes_written = 0
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[bytes | None] | None = None
+        if threaded:
+            self._queue = queue.Queue(maxsize=2)  # bounded: encoding waits for deflate
+            self._thread = threading.Thread(target=self._run, name="xpu-perf-deflate")
+            self._thread.daemon = True
+            self._thread.start()
+
+    def put(self, chunk: bytes) -> None:
+        if self._queue is None:
+            self._write(chunk)
+            return
+        if self._error is not None:
+            raise self._error
+        self._queue.put(chunk)
+
+    def finish(self, raise_error: bool = True) -> None:
+        """Wait until every chunk is in the file; re-raise a failure of the thread."""
+        if self._queue is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._queue = None
+        if self._error is not None and raise_error:
+            raise self._error
+
+    def _write(self, chunk: bytes) -> None:
+        if self._level > 0:
+            deflate = zlib.compressobj(self._level)
+            chunk = wire.frame(
+                wire.len_field(wire.PACKET_COMPRESSED, deflate.compress(chunk) + deflate.flush())
+            )
+        self._file.write(chunk)
+        self.bytes_written += len(chunk)
+
+    def _run(self) -> None:
+        assert self._queue is not None
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._write(chunk)
+                except BaseException as exc:  # re-raised on the writer's thread
+                    self._error = exc
 
 
 def capture_clock_snapshot() -> dict[int, int]:
