@@ -152,6 +152,9 @@ class _Sequence:
         self.annotation_name_fields: dict[str, bytes] = {}
         self.annotation_cache: dict[tuple[str, model.ArgValue], bytes] = {}
         self._distinct_values: dict[str, int] = {}
+        # Arg keys seen with many distinct values (ids): never cached, never part of a
+        # cached BEGIN head, and written last.
+        self.varying_keys: set[str] = set()
         # Packet heads: the sequence id, with SEQ_NEEDS_INCREMENTAL_STATE for packets that
         # refer to interned data.
         self.head = wire.varint_field(wire.PACKET_SEQUENCE_ID, seq_id)
@@ -249,21 +252,23 @@ class _Sequence:
             encoded = wire.string_iid_annotation(name, self._string_iid(value))
         if kind is int or kind is str:
             seen = self._distinct_values.get(key, 0)
-            if seen < 256:
+            if seen < _DISTINCT_VALUES:
                 self._distinct_values[key] = seen + 1
                 self.annotation_cache[(key, value)] = encoded
+            else:
+                self.varying_keys.add(key)
         return encoded
 
     def args_fields(
-        self, args: Mapping[str, model.ArgValue], parts: list[bytes]
+        self, items: Iterable[tuple[str, model.ArgValue]], parts: list[bytes]
     ) -> list[bytes] | None:
-        """Encode `args`: annotations whose value may well repeat are appended to `parts`,
-        the others returned (they go last in the event); None when every value had been
-        seen before (the caller may then cache the whole event head)."""
+        """Encode args `items`: annotations whose value may well repeat are appended to
+        `parts`, the others returned (they go last in the event); None when every value had
+        been seen before (the caller may then cache the whole event head)."""
         cache = self.annotation_cache
         varying = []
         all_known = True
-        for item in args.items():
+        for item in items:
             encoded = cache.get(item)
             if encoded is not None and type(item[1]) in _CACHED_TYPES:
                 parts.append(encoded)
@@ -277,6 +282,7 @@ class _Sequence:
         return None if all_known else varying
 
     def annotations(self, args: Iterable[tuple[str, model.ArgValue]]) -> list[bytes]:
+        """Every annotation of `args` (for instants: no ordering, no event cache)."""
         cache = self.annotation_cache
         out = []
         for item in args:
@@ -391,6 +397,8 @@ _CACHED_TYPES = frozenset((int, str))
 # LaneSet.last_starts, LaneSet.open_ends, LaneSet.place, lane track uuids
 _LaneEntry = tuple[list[int], list[list[int]], Callable[[int, int], int], list[int]]
 _BEGIN_CACHE_SIZE = 1 << 16
+# Distinct values of one arg key that are cached before the key counts as varying.
+_DISTINCT_VALUES = 256
 
 
 class Producer:
@@ -510,6 +518,8 @@ class Producer:
         name_fields = seq.name_fields
         category_fields = seq.category_fields
         begin_cache = self._begin_cache
+        varying_keys = seq.varying_keys
+        annotation_names = seq.annotation_name_fields
         correlation_head = seq.annotation_name("correlation_id") + _ANNOTATION_INT_TAG
         correlation_len = len(correlation_head)
         head_needs = seq.head_needs
@@ -578,22 +588,36 @@ class Producer:
             # not for args with floats or bools (1, 1.0 and True are equal as keys but
             # encode differently).
             args = ev.args
-            key = (uuid, ev.name, ev.category, *args, *args.values())
-            cached = begin_cache.get(key)
-            if cached is not None and _FLOAT_OR_BOOL.isdisjoint(map(type, args.values())):
-                parts = [cached]
-                varying = ()
-            else:
-                parts = [
-                    begin_heads.get(uuid) or self._begin_head(uuid, ev),
-                    name_fields.get(ev.name) or seq.name_field(ev.name),
-                    category_fields.get(ev.category) or seq.category_field(ev.category),
-                ]
-                varying = seq.args_fields(args, parts)
-                if varying is None:  # every value seen before: worth caching
+            if varying_keys.isdisjoint(args):
+                key = (uuid, ev.name, ev.category, *args, *args.values())
+                cached = begin_cache.get(key)
+                if cached is not None and _FLOAT_OR_BOOL.isdisjoint(map(type, args.values())):
+                    parts = [cached]
                     varying = ()
-                    if len(begin_cache) < _BEGIN_CACHE_SIZE:
-                        begin_cache[key] = b"".join(parts)
+                else:
+                    parts = [
+                        begin_heads.get(uuid) or self._begin_head(uuid, ev),
+                        name_fields.get(ev.name) or seq.name_field(ev.name),
+                        category_fields.get(ev.category) or seq.category_field(ev.category),
+                    ]
+                    varying = seq.args_fields(args.items(), parts)
+                    if varying is None:  # every value seen before: worth caching
+                        varying = ()
+                        if len(begin_cache) < _BEGIN_CACHE_SIZE:
+                            begin_cache[key] = b"".join(parts)
+            elif len(args) == 1:
+                # Only an id, such as a CUDA API call's correlation id.
+                ((arg, value),) = args.items()
+                parts = [
+                    begin_cache.get((uuid, ev.name, ev.category)) or self._begin_plain(uuid, ev)
+                ]
+                varying = (
+                    (_int_annotation(annotation_names[arg], value),)
+                    if type(value) is int and 0 <= value <= _INT64_MAX
+                    else (seq.annotation(arg, value),)
+                )
+            else:
+                parts, varying = self._begin_with_varying_args(uuid, ev)
             # Then what varies: flows, correlation id, args with values seen rarely.
             fids = ev.flow_ids
             if fids:
@@ -677,6 +701,46 @@ class Producer:
         seq.clock = clock
         writer._buffered = size
         self._order = order
+
+    def _begin_plain(self, uuid: int, ev: model.CpuSlice | model.GpuOp) -> bytes:
+        """The cached BEGIN head without args: track, name, category."""
+        seq = self._seq
+        head = (
+            (self._begin_heads.get(uuid) or self._begin_head(uuid, ev))
+            + seq.name_field(ev.name)
+            + seq.category_field(ev.category)
+        )
+        if len(self._begin_cache) < _BEGIN_CACHE_SIZE:
+            self._begin_cache[(uuid, ev.name, ev.category)] = head
+        return head
+
+    def _begin_with_varying_args(
+        self, uuid: int, ev: model.CpuSlice | model.GpuOp
+    ) -> tuple[list[bytes], list[bytes]]:
+        """A BEGIN whose args include ids (varying keys): the rest is cached as usual, the
+        ids are encoded each time and go last."""
+        seq = self._seq
+        varying_keys = seq.varying_keys
+        items = ev.args.items()
+        stable = [item for item in items if item[0] not in varying_keys]
+        key = (uuid, ev.name, ev.category, *stable)
+        cached = self._begin_cache.get(key)
+        if cached is not None and all(type(value) in _CACHED_TYPES for _, value in stable):
+            parts = [cached]
+            varying = []
+        else:
+            parts = [
+                self._begin_heads.get(uuid) or self._begin_head(uuid, ev),
+                seq.name_field(ev.name),
+                seq.category_field(ev.category),
+            ]
+            varying = seq.args_fields(stable, parts)  # type: ignore[assignment]
+            if varying is None:
+                varying = []
+                if len(self._begin_cache) < _BEGIN_CACHE_SIZE:
+                    self._begin_cache[key] = b"".join(parts)
+        varying += [seq.annotation(k, v) for k, v in items if k in varying_keys]
+        return parts, varying
 
     def _lanes(self, ev: model.CpuSlice | model.GpuOp) -> _LaneEntry:
         """The lanes of the track `ev` goes to and their uuids, cached per producer."""
