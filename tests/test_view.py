@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pytest
 from exporters.perfetto.trace_processor import open_trace
 from exporters.report.ui_server import INTERNAL_USER_SCRIPT, serve_ui, start_in_thread
 
-from .browser import BrowserError, Chromium, is_local
+from .browser import Chromium, is_local
 from .conftest import REPO, run_cli
 from .report_inputs import RecordedTrace, record_fake_gpu_app
 
@@ -139,28 +140,10 @@ def _view_in_chromium(trace: Path, shot: Path) -> None:
                 timeout=90,
                 what="the GPU track in the Perfetto UI",
             )
-            # Find the kernel with the omnibox search; Enter selects the first match, which
+            # Find the kernel with the omnibox search: Enter runs the search ("0 / 2": two
+            # matches, none selected yet), the next Enter selects the first match, which
             # expands its GPU, scrolls to its stream and opens the slice's details.
-            browser.evaluate("document.querySelector('.pf-omnibox input').focus()")
-            browser.call("Input.insertText", {"text": name})
-            browser.wait_for(
-                f"document.querySelector('.pf-omnibox input').value === {json.dumps(name)}",
-                what="the search text",
-            )
-            # The first Enter may only run the search ("0 / 2"), the next steps to a match.
-            details = ""
-            for _ in range(4):
-                _press_enter(browser)
-                try:
-                    details = browser.wait_for(
-                        "(() => { const t = document.body.innerText; return "
-                        "t.includes('Category\\nkernel') && t.includes('SQL ID') ? t : ''; })()",
-                        timeout=10,
-                        what="the kernel's details panel",
-                    )
-                    break
-                except BrowserError:
-                    continue
+            details = _search_and_select(browser, name)
             browser.screenshot(shot)
             assert details, "the search never selected the kernel (see the screenshot)"
             assert f"Name\n{name}\n" in details
@@ -175,6 +158,55 @@ def _view_in_chromium(trace: Path, shot: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# What the omnibox search did: 'selected:<page text>' once a kernel's details show,
+# 'searched' when matches are counted but none is selected, '' while it is still working.
+_SEARCH_STATE_JS = """(() => {
+  const text = document.body.innerText;
+  if (text.includes('Category\\nkernel') && text.includes('SQL ID')) return 'selected:' + text;
+  const bar = document.querySelector('.pf-omnibox');
+  return bar && /\\b0 \\/ \\d+/.test(bar.parentElement.innerText) ? 'searched' : '';
+})()"""
+
+
+def _search_and_select(browser: Chromium, name: str, attempts: int = 8) -> str:
+    """Page text once the searched kernel is selected ('' if it never is).
+
+    The UI keeps re-rendering for a moment after the tracks appear and may drop the
+    omnibox's focus and text, or ignore an early Enter; so every attempt first makes sure
+    the text is (still) in the focused omnibox, and Enter is pressed again when nothing is
+    selected after a few seconds.
+    """
+    for _ in range(attempts):
+        _type_into_omnibox(browser, name)
+        _press_enter(browser)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            state = browser.evaluate(_SEARCH_STATE_JS)
+            if state.startswith("selected:"):
+                return state.removeprefix("selected:")
+            if state == "searched":
+                break  # matches counted, none selected: the next Enter selects
+            time.sleep(0.25)
+    return ""
+
+
+def _type_into_omnibox(browser: Chromium, text: str) -> None:
+    ready = (
+        "(() => { const i = document.querySelector('.pf-omnibox input');"
+        f" return !!i && i.value === {json.dumps(text)} && document.activeElement === i; }})()"
+    )
+    if browser.evaluate(ready):
+        return
+    # Focus and select what is there, so typing replaces it.
+    browser.wait_for(
+        "(() => { const i = document.querySelector('.pf-omnibox input');"
+        " if (!i) return false; i.focus(); i.select(); return document.activeElement === i; })()",
+        what="the omnibox",
+    )
+    browser.call("Input.insertText", {"text": text})
+    browser.wait_for(ready, timeout=10, what="the search text in the omnibox")
 
 
 def _press_enter(browser: Chromium) -> None:
