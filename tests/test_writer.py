@@ -219,3 +219,26 @@ def test_deflate_thread_writes_the_same_file(tmp_path: Path) -> None:
 
     chunks = pb.Trace.FromString(a).packet
     assert len(chunks) > 1 and all(p.HasField("compressed_packets") for p in chunks)
+
+
+def test_instants_make_no_lanes(tmp_path: Path) -> None:
+    """An instant written before the slices around it (they wait in the reorder window)
+    lands on the thread's own track and pushes none of them onto another lane."""
+    path = tmp_path / "i.perfetto-trace"
+    with TraceWriter(path) as w:
+        p = w.producer("test")
+        p.write(model.CpuSlice(PID, PID, 100, 50, "a", "cpu_op"))
+        p.write(model.Instant(PID, PID, 120, "mark", "nvtx"))
+        p.write(model.CpuSlice(PID, PID, 110, 20, "b", "cpu_op"))
+    with open_trace(path) as t:
+        rows = t.query(
+            "select name, ts, dur, depth, track_id from slice "
+            "where category != 'xpu_perf_metadata' order by ts"
+        )
+        assert [(r["name"], r["ts"], r["dur"]) for r in rows] == [
+            ("a", 100, 50),
+            ("b", 110, 20),
+            ("mark", 120, 0),
+        ]
+        assert len({r["track_id"] for r in rows}) == 1
+        assert w.counts["extra_lanes"] == 0

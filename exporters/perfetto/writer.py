@@ -789,9 +789,11 @@ class Producer:
 
     def _write_instant(self, ev: model.Instant) -> None:
         # Instants are written as they come, while slices wait in the reorder window:
-        # an absolute timestamp keeps them from moving the incremental clock.
+        # an absolute timestamp keeps them from moving the incremental clock, and the
+        # thread's own track (an instant nests anywhere) keeps them out of lane placement,
+        # where one would push the window's earlier slices onto extra lanes.
         seq = self._seq
-        uuid = self.writer.tracks.thread_lane(ev.pid, ev.tid, ev.ts, 0)
+        uuid = self.writer.tracks.thread(ev.pid, ev.tid, None)
         self.writer._emit_bytes(
             seq.track_event(
                 seq.absolute_timestamp(ev.ts),
