@@ -32,41 +32,25 @@ MODES = ("baseline", "inprocess", "ebpf", "off")
 WORKLOAD_FILE = "launch_bound.py"
 _STEP_RE = re.compile(r"launch_bound: ([0-9.]+) ms/step")
 
-# Launch API slices and the frames of the launch stack recorded at each, leaf first.
+# The launch stacks recorded at launch API slices, with their frames and modules leaf first
+# (views from exporters/perfetto/xpu_views.sql).
 LAUNCH_STACKS_SQL = """
-with recursive
-  stack_samples as (
-    select p.id, p.ts, p.utid, p.callsite_id from perf_sample p
-    where p.perf_session_id in (
-      select perf_session_id from perf_counter_track where name = 'xpu_perf.launch_stack'
-    )
-  ),
-  launch_samples as (
-    select sp.id, sp.callsite_id from stack_samples sp
-    join thread_track tt on tt.utid = sp.utid
-    join slice s on s.track_id = tt.id and s.ts = sp.ts
-    where s.category = 'cuda_api'
-      and (s.name glob 'cudaLaunchKernel*' or s.name glob 'cuLaunchKernel*'
-           or s.name glob 'cudaGraphLaunch*' or s.name glob 'cuGraphLaunch*')
-  ),
-  chain(sample_id, callsite_id, up) as (
-    select id, callsite_id, 0 from launch_samples
-    union all
-    select chain.sample_id, c.parent_id, chain.up + 1
-    from chain join stack_profile_callsite c on c.id = chain.callsite_id
-    where c.parent_id is not null
-  ),
-  named as (
-    select chain.sample_id, chain.up, f.name, coalesce(m.name, '') as module
-    from chain
-    join stack_profile_callsite c on c.id = chain.callsite_id
-    join stack_profile_frame f on f.id = c.frame_id
-    left join stack_profile_mapping m on m.id = f.mapping
-    order by chain.sample_id, chain.up
-  )
+with launch_samples as (
+  select ls.id from xpu_launch_stack ls
+  join thread_track tt on tt.utid = ls.utid
+  join slice s on s.track_id = tt.id and s.ts = ls.ts
+  where s.category = 'cuda_api'
+    and (s.name glob 'cudaLaunchKernel*' or s.name glob 'cuLaunchKernel*'
+         or s.name glob 'cudaGraphLaunch*' or s.name glob 'cuGraphLaunch*')
+)
 select sample_id, count(*) as depth,
        group_concat(name, char(31)) as frames, group_concat(module, char(31)) as modules
-from named group by sample_id
+from (
+  select f.sample_id, f.up, f.name, coalesce(f.module, '') as module
+  from xpu_launch_stack_frame f join launch_samples l on l.id = f.sample_id
+  order by f.sample_id, f.up
+)
+group by sample_id
 """
 CUDA_MODULES = ("libcuda.", "libcupti", "libcudart", "libxpu_perf_cupti")
 
@@ -125,17 +109,16 @@ def run(out: Path, rounds: int) -> dict:
 
 def _stack_facts(trace: Path) -> dict:
     from exporters.perfetto.trace_processor import open_trace
+    from exporters.perfetto.views import load_views
 
     with open_trace(trace) as t:
+        load_views(t)
         rows = t.query(LAUNCH_STACKS_SQL)
         launches = t.scalar(
             "select a.int_value from slice s join args a using (arg_set_id) "
             "where s.category = 'xpu_perf_metadata' and a.key = 'debug.cupti_launches'"
         )
-        cpu_samples = t.scalar(
-            "select count(*) from perf_sample where perf_session_id in (select perf_session_id "
-            "from perf_counter_track where name = 'cpu-clock')"
-        )
+        cpu_samples = t.scalar("select count(*) from xpu_cpu_sample")
         errors = t.scalar(
             "select count(*) from stats where severity in ('error','data_loss') and value > 0"
         )

@@ -24,26 +24,7 @@ from slice s join args a on a.arg_set_id = s.arg_set_id and a.key = 'debug.corre
 where s.category = 'cuda_api' and s.name = 'xpu_perf_launch_marker'
 """
 
-LAUNCH_STACK_FRAMES_SQL = """
-with recursive
-  launches as (
-    select s.id, s.callsite_id from perf_sample s
-    where s.perf_session_id in (
-      select perf_session_id from perf_counter_track where name = 'xpu_perf.launch_stack'
-    )
-  ),
-  chain(sample_id, callsite_id, up) as (
-    select id, callsite_id, 0 from launches
-    union all
-    select chain.sample_id, c.parent_id, chain.up + 1
-    from chain join stack_profile_callsite c on c.id = chain.callsite_id
-    where c.parent_id is not null
-  )
-select chain.sample_id, chain.up, f.name
-from chain
-join stack_profile_callsite c on c.id = chain.callsite_id
-join stack_profile_frame f on f.id = c.frame_id
-"""
+LAUNCH_STACK_FRAMES_SQL = "select sample_id, up, name from xpu_launch_stack_frame"
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +41,7 @@ def test_marker_called_n_times_gives_n_stacks(programs: dict[str, Path], tmp_pat
 
     launches = query(trace, LAUNCH_SLICES_SQL)
     assert sorted(r["correlation_id"] for r in launches) == list(range(1, N_LAUNCHES + 1))
-    stack_count = query(
-        trace,
-        "select count(*) as n from perf_sample where perf_session_id in (select "
-        "perf_session_id from perf_counter_track where name = 'xpu_perf.launch_stack')",
-    )[0]["n"]
+    stack_count = query(trace, "select count(*) as n from xpu_launch_stack")[0]["n"]
     assert stack_count == N_LAUNCHES
 
     # Each stack: marker (leaf) <- launch_site <- main; the caller of a frameless function

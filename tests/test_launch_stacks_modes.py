@@ -14,6 +14,7 @@ from collector.errors import UserError
 from collector.inject_build import BuildError
 from collector.setup_check import Problem
 from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.views import load_views
 from tests.native.bpf_harness import requires_bpf
 from tests.native.build import build_all
 
@@ -25,28 +26,9 @@ NOT_ROOT = [Problem("not root: eBPF needs root", "run xpu-perf record with sudo"
 
 # Every launch-stack sample with the names of its frames, leaf first.
 LAUNCH_STACK_FRAMES_SQL = """
-with recursive
-  launches as (
-    select s.id, s.callsite_id from perf_sample s
-    where s.perf_session_id in (
-      select perf_session_id from perf_counter_track where name = 'xpu_perf.launch_stack'
-    )
-  ),
-  chain(sample_id, callsite_id, up) as (
-    select id, callsite_id, 0 from launches
-    union all
-    select chain.sample_id, c.parent_id, chain.up + 1
-    from chain join stack_profile_callsite c on c.id = chain.callsite_id
-    where c.parent_id is not null
-  ),
-  named as (
-    select chain.sample_id, chain.up, f.name
-    from chain
-    join stack_profile_callsite c on c.id = chain.callsite_id
-    join stack_profile_frame f on f.id = c.frame_id
-    order by chain.sample_id, chain.up
-  )
-select sample_id, group_concat(name, ';') as frames from named group by sample_id
+select sample_id, group_concat(name, ';') as frames
+from (select sample_id, up, name from xpu_launch_stack_frame order by sample_id, up)
+group by sample_id
 """
 
 
@@ -81,6 +63,7 @@ def test_ebpf_marker_stacks_join_every_launch(fake: FakeCupti, tmp_path: Path) -
     assert proc.returncode == 3, proc.stderr
     assert "eBPF launch stacks:" in proc.stderr
     with open_trace(out) as t:
+        load_views(t)
         launches = metadata(t, "cupti_launches")
         # Parent and forked child: runtime, driver-only and graph launches.
         assert launches == t.scalar(
@@ -100,9 +83,8 @@ def test_ebpf_marker_stacks_join_every_launch(fake: FakeCupti, tmp_path: Path) -
         assert metadata(t, "cupti_launches_with_user_frame") == launches
         # Each stack sits on the launch's own API slice: same thread, same timestamp.
         off_slice = t.scalar(
-            "select count(*) from perf_sample p where p.perf_session_id in (select "
-            "perf_session_id from perf_counter_track where name = 'xpu_perf.launch_stack') "
-            "and not exists (select 1 from slice s join thread_track tt on s.track_id = tt.id "
+            "select count(*) from xpu_launch_stack p where not exists (select 1 "
+            "from slice s join thread_track tt on s.track_id = tt.id "
             "where tt.utid = p.utid and s.ts = p.ts and s.category = 'cuda_api')"
         )
         assert off_slice == 0
@@ -121,6 +103,7 @@ def test_no_gpu_ebpf_probes_cuda_launch_kernel(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert f"eBPF launch stacks (cudaLaunchKernel/cuLaunchKernel): {n}," in proc.stderr
     with open_trace(out) as t:
+        load_views(t)
         assert t.scalar("select count(*) from slice where name = 'cudaLaunchKernel'") == n
         stacks = [r["frames"].split(";") for r in t.query(LAUNCH_STACK_FRAMES_SQL)]
         assert len(stacks) == n

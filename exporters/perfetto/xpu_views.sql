@@ -22,6 +22,21 @@ FROM perf_sample ps
 JOIN xpu_stack_session s USING (perf_session_id)
 WHERE s.timebase = 'xpu_perf.launch_stack';
 
+-- The frames of every launch stack, leaf first (up = 0 is the probed or launching function).
+CREATE PERFETTO VIEW xpu_launch_stack_frame AS
+WITH RECURSIVE chain(sample_id, callsite_id, up) AS (
+  SELECT id, callsite_id, 0 FROM xpu_launch_stack
+  UNION ALL
+  SELECT chain.sample_id, c.parent_id, chain.up + 1
+  FROM chain JOIN stack_profile_callsite c ON c.id = chain.callsite_id
+  WHERE c.parent_id IS NOT NULL
+)
+SELECT chain.sample_id, chain.up, f.name, m.name AS module
+FROM chain
+JOIN stack_profile_callsite c ON c.id = chain.callsite_id
+JOIN stack_profile_frame f ON f.id = c.frame_id
+LEFT JOIN stack_profile_mapping m ON m.id = f.mapping;
+
 -- Every slice on a thread, with its thread (lanes of one thread share the utid).
 CREATE PERFETTO VIEW xpu_thread_slice AS
 SELECT s.id, s.ts, s.dur, s.name, s.category, s.depth, tt.utid
