@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
 from exporters.folded.folded import MODES, UNITS, FoldedError, fold
@@ -61,13 +61,7 @@ def main(args: argparse.Namespace) -> int:
         subtitle=f"{_WHAT[args.mode]}; total {units.weight(total, args.unit)}",
         width=args.width,
     )
-    tmp = args.output.with_name(args.output.name + ".tmp")
-    try:
-        tmp.write_text(svg)
-        os.replace(tmp, args.output)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+    write_output(args.output, svg)
     print(
         f"{args.output}: {len(stacks.lines)} stacks, GPU {stacks.gpu_weight_ns / 1e6:.3f} ms, "
         f"{stacks.cpu_samples} CPU samples",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
 from exporters.folded.folded import MODES, UNITS, FoldedError, fold
@@ -47,13 +47,7 @@ def main(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        tmp = args.output.with_name(args.output.name + ".tmp")
-        try:
-            tmp.write_text(text)
-            os.replace(tmp, args.output)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+        write_output(args.output, text)
         print(
             f"{args.output}: {len(stacks.lines)} stacks, GPU {stacks.gpu_weight_ns / 1e6:.3f} ms, "
             f"{stacks.cpu_samples} CPU samples",

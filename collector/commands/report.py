@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
 from exporters.folded.folded import FoldedError
@@ -53,12 +53,6 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     print_report(report)
     if args.output is not None:
-        tmp = args.output.with_name(args.output.name + ".tmp")
-        try:
-            tmp.write_text(render_html(report), encoding="utf-8")
-            os.replace(tmp, args.output)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+        write_output(args.output, render_html(report))
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
