@@ -215,6 +215,21 @@ static struct xp_batch_MARKER *marker_batch;
 static struct xp_batch_DEVICE *device_batch;
 #define NO_ID 0xffffffffu
 
+/* One SYNC row, from an activity record or an API callback (caller holds activity_lock). */
+static void push_sync(uint64_t start, uint64_t end, uint32_t correlation_id, uint32_t context,
+                      uint32_t stream, uint32_t type, uint32_t event_id) {
+    struct xp_batch_SYNC *b = sync_batch;
+    uint32_t r = b->rows;
+    b->start[r] = start;
+    b->end[r] = end;
+    b->correlation_id[r] = correlation_id;
+    b->context[r] = context;
+    b->stream[r] = stream;
+    b->sync_type[r] = type;
+    b->event_id[r] = event_id;
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_SYNC(b);
+}
+
 static void add_api_sync(const CUpti_CallbackData *cb, uint8_t flags, uint64_t start, uint64_t end) {
     uint32_t context = NO_ID, stream = NO_ID;
     if (cb->context) cuptiGetContextId(cb->context, &context);
@@ -231,16 +246,7 @@ static void add_api_sync(const CUpti_CallbackData *cb, uint8_t flags, uint64_t s
                   : flags & SYNC_EVENT  ? CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE
                                         : CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
     pthread_mutex_lock(&activity_lock);
-    struct xp_batch_SYNC *b = sync_batch;
-    uint32_t r = b->rows;
-    b->start[r] = start;
-    b->end[r] = end;
-    b->correlation_id[r] = cb->correlationId;
-    b->context[r] = context;
-    b->stream[r] = stream;
-    b->sync_type[r] = type;
-    b->event_id[r] = NO_ID;
-    if (++b->rows == XP_BATCH_ROWS) xp_emit_SYNC(b);
+    push_sync(start, end, cb->correlationId, context, stream, type, NO_ID);
     records_sync++;
     pthread_mutex_unlock(&activity_lock);
 }
@@ -388,16 +394,8 @@ static void add_memset(const CUpti_ActivityMemset4 *m) {
 }
 
 static void add_sync(const CUpti_ActivitySynchronization2 *s) {
-    struct xp_batch_SYNC *b = sync_batch;
-    uint32_t r = b->rows;
-    b->start[r] = s->start;
-    b->end[r] = s->end;
-    b->correlation_id[r] = s->correlationId;
-    b->context[r] = s->contextId;
-    b->stream[r] = s->streamId;
-    b->sync_type[r] = (uint32_t)s->type;
-    b->event_id[r] = s->cudaEventId;
-    if (++b->rows == XP_BATCH_ROWS) xp_emit_SYNC(b);
+    push_sync(s->start, s->end, s->correlationId, s->contextId, s->streamId, (uint32_t)s->type,
+              s->cudaEventId);
 }
 
 static void add_marker(const CUpti_ActivityMarker2 *m) {
