@@ -48,6 +48,12 @@ XPU_MODES = {  # mode -> injection environment
     "xpu_hw_trace": {"XPU_PERF_HW_TRACE": "1"},
     "xpu_sync_activity": {"XPU_PERF_SYNC_ACTIVITY": "1"},  # sync from CUPTI's records
     "xpu_backtrace": {"XPU_PERF_BACKTRACE": "1"},  # glibc backtrace() for launch stacks
+    # the library's own callback time by part (printed at exit, kept in stream_stats)
+    "xpu_selftime": {"XPU_PERF_SELFTIME": "1"},
+    "xpu_selftime_no_python": {"XPU_PERF_SELFTIME": "1", "XPU_PERF_PYTHON": "0"},
+    # CUPTI buffer attributes: calloc'ed buffers CUPTI need not zero, larger device buffers
+    "xpu_zeroed_buffers": {"XPU_PERF_ZEROED_BUFFERS": "1"},
+    "xpu_device_buffer_64mb": {"XPU_PERF_DEVICE_BUFFER_MB": "64"},
     # where CUPTI's own cost ends: no periodic cuptiActivityFlushAll, CUPTI's own clock,
     # buffers freed unread (the last two break the trace; measurement only)
     "xpu_no_periodic_flush": {"XPU_PERF_FLUSH_MS": "600000"},
@@ -105,6 +111,19 @@ MODE_SETS = {
             "xpu_callbacks_only",
         )
     },
+    # where the library's own callback time goes, and CUPTI buffer attributes
+    "selftime": {
+        "launch_bound": (
+            "baseline",
+            "xpu_perf",
+            "xpu_selftime",
+            "xpu_selftime_no_python",
+            "xpu_no_stacks",
+            "xpu_zeroed_buffers",
+            "xpu_device_buffer_64mb",
+            "cupti_kernels_unparsed",
+        )
+    },
     # which activity kind costs what (CUPTI alone), launch-bound only
     "kinds": {
         "launch_bound": (
@@ -156,6 +175,9 @@ def run_mode(workload: str, mode: str, library: Path) -> dict[str, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"{workload}/{mode} failed: {proc.stderr[-2000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    selftime = [ln for ln in proc.stderr.splitlines() if ln.startswith("xpu-perf selftime")]
+    if selftime:
+        result["selftime"] = selftime
     if streams is not None:
         from collector.sources.cupti_stream import read_stream
 

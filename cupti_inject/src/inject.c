@@ -16,7 +16,9 @@
  *   XPU_PERF_CALLBACKS=0 (activity only), XPU_PERF_TS_CALLBACK=0 (CUPTI's own timestamps, not
  *   CLOCK_MONOTONIC), XPU_PERF_PARSE=0 (activity buffers freed unread),
  *   XPU_PERF_SYNC_ACTIVITY=1 (sync ops from CUPTI's SYNCHRONIZATION records, not callbacks),
- *   XPU_PERF_BACKTRACE=1 (launch stacks by glibc backtrace(), not the cached CFI unwinder)
+ *   XPU_PERF_BACKTRACE=1 (launch stacks by glibc backtrace(), not the cached CFI unwinder),
+ *   XPU_PERF_ZEROED_BUFFERS=1, XPU_PERF_DEVICE_BUFFER_MB=N (CUPTI buffer attributes),
+ *   XPU_PERF_SELFTIME=1 (time spent in this library's API callbacks, by part, printed at exit)
  */
 #define _GNU_SOURCE
 #include <cupti.h>
@@ -33,6 +35,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <x86intrin.h>
 
 #include "modules.h"
 #include "pyframes.h"
@@ -86,6 +89,11 @@ struct thread_state {
     uint64_t outer_start;
     /* Per-thread counts (no shared cache line on the launch path); summed at flush. */
     uint64_t n_api, n_launch, n_launch_stack, n_launch_no_stack, n_alias;
+    /* XPU_PERF_SELFTIME: TSC cycles spent in each part of the callbacks, and what they did. */
+    struct selftime {
+        uint64_t callbacks, outer_enters, native_frames, python_frames;
+        uint64_t cyc_callback, cyc_stack, cyc_unwind, cyc_python;
+    } st;
 };
 
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -93,9 +101,19 @@ static struct thread_state *threads;
 static __thread struct thread_state *tls_state __attribute__((tls_model("initial-exec")));
 static pthread_key_t thread_key;
 
+static struct selftime exited_st; /* threads that ended (under threads_lock) */
+static uint64_t selftime_tsc0, selftime_ns0;
+
+static void selftime_add(struct selftime *into, const struct selftime *from) {
+    const uint64_t *f = (const uint64_t *)from;
+    uint64_t *t = (uint64_t *)into;
+    for (size_t i = 0; i < sizeof *from / sizeof(uint64_t); i++) t[i] += f[i];
+}
+
 static void thread_exit(void *p) {
     struct thread_state *ts = p;
     pthread_mutex_lock(&threads_lock);
+    selftime_add(&exited_st, &ts->st);
     api_records += ts->n_api;
     launches += ts->n_launch;
     launch_stacks += ts->n_launch_stack;
@@ -156,10 +174,14 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
     return h * 0xff51afd7ed558ccdull;
 }
 
-static uint32_t capture_stack(void) {
+static int selftime;
+static inline uint64_t cycles(void) { return selftime ? __rdtsc() : 0; }
+
+static uint32_t capture_stack(struct selftime *st) {
     uint64_t pcs[MAX_NATIVE];
     struct xp_pyframe_key py[MAX_PYTHON];
     int n;
+    uint64_t c0 = cycles();
     if (use_backtrace) { /* measurement only: glibc's unwinder in place of ours */
         void *frames[MAX_NATIVE];
         n = backtrace(frames, MAX_NATIVE);
@@ -169,7 +191,15 @@ static uint32_t capture_stack(void) {
     }
     int skip = 0;
     while (skip < n && pcs[skip] >= self_lo && pcs[skip] < self_hi) skip++;
+    uint64_t c1 = cycles();
     int np = want_python ? xp_py_walk(py, MAX_PYTHON) : 0;
+    uint64_t c2 = cycles();
+    if (selftime) {
+        st->cyc_unwind += c1 - c0;
+        st->cyc_python += c2 - c1;
+        st->native_frames += (uint64_t)(n - skip);
+        st->python_frames += (uint64_t)np;
+    }
     if (n - skip <= 0 && np == 0) return 0;
     uint64_t h = 0x12345678ull;
     for (int i = skip; i < n; i++) h = mix(h, pcs[i]);
@@ -257,8 +287,10 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     (void)userdata;
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const CUpti_CallbackData *cb = data;
+    uint64_t c_in = cycles();
     struct thread_state *ts = thread_state();
     if (!ts) return;
+    if (selftime) ts->st.callbacks++;
     if (cb->callbackSite == CUPTI_API_ENTER) {
         if (ts->depth++ > 0) {
             /* A driver call made by a traced runtime call: GPU records may name either id. */
@@ -271,24 +303,34 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
                 pthread_mutex_unlock(&ts->lock);
                 ts->n_alias++;
             }
+            if (selftime) ts->st.cyc_callback += cycles() - c_in;
             return;
         }
         uint8_t flags = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
         uint32_t api_id = ((uint32_t)domain << 16) | (uint32_t)cbid;
         ts->outer_corr = cb->correlationId;
         ts->outer_api = api_id;
-        ts->outer_stack = want_stacks ? capture_stack() : 0;
+        uint64_t c_stack = cycles();
+        ts->outer_stack = want_stacks ? capture_stack(&ts->st) : 0;
+        if (selftime) {
+            ts->st.outer_enters++;
+            ts->st.cyc_stack += cycles() - c_stack;
+        }
         if (flags & LAUNCH) {
             xpu_perf_launch_marker(cb->correlationId, api_id);
             ts->n_launch++;
             if (ts->outer_stack) ts->n_launch_stack++; else ts->n_launch_no_stack++;
         }
         ts->outer_start = xp_now_ns();
+        if (selftime) ts->st.cyc_callback += cycles() - c_in;
         return;
     }
     /* API exit */
     if (ts->depth == 0) return;
-    if (--ts->depth > 0) return;
+    if (--ts->depth > 0) {
+        if (selftime) ts->st.cyc_callback += cycles() - c_in;
+        return;
+    }
     uint64_t end = xp_now_ns();
     pthread_mutex_lock(&ts->lock);
     struct xp_batch_API *b = ts->api;
@@ -304,13 +346,15 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     ts->n_api++;
     uint8_t flags = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
     if (sync_from_callbacks && (flags & SYNC_ANY)) add_api_sync(cb, flags, ts->outer_start, end);
+    if (selftime) ts->st.cyc_callback += cycles() - c_in;
 }
 
 /* ---- activity buffers ---- */
 #define ACTIVITY_BUFFER_SIZE (8u << 20)
+static int zeroed_buffers; /* XPU_PERF_ZEROED_BUFFERS: hand CUPTI calloc'ed (already zero) buffers */
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
-    *buffer = aligned_alloc(8, ACTIVITY_BUFFER_SIZE);
+    *buffer = zeroed_buffers ? calloc(1, ACTIVITY_BUFFER_SIZE) : aligned_alloc(8, ACTIVITY_BUFFER_SIZE);
     *size = *buffer ? ACTIVITY_BUFFER_SIZE : 0;
     *max_records = 0;
 }
@@ -500,6 +544,28 @@ static void emit_counters(void) {
     xp_emit_counter("python_frames_enabled", (uint64_t)(want_python && xp_py_enabled));
 }
 
+/* One line on stderr: where the library's own callback time goes, per outermost API call. */
+static void report_selftime(void) {
+    struct selftime t = {0};
+    pthread_mutex_lock(&threads_lock);
+    selftime_add(&t, &exited_st);
+    for (struct thread_state *ts = threads; ts; ts = ts->next) selftime_add(&t, &ts->st);
+    pthread_mutex_unlock(&threads_lock);
+    uint64_t dtsc = __rdtsc() - selftime_tsc0, dns = xp_now_ns() - selftime_ns0;
+    double ns_per_cycle = dtsc ? (double)dns / (double)dtsc : 0;
+    double per = t.outer_enters ? ns_per_cycle / (double)t.outer_enters : 0;
+    fprintf(stderr,
+            "xpu-perf selftime pid %d: %llu callbacks, %llu outer API calls; ns per outer call: "
+            "callbacks %.0f, stack %.0f (unwind %.0f, python %.0f, dedupe %.0f); "
+            "frames per call: native %.1f, python %.1f\n",
+            (int)getpid(), (unsigned long long)t.callbacks, (unsigned long long)t.outer_enters,
+            per * (double)t.cyc_callback, per * (double)t.cyc_stack, per * (double)t.cyc_unwind,
+            per * (double)t.cyc_python,
+            per * (double)(t.cyc_stack - t.cyc_unwind - t.cyc_python),
+            t.outer_enters ? (double)t.native_frames / (double)t.outer_enters : 0,
+            t.outer_enters ? (double)t.python_frames / (double)t.outer_enters : 0);
+}
+
 static void flush_hook(int final) {
     cuptiActivityFlushAll(final ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
     pthread_mutex_lock(&threads_lock);
@@ -512,6 +578,7 @@ static void flush_hook(int final) {
     pthread_mutex_unlock(&threads_lock);
     xp_modules_emit_if_changed();
     if (final) emit_counters();
+    if (final && selftime) report_selftime();
 }
 
 static void at_exit(void) { xp_stream_flush(1); }
@@ -593,6 +660,7 @@ static void fork_child(void) {
         keep->alias->rows = 0;
         keep->tid = (uint32_t)syscall(SYS_gettid);
         keep->depth = 0;
+        memset(&keep->st, 0, sizeof keep->st);
         char name[17] = {0};
         prctl(PR_GET_NAME, name, 0, 0, 0);
         xp_emit_thread(keep->tid, name);
@@ -606,6 +674,7 @@ static void fork_child(void) {
     stacks_unique = stack_table_full = cupti_dropped = activity_buffers = 0;
     records_kernel = records_memcpy = records_memset = records_sync = records_marker = 0;
     records_other = 0;
+    memset(&exited_st, 0, sizeof exited_st);
     emit_api_names(); /* the child's stream is new: it needs the names too */
     if (signal_thread_started) start_signal_thread();
 }
@@ -717,6 +786,9 @@ EXPORT int InitializeInjection(void) {
     want_python = env_flag("XPU_PERF_PYTHON", 1);
     want_nested_driver = env_flag("XPU_PERF_NESTED_DRIVER", 1);
     use_backtrace = env_flag("XPU_PERF_BACKTRACE", 0);
+    selftime = env_flag("XPU_PERF_SELFTIME", 0);
+    selftime_tsc0 = __rdtsc();
+    selftime_ns0 = xp_now_ns();
     stack_table = calloc((size_t)1 << STACK_TABLE_BITS, sizeof(uint64_t));
     stack_batch = malloc(sizeof *stack_batch);
     kernel_batch = calloc(1, sizeof *kernel_batch);
@@ -737,6 +809,18 @@ EXPORT int InitializeInjection(void) {
     if (env_flag("XPU_PERF_TS_CALLBACK", 1))
         CHECK(cuptiActivityRegisterTimestampCallback(timestamp_callback));
     CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
+    zeroed_buffers = env_flag("XPU_PERF_ZEROED_BUFFERS", 0);
+    if (zeroed_buffers) {
+        /* CUPTI then skips zeroing each new buffer itself on the thread that asked for it. */
+        uint8_t one = 1;
+        size_t sz = sizeof one;
+        CHECK(cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &sz, &one));
+    }
+    const char *device_mb = getenv("XPU_PERF_DEVICE_BUFFER_MB");
+    if (device_mb && atoi(device_mb) > 0) {
+        size_t bytes = (size_t)atoi(device_mb) << 20, sz = sizeof bytes;
+        CHECK(cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &sz, &bytes));
+    }
     CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     if (env_flag("XPU_PERF_HW_TRACE", 0)) {
         /* Hardware-event tracing of kernels/copies where the GPU supports it (looked up, not

@@ -85,6 +85,13 @@ EXPORT CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbac
     timestamp_cb = f;
     return CUPTI_SUCCESS;
 }
+/* Buffer attributes are accepted (size-checked) and have no effect on the replay. */
+EXPORT CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t *size, void *value) {
+    if (!size || !value) return CUPTI_ERROR_INVALID_PARAMETER;
+    if (attr == CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) return *size == 1 ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+    if (attr == CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE) return *size == sizeof(size_t) ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+    return CUPTI_ERROR_NOT_SUPPORTED;
+}
 EXPORT CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType type) {
     (void)type;
     return CUPTI_SUCCESS;
