@@ -92,7 +92,8 @@ def read_packets(path: Path) -> list[pb.TracePacket]:
 
 class Decoded:
     """Track events and samples with absolute timestamps and interned ids resolved the
-    way trace_processor does it: per sequence, incremental clock 64 from its snapshot."""
+    way trace_processor does it: per sequence, its incremental clocks (64..127) from its
+    snapshots, each a running sum of the deltas written with it."""
 
     def __init__(self, path: Path) -> None:
         self.packets = read_packets(path)
@@ -102,7 +103,7 @@ class Decoded:
         self.samples: list[tuple[int, pb.TracePacket]] = []
         self.descriptors: dict[int, pb.TrackDescriptor] = {}
         interned: dict[int, dict[str, dict[int, object]]] = defaultdict(lambda: defaultdict(dict))
-        clocks: dict[int, int] = {}
+        clocks: dict[tuple[int, int], int] = {}  # (sequence, clock id) -> its time
         defaults: dict[int, int] = {}
         for p in self.packets:
             seq = p.trusted_packet_sequence_id
@@ -111,7 +112,8 @@ class Decoded:
             if p.HasField("clock_snapshot"):
                 for clock in p.clock_snapshot.clocks:
                     if clock.is_incremental:
-                        clocks[seq] = clock.timestamp
+                        assert clock.clock_id >= writer.INCREMENTAL_CLOCK_ID
+                        clocks[seq, clock.clock_id] = clock.timestamp
             if p.HasField("track_descriptor"):
                 self.descriptors[p.track_descriptor.uuid] = p.track_descriptor
             data = p.interned_data
@@ -123,9 +125,9 @@ class Decoded:
             if not p.HasField("timestamp"):
                 continue
             clock_id = p.timestamp_clock_id or defaults.get(seq, 0)
-            if clock_id == writer.INCREMENTAL_CLOCK_ID:
-                clocks[seq] += p.timestamp
-                ts = clocks[seq]
+            if clock_id >= writer.INCREMENTAL_CLOCK_ID:
+                clocks[seq, clock_id] += p.timestamp  # KeyError: clock not defined first
+                ts = clocks[seq, clock_id]
             else:
                 ts = p.timestamp
             if p.HasField("perf_sample"):

@@ -242,3 +242,47 @@ def test_instants_make_no_lanes(tmp_path: Path) -> None:
         ]
         assert len({r["track_id"] for r in rows}) == 1
         assert w.counts["extra_lanes"] == 0
+
+
+def test_flows_at_equal_times(tmp_path: Path) -> None:
+    """Flow ends at equal times on different tracks: a sync op that starts with its API
+    call, and a kernel that starts (ending its flow) when the next launch starts its own.
+    Every flow still joins its own pair, although each track's packets go into the file
+    together and flow ids are recycled."""
+    events: list[model.Event] = [model.GpuDevice(0, "Test GPU")]
+    ts = 1_000
+    for corr in range(1, 401):
+        fid = model.flow_id(PID, corr)
+        sync = corr > 200
+        # The sync call outlasts its op (the call is the parent at the shared start); the
+        # kernel outlasts the next launch call (it is written first at the shared start).
+        api_dur, op_ts, op_dur = (5_000, ts, 1_000) if sync else (200, ts + 3_000, 2_000)
+        events.append(
+            model.CpuSlice(
+                PID,
+                PID,
+                ts,
+                api_dur,
+                "cudaStreamSynchronize" if sync else "cudaLaunchKernel",
+                model.CAT_CUDA_API,
+                {"correlation_id": corr},
+                flow_ids=(fid,),
+            )
+        )
+        events.append(
+            model.GpuOp(
+                0,
+                7,
+                op_ts,
+                op_dur,
+                "sync" if sync else "k",
+                model.CAT_KERNEL,
+                correlation_id=corr,
+                terminating_flow_ids=(fid,),
+            )
+        )
+        ts += 5_000 if sync else 3_000  # a launch: the next call starts with this op
+    path = tmp_path / "f.perfetto-trace"
+    with TraceWriter(path) as w:
+        w.producer("test").write_all(events)
+    _check_round_trip(path, events)

@@ -46,7 +46,7 @@ from heapq import heappop, heappush
 from itertools import islice
 from operator import attrgetter, eq
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -98,6 +98,14 @@ _varint3 = wire.varint3
 _FLOW = wire.FLOW
 _FLOW_TAG = wire.FLOW_TAG
 _TERMINATING_FLOW_TAG = wire.TERMINATING_FLOW_TAG
+# A track's clock: [last timestamp written with it, its encoded `timestamp_clock_id`
+# field (b"" for the sequence default), the track's packets waiting for the next chunk].
+# A list, not an object: the hot loop reads and writes it for every packet.
+_TrackClock = list[Any]
+# Sequence-scoped clocks are 64..127: one of its own for each of the first 62 tracks,
+# then one shared by the other CPU tracks and one by the other GPU tracks.
+_OWN_CLOCKS = 62
+_SHARED_CLOCK = (126, 127)  # indexed by "is a GPU track"
 
 
 def _frame_packet(payload: bytes) -> bytes:
@@ -162,6 +170,14 @@ class _Sequence:
         self.absolute_clock = wire.varint_field(wire.PACKET_TIMESTAMP_CLOCK_ID, writer.clock_id)
         # The incremental clock: the last timestamp written with it (the snapshot's 0).
         self.clock = 0
+        # Track events: a clock and a packet list per track (see track_clock()); the
+        # packet lists of CPU tracks go into a chunk before those of GPU tracks.
+        self.track_clocks: dict[int, _TrackClock] = {}
+        self.cpu_packets: list[list[bytes]] = []
+        self.gpu_packets: list[list[bytes]] = []
+        self._own_clocks = 0
+        self._shared_clocks: list[_TrackClock | None] = [None, None]  # CPU, GPU
+        self.retired = False  # the producer has moved on to a new sequence
 
         first = pb.TracePacket()
         first.trusted_packet_sequence_id = seq_id
@@ -193,6 +209,61 @@ class _Sequence:
         if delta >= 0:
             self.clock = ts
             return _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
+        return self.absolute_timestamp(ts)
+
+    def track_clock(self, uuid: int, gpu: bool) -> _TrackClock:
+        """The incremental clock of track `uuid` on this sequence and the packets waiting
+        for the next chunk (see _TrackClock).
+
+        A clock per track: a track's deltas are its slices' durations and the gaps between
+        them, instead of the gaps between the interleaved events of unrelated tracks.  A
+        track's packets also wait in a list of their own and go into the chunk together,
+        so deflate finds a track's previous packet (its best match) close by.  That
+        needs the clock per track: an incremental clock must see its packets in time
+        order, and the file then holds each track's packets in time order, not all of them.
+        Clocks 64..125 go to the first 62 tracks, one each (64 is the sequence default,
+        no `timestamp_clock_id` field); later CPU tracks share 126, later GPU tracks 127
+        (packets are encoded in time order, so a shared clock still only goes forward)."""
+        cell = self.track_clocks.get(uuid)
+        if cell is not None:
+            return cell
+        used = self._own_clocks
+        if used < _OWN_CLOCKS or self._shared_clocks[gpu] is None:
+            clock_id = INCREMENTAL_CLOCK_ID + used if used < _OWN_CLOCKS else _SHARED_CLOCK[gpu]
+            self._own_clocks += used < _OWN_CLOCKS
+            if clock_id == INCREMENTAL_CLOCK_ID:
+                field = b""  # defined with the sequence
+            else:
+                field = wire.varint_field(wire.PACKET_TIMESTAMP_CLOCK_ID, clock_id)
+                self._define_clock(clock_id)
+            packets: list[bytes] = []
+            (self.gpu_packets if gpu else self.cpu_packets).append(packets)
+            cell = [0, field, packets]
+            if used >= _OWN_CLOCKS:
+                self._shared_clocks[gpu] = cell
+        else:
+            cell = self._shared_clocks[gpu]  # type: ignore[assignment]
+        self.track_clocks[uuid] = cell
+        return cell
+
+    def _define_clock(self, clock_id: int) -> None:
+        """A ClockSnapshot defining sequence clock `clock_id` as incremental, 0 at the
+        trace clock's 0 (like clock 64 at the sequence's start)."""
+        snapshot = pb.TracePacket()
+        snapshot.trusted_packet_sequence_id = self.seq_id
+        clocks = snapshot.clock_snapshot.clocks
+        clocks.add(clock_id=clock_id, timestamp=0, is_incremental=True)
+        clocks.add(clock_id=self.writer.clock_id, timestamp=0)
+        self.writer._emit(snapshot)
+
+    def track_timestamp(self, cell: _TrackClock, ts: int) -> bytes:
+        """timestamp() on a track's clock (its `timestamp_clock_id` field included)."""
+        delta = ts - cell[0]
+        if delta >= 0:
+            cell[0] = ts
+            return cell[1] + (
+                _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
+            )
         return self.absolute_timestamp(ts)
 
     def absolute_timestamp(self, ts: int) -> bytes:
@@ -410,8 +481,9 @@ class Producer:
         self._sample_seqs: dict[str, _Sequence] = {}
         self._pending: list[model.CpuSlice | model.GpuOp] = []
         # Slices begun but not ended: (end ts, -order, encoded END packet minus its
-        # timestamp); order makes the inner of two slices ending together end first.
-        self._open: list[tuple[int, int, bytes]] = []
+        # timestamp, its track's clock); order makes the inner of two slices ending
+        # together end first.
+        self._open: list[tuple[int, int, bytes, list]] = []
         self._order = 0
         self._flows = _FlowIds(len(writer._producers) << 44)
         self._start_sequence(seq_id)
@@ -422,7 +494,14 @@ class Producer:
 
     def _start_sequence(self, seq_id: int) -> None:
         """Track events go on sequence `seq_id` from now on (with caches of its own)."""
+        old = getattr(self, "_seq", None)
+        if old is not None:
+            old.retired = True  # its packets go into the next chunk, then it is dropped
         self._seq = _Sequence(self.writer, seq_id)
+        self.writer._track_sequences.append(self._seq)
+        # The latest BEGIN written on the sequence: a window of slices mostly earlier
+        # than this goes on a new sequence (see flush()).
+        self._latest = 0
         # Per track uuid: the encoded head of its BEGIN events (type, uuid, and for a GPU
         # stream lane its device and stream annotations) and its END packet.
         self._begin_heads: dict[int, bytes] = {}
@@ -480,7 +559,7 @@ class Producer:
         starts = [e.ts for e in pending]
         if any(map(eq, starts, islice(starts, 1, None))):
             pending.sort(key=_start_order)
-        if bisect_left(starts, self._seq.clock) > _LATE_SLICES:
+        if bisect_left(starts, self._latest) > _LATE_SLICES:
             # This window goes back in time (sources that write in no time order, such as
             # Kineto's JSON): rather than absolute timestamps for its slices, a new
             # sequence with a clock of its own, once the open slices are ended (ENDs that
@@ -510,6 +589,7 @@ class Producer:
         writer = self.writer
         flows = self._flows
         begun, ended_first, free_flow_ids = flows.begun, flows.ended_first, flows.free
+        freed, freed_at = flows.freed, flows.freed_at
         recycled = range(flows.recycle_from, flows.unrecycled_from)
         stream_lanes = self._stream_lanes
         thread_lanes = self._thread_lanes
@@ -529,7 +609,8 @@ class Producer:
         order = self._order
         extend = writer._buffer.extend
         size = writer._buffered
-        clock = seq.clock
+        latest = self._latest
+        track_clocks = seq.track_clocks
         # Each slice with the start of the next one (the last one's END always waits: the
         # next window may start earlier).
         next_starts = [e.ts for e in pending]
@@ -540,30 +621,38 @@ class Producer:
             if ts >= next_end:
                 # ENDs due at or before this BEGIN.
                 while open_ends and open_ends[0][0] <= ts:
-                    end_ts, _, end_packet = heappop(open_ends)
-                    delta = end_ts - clock
+                    end_ts, _, end_packet, cell = heappop(open_ends)
+                    delta = end_ts - cell[0]
                     if delta >= 0:
-                        clock = end_ts
-                        stamp = (
+                        cell[0] = end_ts
+                        stamp = cell[1] + (
                             _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
                         )
                     else:
                         stamp = seq.absolute_timestamp(end_ts)
                     n = len(end_packet) + len(stamp)
-                    extend((_FRAME[n], end_packet, stamp))
+                    cell[2].extend((_FRAME[n], end_packet, stamp))
                     size += n + 2
                 next_end = open_ends[0][0] if open_ends else _NEVER
-            delta = ts - clock
-            if delta >= 0:
-                clock = ts
-                stamp = _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
-                late = False
+            # Flow ids are handed out in the order slices are encoded, which must be the
+            # order trace_processor reads them in (time order): a slice behind the latest
+            # BEGIN (although maybe not behind its own track's clock) gets fresh ids.
+            if ts >= latest:
+                latest = ts
+                behind = False
             else:
-                stamp = seq.absolute_timestamp(ts)
-                late = True
+                behind = True
+            if freed and ts > freed_at:
+                # Flow ids freed at an earlier time: free for this slice.  Not for one
+                # that starts when a flow ended: trace_processor reads the packets of
+                # one time in file order, and the end may be in a later track's list.
+                for fid in freed:
+                    heappush(free_flow_ids, fid)
+                freed.clear()
             dur = ev.dur
             end = ts + dur if dur > 0 else ts
-            if type(ev) is _GpuOp:
+            gpu = type(ev) is _GpuOp
+            if gpu:
                 lanes = stream_lanes.get((ev.device, ev.stream)) or self._lanes(ev)
                 corr = ev.correlation_id
             else:
@@ -583,6 +672,15 @@ class Producer:
                 index = lanes[2](ts, dur)
             uuids = lanes[3]
             uuid = uuids[index] if index < len(uuids) else self._new_lane(ev, index)
+            cell = track_clocks.get(uuid) or seq.track_clock(uuid, gpu)
+            delta = ts - cell[0]
+            if delta >= 0:
+                cell[0] = ts
+                stamp = cell[1] + (
+                    _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
+                )
+            else:  # late for its track: an absolute time, the track's clock left alone
+                stamp = seq.absolute_timestamp(ts)
             # Constant parts first: track (+ device and stream), name, category, args.  A
             # BEGIN seen before (same track, name, category and args) is one cached piece;
             # not for args with floats or bools (1, 1.0 and True are equal as keys but
@@ -621,7 +719,7 @@ class Producer:
             # Then what varies: flows, correlation id, args with values seen rarely.
             fids = ev.flow_ids
             if fids:
-                if len(fids) == 1 and not late:
+                if len(fids) == 1 and not behind:
                     fid = begun.get(fids[0])
                     if fid is None:
                         fid = ended_first.pop(fids[0], None)
@@ -634,19 +732,21 @@ class Producer:
                             begun[fids[0]] = fid
                     parts.append(_FLOW.pack(_FLOW_TAG, fid))
                 else:
-                    parts.append(flows.starts(fids, late))
+                    parts.append(flows.starts(fids, behind))
             fids = ev.terminating_flow_ids
             if fids:
-                if len(fids) == 1 and not late:
+                if len(fids) == 1 and not behind:
                     fid = begun.pop(fids[0], None)
                     if fid is None:
                         fid = ended_first[fids[0]] = flows.next_unrecycled
                         flows.next_unrecycled = fid + 1
                     elif fid in recycled:
-                        heappush(free_flow_ids, fid)
+                        freed.append(fid)
+                        freed_at = ts
                     parts.append(_FLOW.pack(_TERMINATING_FLOW_TAG, fid))
                 else:
-                    parts.append(flows.ends(fids, late))
+                    parts.append(flows.ends(fids, behind, ts))
+                    freed_at = flows.freed_at
             if corr is not None:
                 if 0 <= corr < _VARINT3_LIMIT:
                     value = _SMALL[corr] if corr < _SMALL_LIMIT else _varint3(corr)
@@ -659,34 +759,36 @@ class Producer:
             n = len(event)
             event_head = _TRACK_EVENT[n] if n < _SMALL_LIMIT else _TRACK_EVENT_TAG + _varint(n)
             if seq.dirty:
-                interned = seq.interned_field()
-                n += len(interned)
-            else:
-                interned = b""
+                # A packet of its own, ahead of the chunk's track lists (the first user of
+                # an entry may be in any of them).
+                interned = _frame_packet(seq.interned_field() + head_needs)
+                extend((interned,))
+                size += len(interned)
             n += len(event_head) + head_len + len(stamp)
-            extend(
+            cell[2].extend(
                 (
                     _FRAME[n] if n < _SMALL_LIMIT else _FRAME_TAG + _varint(n),
                     event_head,
                     event,
                     head_needs,
                     stamp,
-                    interned,
                 )
             )
             size += n + 3
             order += 1
             end_packet = end_packets.get(uuid) or self._end_packet(uuid)
-            if end <= next_start and end <= next_end and end >= clock:
+            if end <= next_start and end <= next_end and end >= cell[0]:
                 # Due before anything else: write the END now, no heap.
-                delta = end - clock
-                clock = end
-                stamp = _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
+                delta = end - cell[0]
+                cell[0] = end
+                stamp = cell[1] + (
+                    _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
+                )
                 n = len(end_packet) + len(stamp)
-                extend((_FRAME[n], end_packet, stamp))
+                cell[2].extend((_FRAME[n], end_packet, stamp))
                 size += n + 2
             else:
-                heappush(open_ends, (end, -order, end_packet))
+                heappush(open_ends, (end, -order, end_packet, cell))
                 if end < next_end:
                     next_end = end
             if size >= CHUNK_BYTES:
@@ -694,11 +796,11 @@ class Producer:
                 writer._flush_buffer()
                 size = 0
             if corr is None and type(ev) is _CpuSlice and ev.launch_stack is not None:
-                seq.clock = clock
                 writer._buffered = size
                 self._write_sample(ev.pid, ev.tid, ts, ev.launch_stack, LAUNCH_STACK_TIMEBASE, None)
                 size = writer._buffered
-        seq.clock = clock
+        self._latest = latest
+        flows.freed_at = freed_at
         writer._buffered = size
         self._order = order
 
@@ -767,9 +869,11 @@ class Producer:
         seq = self._seq
         open_ends = self._open
         while open_ends and (limit is None or open_ends[0][0] <= limit):
-            end_ts, _, end_packet = heappop(open_ends)
-            stamp = seq.timestamp(end_ts)
-            self.writer._emit_framed(_frame_head(len(end_packet) + len(stamp)), end_packet, stamp)
+            end_ts, _, end_packet, cell = heappop(open_ends)
+            stamp = seq.track_timestamp(cell, end_ts)
+            n = len(end_packet) + len(stamp)
+            cell[2].extend((_frame_head(n), end_packet, stamp))
+            self.writer._buffered += n + 3
 
     def _begin_head(self, uuid: int, ev: model.CpuSlice | model.GpuOp) -> bytes:
         head = _event_head(_TYPE_BEGIN, uuid)
@@ -845,11 +949,13 @@ class _FlowIds:
     repeat a lot and deflate well.  Each producer has ids of its own (`base`).
 
     trace_processor pairs ends in timestamp order, and an id may be recycled only if that
-    is also the order in which the producer wrote them: true for packets written in time
-    order on one sequence, false for a "late" packet (absolute timestamp) or across a
+    is also the order in which the producer encoded them: true for slices encoded in time
+    order on one sequence, false for a "late" slice (behind the latest BEGIN) or across a
     change of sequence (the new one goes back in time).  So only flows begun in time order
     since the last change of sequence give their id back; a flow begun late, or whose end
     is written first (its start may be late, i.e. earlier), gets an id never recycled.
+    Packets of one time are read in file order, and the file holds them track by track
+    (see _Sequence.track_clock), so an id freed at time t is taken again only after t.
     """
 
     def __init__(self, base: int) -> None:
@@ -857,12 +963,16 @@ class _FlowIds:
         self.begun: dict[int, int] = {}  # source id -> id: begun, not yet ended
         self.ended_first: dict[int, int] = {}  # source id -> id: end written before start
         self.free: list[int] = []  # min-heap of recyclable ids
+        # Ids whose flows ended at time `freed_at`: recyclable from the next time on.
+        self.freed: list[int] = []
+        self.freed_at = 0
         self.next_id = self.recycle_from = base + 1
         self.next_unrecycled = self.unrecycled_from = base + (1 << 40)
 
     def new_sequence(self) -> None:
         """The producer's packets go back in time: no id given out so far is recycled."""
         self.free.clear()
+        self.freed.clear()
         self.recycle_from = self.next_id
 
     def _new(self, late: bool) -> int:
@@ -886,15 +996,19 @@ class _FlowIds:
             out.append(_FLOW.pack(_FLOW_TAG, fid))
         return b"".join(out)
 
-    def ends(self, source_ids: Iterable[int], late: bool) -> bytes:
-        """The encoded `terminating_flow_ids` of a slice that ends these flows."""
+    def ends(self, source_ids: Iterable[int], late: bool, ts: int) -> bytes:
+        """The encoded `terminating_flow_ids` of a slice at `ts` that ends these flows."""
         out = []
         for source in source_ids:
             fid = self.begun.pop(source, None)
             if fid is None:
                 fid = self.ended_first[source] = self._new(True)
             elif self.recycle_from <= fid < self.unrecycled_from:
-                heappush(self.free, fid)
+                if late:  # earlier than any slice still to come
+                    heappush(self.free, fid)
+                else:
+                    self.freed.append(fid)
+                    self.freed_at = ts
             out.append(_FLOW.pack(_TERMINATING_FLOW_TAG, fid))
         return b"".join(out)
 
@@ -1084,6 +1198,8 @@ class TraceWriter:
         self._file: BinaryIO | None = open(self.tmp_path, "wb")  # noqa: SIM115
         self._deflater = _Deflater(self._file, compression_level, compress_in_thread)
         self._buffer: list[bytes] = []
+        # Sequences with track packets in per-track lists (see _Sequence.track_clock).
+        self._track_sequences: list[_Sequence] = []
         self._buffered = 0
         self._seq_counter = 0
         self.min_ts: int | None = None
@@ -1176,10 +1292,21 @@ class TraceWriter:
 
     def _flush_buffer(self) -> None:
         """Hand the buffered packets to the deflater as one chunk."""
-        if self._file is None or not self._buffer:
+        if self._file is None:
             return
-        self._deflater.put(b"".join(self._buffer))
-        self._buffer.clear()
+        # Descriptors, clock snapshots, interned data, instants and samples first, then
+        # each sequence's track packets track by track: CPU tracks before GPU tracks, so
+        # that an API call's flow begins before a GPU op of the same time ends it.
+        chunk = self._buffer
+        for seq in self._track_sequences:
+            for packets in (*seq.cpu_packets, *seq.gpu_packets):
+                chunk += packets
+                packets.clear()
+        if self._track_sequences[-1:] and any(seq.retired for seq in self._track_sequences):
+            self._track_sequences = [seq for seq in self._track_sequences if not seq.retired]
+        if chunk:
+            self._deflater.put(b"".join(chunk))
+        chunk.clear()
         self._buffered = 0
 
     def _write_clock_snapshot(self, snapshot: Mapping[int, int] | None) -> None:
