@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from collector import model  # noqa: E402
 from collector.sources import kineto  # noqa: E402
-from exporters.perfetto.writer import TraceWriter  # noqa: E402
+from exporters.perfetto.writer import CONVERT_COMPRESSION_LEVEL, TraceWriter  # noqa: E402
 
 NAMES = [f"void kernel_{i}<float, 128>(float const*, float*, int)" for i in range(50)]
 
@@ -175,7 +175,7 @@ def bench_convert(src: Path, rounds: int) -> dict[str, float]:
             t0 = time.perf_counter()
             stats = kineto.ConvertStats()
             links = kineto.scan_links(src)
-            with TraceWriter(out) as w:
+            with TraceWriter(out, compression_level=CONVERT_COMPRESSION_LEVEL) as w:
                 w.producer("kineto").write_all(kineto.convert_events(src, links, stats))
             times.append(time.perf_counter() - t0)
             out_size = out.stat().st_size

@@ -200,7 +200,10 @@ def test_monotonic_clock_domain(tmp_path: Path) -> None:
         )
 
 
-def test_deflate_thread_writes_the_same_file(tmp_path: Path) -> None:
+def test_deflate_thread_writes_the_same_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "CHUNK_BYTES", 1 << 18)  # several chunks
     items = [
         (i % 3, 1_000 + i * 997 % 50_000, i * 31 % 4_000, i % 2 == 0, "k0") for i in range(40_000)
     ]

@@ -18,7 +18,7 @@ from rich.progress import (
 )
 
 from collector.errors import UserError
-from exporters.perfetto.writer import TraceWriter
+from exporters.perfetto.writer import CONVERT_COMPRESSION_LEVEL, TraceWriter
 
 if TYPE_CHECKING:
     from collector.sources import kineto
@@ -77,7 +77,9 @@ def main(args: argparse.Namespace) -> int:
             scan = progress.add_task("scan links", total=size)
             links = kineto.scan_links(src, lambda n: progress.advance(scan, n))
             write = progress.add_task("convert", total=size)
-            with TraceWriter(out, command_line=sys.argv) as writer:
+            with TraceWriter(
+                out, command_line=sys.argv, compression_level=CONVERT_COMPRESSION_LEVEL
+            ) as writer:
                 producer = writer.producer("kineto")
                 producer.write_all(
                     kineto.convert_events(src, links, stats, lambda n: progress.advance(write, n))
