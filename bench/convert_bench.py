@@ -6,7 +6,8 @@
   thread, shared memory) and a flow; bytes per kernel in the file;
 - the same with the API slice that launched each kernel (what `record` writes);
 - the same with deflate in a background thread (the only part that can use a 2nd core);
-- convert: size ratio vs the input JSON and vs its .json.gz, speed in MB/s of JSON.
+- convert: size ratio vs the input JSON and vs its .json.gz, speed in MB/s of JSON, at
+  the compression level `xpu-perf convert` uses.
 Each number is the median of --rounds runs.  With --baseline-rev REV the writer of that
 git revision runs too, round by round interleaved with the current one (same events,
 same core), so old and new are compared under the same noise.
@@ -161,36 +162,64 @@ def bench_writer(
     return out
 
 
-def bench_convert(src: Path, rounds: int) -> dict[str, float]:
+def convert_once(writer_cls: Any, src: Path, out: Path, **kw: Any) -> tuple[float, int]:
+    """(seconds, kernels) of one conversion, as `xpu-perf convert` does it."""
+    t0 = time.perf_counter()
+    stats = kineto.ConvertStats()
+    links = kineto.scan_links(src)
+    with writer_cls(out, **kw) as w:
+        w.producer("kineto").write_all(kineto.convert_events(src, links, stats))
+    return time.perf_counter() - t0, stats.kernels
+
+
+def bench_convert(src: Path, rounds: int, baseline: Any | None) -> dict[str, float]:
+    """Sizes and speed of `convert` (its compression level); with a baseline writer, the
+    same input through it, round by round interleaved."""
     if kineto.is_gzip(src):
         with gzip.open(src) as f:
             raw = len(f.read())
     else:
         raw = src.stat().st_size
     gz = src.stat().st_size
-    times, out_size = [], 0
+    runs: dict[str, tuple[Any, dict[str, Any]]] = {
+        "current": (TraceWriter, {"compression_level": CONVERT_COMPRESSION_LEVEL})
+    }
+    if baseline:
+        runs["baseline"] = (baseline, {})
+    times: dict[str, list[float]] = {label: [] for label in runs}
+    sizes: dict[str, int] = {}
+    kernels = 0
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "c.perfetto-trace"
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            stats = kineto.ConvertStats()
-            links = kineto.scan_links(src)
-            with TraceWriter(out, compression_level=CONVERT_COMPRESSION_LEVEL) as w:
-                w.producer("kineto").write_all(kineto.convert_events(src, links, stats))
-            times.append(time.perf_counter() - t0)
-            out_size = out.stat().st_size
-    t = statistics.median(times)
-    return {
+        for r in range(rounds):
+            labels = list(runs) if r % 2 == 0 else list(runs)[::-1]
+            for label in labels:
+                writer_cls, kw = runs[label]
+                seconds, kernels = convert_once(writer_cls, src, out, **kw)
+                times[label].append(seconds)
+                sizes[label] = out.stat().st_size
+    t = statistics.median(times["current"])
+    result: dict[str, float] = {
         "json_bytes": raw,
         "gz_bytes": gz,
-        "out_bytes": out_size,
-        "ratio_vs_json": raw / out_size,
-        "ratio_vs_gz": gz / out_size,
+        "out_bytes": sizes["current"],
+        "ratio_vs_json": raw / sizes["current"],
+        "ratio_vs_gz": gz / sizes["current"],
         "mb_per_s": raw / 1e6 / t,
         "seconds": t,
-        "kernels": stats.kernels,
-        "out_bytes_per_kernel": out_size / max(stats.kernels, 1),
+        "kernels": kernels,
+        "out_bytes_per_kernel": sizes["current"] / max(kernels, 1),
     }
+    if baseline:
+        tb = statistics.median(times["baseline"])
+        result.update(
+            baseline_out_bytes=sizes["baseline"],
+            baseline_ratio_vs_json=raw / sizes["baseline"],
+            baseline_ratio_vs_gz=gz / sizes["baseline"],
+            baseline_mb_per_s=raw / 1e6 / tb,
+            baseline_out_bytes_per_kernel=sizes["baseline"] / max(kernels, 1),
+        )
+    return result
 
 
 def main() -> int:
@@ -226,7 +255,7 @@ def main() -> int:
     os.sched_setaffinity(0, {cores[0]})
     if not args.no_convert:
         result["convert"] = {
-            p.name: bench_convert(p, args.rounds)
+            p.name: bench_convert(p, args.rounds, baseline)
             for p in sorted((REPO / "bench/data").glob("kineto_*.json.gz"))
         }
     result.update(
@@ -247,11 +276,19 @@ def main() -> int:
     if "convert" in result:
         print(
             f"\n{'convert input':<34}{'JSON MB':>8}{'x JSON':>8}{'x gz':>7}{'MB/s':>7}{'B/kern':>8}"
+            "   baseline: x JSON, x gz, MB/s, B/kern"
         )
         for name, r in result["convert"].items():
+            base = (
+                f"   {r['baseline_ratio_vs_json']:.1f}, {r['baseline_ratio_vs_gz']:.2f}, "
+                f"{r['baseline_mb_per_s']:.1f}, {r['baseline_out_bytes_per_kernel']:.0f}"
+                if "baseline_out_bytes" in r
+                else ""
+            )
             print(
                 f"{name:<34}{r['json_bytes'] / 1e6:>8.2f}{r['ratio_vs_json']:>8.1f}"
                 f"{r['ratio_vs_gz']:>7.2f}{r['mb_per_s']:>7.1f}{r['out_bytes_per_kernel']:>8.0f}"
+                f"{base}"
             )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
