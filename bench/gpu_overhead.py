@@ -51,6 +51,7 @@ XPU_MODES = {  # mode -> injection environment
     # the library's own callback time by part (printed at exit, kept in stream_stats)
     "xpu_selftime": {"XPU_PERF_SELFTIME": "1"},
     "xpu_selftime_no_python": {"XPU_PERF_SELFTIME": "1", "XPU_PERF_PYTHON": "0"},
+    "xpu_selftime_no_prefetch": {"XPU_PERF_SELFTIME": "1", "XPU_PERF_UNWIND_PREFETCH": "0"},
     # CUPTI buffer attributes: calloc'ed buffers CUPTI need not zero, larger device buffers
     "xpu_zeroed_buffers": {"XPU_PERF_ZEROED_BUFFERS": "1"},
     "xpu_device_buffer_64mb": {"XPU_PERF_DEVICE_BUFFER_MB": "64"},
@@ -117,10 +118,9 @@ MODE_SETS = {
             "baseline",
             "xpu_perf",
             "xpu_selftime",
+            "xpu_selftime_no_prefetch",
             "xpu_selftime_no_python",
             "xpu_no_stacks",
-            "xpu_zeroed_buffers",
-            "xpu_device_buffer_64mb",
             "cupti_kernels_unparsed",
         )
     },

@@ -10,8 +10,11 @@
 
 uint64_t xp_unwind_cfi_misses;
 uint64_t xp_unwind_fp_fallbacks;
+int xp_unwind_prefetch = 1;
 
-enum { CFA_RSP = 0, CFA_RBP = 1, CFA_DEREF_RBP = 2, CFA_DEREF_RSP = 3, CFA_INVALID = 7 };
+/* CFA_END: the CFI says this frame has no caller (DW_CFA_undefined of the return address, as
+ * in _start and clone): the walk stops here instead of reading a stack word as a pc. */
+enum { CFA_RSP = 0, CFA_RBP = 1, CFA_DEREF_RBP = 2, CFA_DEREF_RSP = 3, CFA_END = 6, CFA_INVALID = 7 };
 enum { RBP_SAME = 0, RBP_AT_CFA = 1, RBP_AT_RBP = 2 };
 
 /* How to step from a frame at one pc to its caller. */
@@ -30,8 +33,24 @@ struct cache_entry {
 #define CACHE_BITS 14
 #define CACHE_SIZE (1u << CACHE_BITS)
 
+/* The frames of this thread's previous unwind: (pc looked up, rsp at that frame, its rule).
+ * Launch stacks repeat, and most of a stack equals the previous one's frames (same pcs at the
+ * same depth from the top, or the same rsp in the shared outer part), so the walk takes the
+ * rule from here, read sequentially, before it falls back to the hashed rule cache: the hashed
+ * cache costs one cold cache line per frame after the application's own work between two
+ * launches has evicted it (22 ns/frame on the H100 host, docs/benchmarks.md).  A rule depends
+ * on the pc alone, so a reused rule is exactly the one the cache would give. */
+#define MEMO_FRAMES 128
+struct frame_memo {
+    int n;
+    uint64_t pc[MEMO_FRAMES];
+    uint64_t rsp[MEMO_FRAMES];
+    struct rule rule[MEMO_FRAMES];
+};
+
 struct thread_unwind {
     struct cache_entry *cache;
+    struct frame_memo *memo, *next_memo; /* previous unwind; the one being written */
     uint64_t stack_lo, stack_hi;
     int ready;
 };
@@ -42,6 +61,7 @@ static __thread struct thread_unwind tls __attribute__((tls_model("initial-exec"
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 
+/* One allocation per thread: the rule cache, then the two frame memos. */
 static void free_cache(void *p) { free(p); }
 static void make_key(void) { pthread_key_create(&cache_key, free_cache); }
 
@@ -49,9 +69,12 @@ static int thread_setup(void) {
     if (tls.ready) return tls.cache != NULL;
     tls.ready = 1;
     pthread_once(&cache_once, make_key);
-    tls.cache = calloc(CACHE_SIZE, sizeof(struct cache_entry));
-    if (!tls.cache) return 0;
-    pthread_setspecific(cache_key, tls.cache);
+    char *block = calloc(1, CACHE_SIZE * sizeof(struct cache_entry) + 2 * sizeof(struct frame_memo));
+    if (!block) return 0;
+    tls.cache = (struct cache_entry *)block;
+    tls.memo = (struct frame_memo *)(block + CACHE_SIZE * sizeof(struct cache_entry));
+    tls.next_memo = tls.memo + 1;
+    pthread_setspecific(cache_key, block);
     pthread_attr_t attr;
     void *addr = NULL;
     size_t size = 0;
@@ -160,6 +183,7 @@ struct cfa_state {
     uint8_t rbp_kind;
     int64_t rbp_off;
     uint8_t ra_defined;
+    uint8_t ra_undefined; /* DW_CFA_undefined of the return address is in force */
 };
 
 static int set_cfa_expression(struct cfa_state *st, const uint8_t *e, uint64_t len) {
@@ -201,7 +225,7 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, uint64_t *loc, uint64_t
         if (hi == 0x80) {
             off = (int64_t)read_uleb(&p, end) * data_align;
             if (lo == 6) { st->rbp_kind = RBP_AT_CFA; st->rbp_off = off; }
-            if (lo == 16) st->ra_defined = 1;
+            if (lo == 16) { st->ra_defined = 1; st->ra_undefined = 0; }
             continue;
         }
         if (hi == 0xc0) {
@@ -216,12 +240,12 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, uint64_t *loc, uint64_t
         case 0x04: { uint32_t v; memcpy(&v, p, 4); p += 4; delta = v * code_align; goto advance; }
         case 0x05: reg = read_uleb(&p, end); off = (int64_t)read_uleb(&p, end) * data_align;
             if (reg == 6) { st->rbp_kind = RBP_AT_CFA; st->rbp_off = off; }
-            if (reg == 16) st->ra_defined = 1;
+            if (reg == 16) { st->ra_defined = 1; st->ra_undefined = 0; }
             break;
         case 0x06: reg = read_uleb(&p, end);
             if (reg == 6) { st->rbp_kind = initial->rbp_kind; st->rbp_off = initial->rbp_off; }
             break;
-        case 0x07: reg = read_uleb(&p, end); if (reg == 16) st->ra_defined = 0; break;
+        case 0x07: reg = read_uleb(&p, end); if (reg == 16) { st->ra_defined = 0; st->ra_undefined = 1; } break;
         case 0x08: reg = read_uleb(&p, end); if (reg == 6) st->rbp_kind = RBP_SAME; break;
         case 0x09: reg = read_uleb(&p, end); read_uleb(&p, end);
             if (reg == 6 || reg == 16) return -1;
@@ -242,7 +266,7 @@ static int run_cfa(const uint8_t *p, const uint8_t *end, uint64_t *loc, uint64_t
             p += len; break; }
         case 0x11: reg = read_uleb(&p, end); off = read_sleb(&p, end) * data_align;
             if (reg == 6) { st->rbp_kind = RBP_AT_CFA; st->rbp_off = off; }
-            if (reg == 16) st->ra_defined = 1;
+            if (reg == 16) { st->ra_defined = 1; st->ra_undefined = 0; }
             break;
         case 0x12: st->cfa_reg = (uint8_t)read_uleb(&p, end); st->cfa_off = read_sleb(&p, end) * data_align;
             st->cfa_kind = 0; break;
@@ -342,6 +366,10 @@ static int compute_rule(uint64_t pc, struct rule *out) {
     if (run_cfa(q, fde_end, &loc, pc, code_align, data_align, &st, &initial) < 0) return -1;
 
     if (st.cfa_kind == CFA_INVALID) return -1;
+    if (st.ra_undefined) {
+        out->cfa_kind = CFA_END;
+        return 0;
+    }
     if (st.cfa_kind == CFA_DEREF_RBP || st.cfa_kind == CFA_DEREF_RSP) out->cfa_kind = st.cfa_kind;
     else if (st.cfa_reg == 7) out->cfa_kind = CFA_RSP;
     else if (st.cfa_reg == 6) out->cfa_kind = CFA_RBP;
@@ -378,32 +406,61 @@ __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
                      : "=r"(rip), "=r"(rsp), "=r"(rbp));
     struct thread_unwind *t = &tls;
 #define on_stack(a) on_stack_of(t, (a))
-    int n = 0;
+    const struct frame_memo *prev = t->memo;
+    struct frame_memo *cur = t->next_memo;
+    int n = 0, f = 0, j = 0;
     int first = 1;
+    /* The previous unwind read each caller's return address just below its rsp: ask for
+     * those stack lines all at once, so their cache misses overlap instead of queueing one
+     * per frame (a prefetch never faults, so a stale address is harmless). */
+    if (xp_unwind_prefetch)
+        for (int i = 1; i < prev->n; i++) __builtin_prefetch((const void *)(prev->rsp[i] - 8));
     while (n < max) {
         struct rule r;
         uint64_t cfa;
         /* A return address points after the call; look up the call itself. */
         uint64_t lookup_pc = first ? rip : rip - 1;
-        if (lookup_rule(t, lookup_pc, &r) == 0) {
+        /* Same frame as the previous unwind at this position from the top, or (after the
+         * stacks diverged) at this rsp in their shared outer part: take its rule. */
+        int known = j < prev->n && prev->pc[j] == lookup_pc;
+        if (!known) {
+            while (j < prev->n && prev->rsp[j] < rsp) j++;
+            known = j < prev->n && prev->pc[j] == lookup_pc;
+        }
+        int usable;
+        if (known) {
+            r = prev->rule[j++];
+            usable = r.cfa_kind != CFA_INVALID;
+        } else {
+            usable = lookup_rule(t, lookup_pc, &r) == 0;
+            if (!usable) r.cfa_kind = CFA_INVALID;
+        }
+        if (f < MEMO_FRAMES) {
+            cur->pc[f] = lookup_pc;
+            cur->rsp[f] = rsp;
+            cur->rule[f] = r;
+            f++;
+        }
+        if (usable && r.cfa_kind == CFA_END) break;
+        if (usable) {
             switch (r.cfa_kind) {
             case CFA_RSP: cfa = rsp + (int64_t)r.cfa_off; break;
             case CFA_RBP: cfa = rbp + (int64_t)r.cfa_off; break;
             case CFA_DEREF_RBP:
-                if (!on_stack(rbp + (int64_t)r.cfa_off)) return n;
+                if (!on_stack(rbp + (int64_t)r.cfa_off)) goto done;
                 cfa = *(const uint64_t *)(rbp + (int64_t)r.cfa_off); break;
             default:
-                if (!on_stack(rsp + (int64_t)r.cfa_off)) return n;
+                if (!on_stack(rsp + (int64_t)r.cfa_off)) goto done;
                 cfa = *(const uint64_t *)(rsp + (int64_t)r.cfa_off); break;
             }
-            if (cfa <= rsp || !on_stack(cfa - 8)) return n;
+            if (cfa <= rsp || !on_stack(cfa - 8)) goto done;
             uint64_t ra = *(const uint64_t *)(cfa - 8);
             uint64_t new_rbp = rbp;
             if (r.rbp_kind == RBP_AT_CFA) {
-                if (!on_stack(cfa + r.rbp_off)) return n;
+                if (!on_stack(cfa + r.rbp_off)) goto done;
                 new_rbp = *(const uint64_t *)(cfa + r.rbp_off);
             } else if (r.rbp_kind == RBP_AT_RBP) {
-                if (!on_stack(rbp + r.rbp_off)) return n;
+                if (!on_stack(rbp + r.rbp_off)) goto done;
                 new_rbp = *(const uint64_t *)(rbp + r.rbp_off);
             }
             rsp = cfa;
@@ -411,7 +468,7 @@ __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
             rip = ra;
         } else {
             /* No usable CFI (JIT code, hand-written asm): try the frame-pointer chain. */
-            if (first || !on_stack(rbp) || rbp < rsp || !on_stack(rbp + 8)) return n;
+            if (first || !on_stack(rbp) || rbp < rsp || !on_stack(rbp + 8)) goto done;
             xp_unwind_fp_fallbacks++;
             uint64_t ra = *(const uint64_t *)(rbp + 8);
             rsp = rbp + 16;
@@ -422,6 +479,10 @@ __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
         if (rip < 4096) break;
         pcs[n++] = rip;
     }
+done:
 #undef on_stack
+    cur->n = f;
+    t->next_memo = t->memo;
+    t->memo = cur;
     return n;
 }
