@@ -77,23 +77,34 @@ static _Atomic uint64_t records_kernel, records_memcpy, records_memset, records_
 static _Atomic uint64_t records_other;
 
 /* ---- per-thread API batches ---- */
+/* API and alias rows are staged row by row on the calling thread and turned into columnar
+ * batches only when a batch is emitted: one row is then one or two adjacent cache lines on
+ * the launch path instead of one line per column (the application's own work between two
+ * launches evicts them, so each line touched there is a cache miss). */
+struct api_row { uint32_t correlation_id, api_id, stack_id, unused; uint64_t start, end; };
+struct alias_row { uint32_t driver_correlation_id, runtime_correlation_id; };
+
 struct thread_state {
-    struct thread_state *next;
-    pthread_mutex_t lock;
-    struct xp_batch_API *api;
-    struct xp_batch_API_ALIAS *alias;
-    uint32_t tid;
+    /* Hot: read or written at every traced call (kept together, first). */
+    pthread_mutex_t lock; /* rows vs the flushing thread */
     int depth;
+    uint32_t tid;
     uint32_t outer_corr;
     uint32_t outer_api;
     uint32_t outer_stack;
+    uint32_t n_api_rows, n_alias_rows;
     uint64_t outer_start;
     /* Per-thread counts (no shared cache line on the launch path); summed at flush. */
     uint64_t n_api, n_launch, n_launch_stack, n_launch_no_stack, n_alias;
+    struct thread_state *next;
+    struct api_row *api_rows;     /* XP_BATCH_ROWS each */
+    struct alias_row *alias_rows;
+    struct xp_batch_API *api;     /* columnar scratch for emitting */
+    struct xp_batch_API_ALIAS *alias;
     /* XPU_PERF_SELFTIME: TSC cycles spent in each part of the callbacks, and what they did. */
     struct selftime {
         uint64_t callbacks, outer_enters, native_frames, python_frames;
-        uint64_t cyc_callback, cyc_stack, cyc_unwind, cyc_python;
+        uint64_t cyc_callback, cyc_stack, cyc_unwind, cyc_python, cyc_nested, cyc_exit;
     } st;
 };
 
@@ -101,6 +112,44 @@ static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct thread_state *threads;
 static __thread struct thread_state *tls_state __attribute__((tls_model("initial-exec")));
 static pthread_key_t thread_key;
+
+/* Turn the staged rows into a columnar chunk (caller holds ts->lock). */
+static void emit_api_rows(struct thread_state *ts) {
+    struct xp_batch_API *b = ts->api;
+    uint32_t n = ts->n_api_rows;
+    for (uint32_t r = 0; r < n; r++) {
+        const struct api_row *row = &ts->api_rows[r];
+        b->correlation_id[r] = row->correlation_id;
+        b->api_id[r] = row->api_id;
+        b->tid[r] = ts->tid;
+        b->stack_id[r] = row->stack_id;
+        b->start[r] = row->start;
+        b->end[r] = row->end;
+    }
+    b->rows = n;
+    ts->n_api_rows = 0;
+    xp_emit_API(b);
+}
+
+static void emit_alias_rows(struct thread_state *ts) {
+    struct xp_batch_API_ALIAS *b = ts->alias;
+    uint32_t n = ts->n_alias_rows;
+    for (uint32_t r = 0; r < n; r++) {
+        b->driver_correlation_id[r] = ts->alias_rows[r].driver_correlation_id;
+        b->runtime_correlation_id[r] = ts->alias_rows[r].runtime_correlation_id;
+    }
+    b->rows = n;
+    ts->n_alias_rows = 0;
+    xp_emit_API_ALIAS(b);
+}
+
+static void free_thread_state(struct thread_state *ts) {
+    free(ts->api_rows);
+    free(ts->alias_rows);
+    free(ts->api);
+    free(ts->alias);
+    free(ts);
+}
 
 static struct selftime exited_st; /* threads that ended (under threads_lock) */
 static uint64_t selftime_tsc0, selftime_ns0;
@@ -121,16 +170,14 @@ static void thread_exit(void *p) {
     launches_no_stack += ts->n_launch_no_stack;
     alias_records += ts->n_alias;
     pthread_mutex_lock(&ts->lock);
-    xp_emit_API(ts->api);
-    xp_emit_API_ALIAS(ts->alias);
+    emit_api_rows(ts);
+    emit_alias_rows(ts);
     pthread_mutex_unlock(&ts->lock);
     for (struct thread_state **pp = &threads; *pp; pp = &(*pp)->next) {
         if (*pp == ts) { *pp = ts->next; break; }
     }
     pthread_mutex_unlock(&threads_lock);
-    free(ts->api);
-    free(ts->alias);
-    free(ts);
+    free_thread_state(ts);
 }
 
 static void at_exit(void);
@@ -147,9 +194,12 @@ static struct thread_state *thread_state(void) {
     if (!ts) return NULL;
     ts->api = malloc(sizeof *ts->api);
     ts->alias = malloc(sizeof *ts->alias);
-    if (!ts->api || !ts->alias) { free(ts->api); free(ts->alias); free(ts); return NULL; }
-    ts->api->rows = 0;
-    ts->alias->rows = 0;
+    ts->api_rows = malloc(XP_BATCH_ROWS * sizeof *ts->api_rows);
+    ts->alias_rows = malloc(XP_BATCH_ROWS * sizeof *ts->alias_rows);
+    if (!ts->api || !ts->alias || !ts->api_rows || !ts->alias_rows) {
+        free_thread_state(ts);
+        return NULL;
+    }
     pthread_mutex_init(&ts->lock, NULL);
     ts->tid = (uint32_t)syscall(SYS_gettid);
     char name[17] = {0};
@@ -302,14 +352,16 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
             /* A driver call made by a traced runtime call: GPU records may name either id. */
             if (domain == CUPTI_CB_DOMAIN_DRIVER_API && want_nested_driver) {
                 pthread_mutex_lock(&ts->lock);
-                uint32_t r = ts->alias->rows;
-                ts->alias->driver_correlation_id[r] = cb->correlationId;
-                ts->alias->runtime_correlation_id[r] = ts->outer_corr;
-                if (++ts->alias->rows == XP_BATCH_ROWS) xp_emit_API_ALIAS(ts->alias);
+                ts->alias_rows[ts->n_alias_rows] = (struct alias_row){cb->correlationId, ts->outer_corr};
+                if (++ts->n_alias_rows == XP_BATCH_ROWS) emit_alias_rows(ts);
                 pthread_mutex_unlock(&ts->lock);
                 ts->n_alias++;
             }
-            if (selftime) ts->st.cyc_callback += cycles() - c_in;
+            if (selftime) {
+                uint64_t c = cycles() - c_in;
+                ts->st.cyc_callback += c;
+                ts->st.cyc_nested += c;
+            }
             return;
         }
         uint8_t flags = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
@@ -334,25 +386,27 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     /* API exit */
     if (ts->depth == 0) return;
     if (--ts->depth > 0) {
-        if (selftime) ts->st.cyc_callback += cycles() - c_in;
+        if (selftime) {
+            uint64_t c = cycles() - c_in;
+            ts->st.cyc_callback += c;
+            ts->st.cyc_nested += c;
+        }
         return;
     }
     uint64_t end = xp_now_ns();
     pthread_mutex_lock(&ts->lock);
-    struct xp_batch_API *b = ts->api;
-    uint32_t r = b->rows;
-    b->correlation_id[r] = ts->outer_corr;
-    b->api_id[r] = ts->outer_api;
-    b->tid[r] = ts->tid;
-    b->stack_id[r] = ts->outer_stack;
-    b->start[r] = ts->outer_start;
-    b->end[r] = end;
-    if (++b->rows == XP_BATCH_ROWS) xp_emit_API(b);
+    ts->api_rows[ts->n_api_rows] =
+        (struct api_row){ts->outer_corr, ts->outer_api, ts->outer_stack, 0, ts->outer_start, end};
+    if (++ts->n_api_rows == XP_BATCH_ROWS) emit_api_rows(ts);
     pthread_mutex_unlock(&ts->lock);
     ts->n_api++;
     uint8_t flags = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
     if (sync_from_callbacks && (flags & SYNC_ANY)) add_api_sync(cb, flags, ts->outer_start, end);
-    if (selftime) ts->st.cyc_callback += cycles() - c_in;
+    if (selftime) {
+        uint64_t c = cycles() - c_in;
+        ts->st.cyc_callback += c;
+        ts->st.cyc_exit += c;
+    }
 }
 
 /* ---- activity buffers ---- */
@@ -562,12 +616,15 @@ static void report_selftime(void) {
     double per = t.outer_enters ? ns_per_cycle / (double)t.outer_enters : 0;
     fprintf(stderr,
             "xpu-perf selftime pid %d: %llu callbacks, %llu outer API calls; ns per outer call: "
-            "callbacks %.0f, stack %.0f (unwind %.0f, python %.0f, dedupe %.0f); "
+            "callbacks %.0f = outer enter %.0f (stack %.0f: unwind %.0f, python %.0f, dedupe %.0f) "
+            "+ nested calls %.0f + outer exit %.0f; "
             "frames per call: native %.1f, python %.1f\n",
             (int)getpid(), (unsigned long long)t.callbacks, (unsigned long long)t.outer_enters,
-            per * (double)t.cyc_callback, per * (double)t.cyc_stack, per * (double)t.cyc_unwind,
-            per * (double)t.cyc_python,
+            per * (double)t.cyc_callback,
+            per * (double)(t.cyc_callback - t.cyc_nested - t.cyc_exit), per * (double)t.cyc_stack,
+            per * (double)t.cyc_unwind, per * (double)t.cyc_python,
             per * (double)(t.cyc_stack - t.cyc_unwind - t.cyc_python),
+            per * (double)t.cyc_nested, per * (double)t.cyc_exit,
             t.outer_enters ? (double)t.native_frames / (double)t.outer_enters : 0,
             t.outer_enters ? (double)t.python_frames / (double)t.outer_enters : 0);
 }
@@ -577,8 +634,8 @@ static void flush_hook(int final) {
     pthread_mutex_lock(&threads_lock);
     for (struct thread_state *ts = threads; ts; ts = ts->next) {
         pthread_mutex_lock(&ts->lock);
-        xp_emit_API(ts->api);
-        xp_emit_API_ALIAS(ts->alias);
+        emit_api_rows(ts);
+        emit_alias_rows(ts);
         pthread_mutex_unlock(&ts->lock);
     }
     pthread_mutex_unlock(&threads_lock);
@@ -656,14 +713,14 @@ static void fork_child(void) {
     for (struct thread_state *ts = threads, *next; ts; ts = next) {
         next = ts->next;
         if (ts == keep) continue;
-        free(ts->api); free(ts->alias); free(ts);
+        free_thread_state(ts);
     }
     threads = keep;
     if (keep) {
         keep->next = NULL;
         pthread_mutex_init(&keep->lock, NULL);
-        keep->api->rows = 0;
-        keep->alias->rows = 0;
+        keep->n_api_rows = 0;
+        keep->n_alias_rows = 0;
         keep->tid = (uint32_t)syscall(SYS_gettid);
         keep->depth = 0;
         memset(&keep->st, 0, sizeof keep->st);
