@@ -215,6 +215,10 @@ def bench(out: Path, rounds: int, mode_set: str) -> dict:
                     {k: v for k, v in res.items() if k != "ms"}
                 )
                 print(f"round {r} {workload:13s} {mode:22s} {res['ms']:.3f} ms/step", flush=True)
+        # Samples so far, so a run cut off by a time limit still leaves its completed rounds.
+        out.mkdir(parents=True, exist_ok=True)
+        partial = {"rounds_completed": r + 1, "samples_ms": samples, "stream_stats": extra}
+        (out / f"bench_{mode_set}.partial.json").write_text(json.dumps(partial, indent=1))
     result: dict = {"rounds": rounds, "samples_ms": samples, "stream_stats": extra}
     for workload, modes in samples.items():
         med = {m: statistics.median(v) for m, v in modes.items()}
