@@ -107,8 +107,9 @@ _FLOW = wire.FLOW
 _FLOW_TAG = wire.FLOW_TAG
 _TERMINATING_FLOW_TAG = wire.TERMINATING_FLOW_TAG
 # A track's clock: [last timestamp written with it, its encoded `timestamp_clock_id`
-# field (b"" for the sequence default), the track's packets waiting for the next chunk].
-# A list, not an object: the hot loop reads and writes it for every packet.
+# field (b"" for the sequence default), the track's packets waiting for the next chunk,
+# that list's extend(), the packet fields before a BEGIN's timestamp (sequence id and
+# flags, clock id)].  A list, not an object: the hot loop reads it for every packet.
 _TrackClock = list[Any]
 # Sequence-scoped clocks are 64..127: one of its own for each of the first 62 tracks,
 # then one shared by the other CPU tracks and one by the other GPU tracks.
@@ -246,7 +247,7 @@ class _Sequence:
                 self._define_clock(clock_id)
             packets: list[bytes] = []
             (self.gpu_packets if gpu else self.cpu_packets).append(packets)
-            cell = [0, field, packets]
+            cell = [0, field, packets, packets.extend, self.head_needs + field]
             if used >= _OWN_CLOCKS:
                 self._shared_clocks[gpu] = cell
         else:
@@ -263,16 +264,6 @@ class _Sequence:
         clocks.add(clock_id=clock_id, timestamp=0, is_incremental=True)
         clocks.add(clock_id=self.writer.clock_id, timestamp=0)
         self.writer._emit(snapshot)
-
-    def track_timestamp(self, cell: _TrackClock, ts: int) -> bytes:
-        """timestamp() on a track's clock (its `timestamp_clock_id` field included)."""
-        delta = ts - cell[0]
-        if delta >= 0:
-            cell[0] = ts
-            return cell[1] + (
-                _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
-            )
-        return self.absolute_timestamp(ts)
 
     def absolute_timestamp(self, ts: int) -> bytes:
         """`ts` in the trace's clock domain; leaves the incremental clock where it is."""
@@ -611,7 +602,6 @@ class Producer:
         correlation_head = seq.annotation_name("correlation_id") + _ANNOTATION_INT_TAG
         correlation_len = len(correlation_head)
         head_needs = seq.head_needs
-        head_len = len(head_needs)
         open_ends = self._open
         next_end = open_ends[0][0] if open_ends else _NEVER
         order = self._order
@@ -633,13 +623,13 @@ class Producer:
                     delta = end_ts - cell[0]
                     if delta >= 0:
                         cell[0] = end_ts
-                        stamp = cell[1] + (
+                        stamp = (
                             _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
                         )
                     else:
-                        stamp = seq.absolute_timestamp(end_ts)
+                        end_packet, stamp = self._late_end(end_packet, cell, end_ts)
                     n = len(end_packet) + len(stamp)
-                    cell[2].extend((_FRAME[n], end_packet, stamp))
+                    cell[3]((_FRAME[n], end_packet, stamp))
                     size += n + 2
                 next_end = open_ends[0][0] if open_ends else _NEVER
             # Flow ids are handed out in the order slices are encoded, which must be the
@@ -684,10 +674,10 @@ class Producer:
             delta = ts - cell[0]
             if delta >= 0:
                 cell[0] = ts
-                stamp = cell[1] + (
-                    _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
-                )
+                tail = cell[4]
+                stamp = _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
             else:  # late for its track: an absolute time, the track's clock left alone
+                tail = head_needs
                 stamp = seq.absolute_timestamp(ts)
             # Constant parts first: track (+ device and stream), name, category, args.  A
             # BEGIN seen before (same track, name, category and args) is one cached piece;
@@ -772,13 +762,13 @@ class Producer:
                 interned = _frame_packet(seq.interned_field() + head_needs)
                 extend((interned,))
                 size += len(interned)
-            n += len(event_head) + head_len + len(stamp)
-            cell[2].extend(
+            n += len(event_head) + len(tail) + len(stamp)
+            cell[3](
                 (
                     _FRAME[n] if n < _SMALL_LIMIT else _FRAME_TAG + _varint(n),
                     event_head,
                     event,
-                    head_needs,
+                    tail,
                     stamp,
                 )
             )
@@ -789,11 +779,9 @@ class Producer:
                 # Due before anything else: write the END now, no heap.
                 delta = end - cell[0]
                 cell[0] = end
-                stamp = cell[1] + (
-                    _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
-                )
+                stamp = _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
                 n = len(end_packet) + len(stamp)
-                cell[2].extend((_FRAME[n], end_packet, stamp))
+                cell[3]((_FRAME[n], end_packet, stamp))
                 size += n + 2
             else:
                 heappush(open_ends, (end, -order, end_packet, cell))
@@ -874,14 +862,25 @@ class Producer:
 
     def _end_until(self, limit: int | None) -> None:
         """Write the ENDs due by `limit` (all of them for None)."""
-        seq = self._seq
         open_ends = self._open
         while open_ends and (limit is None or open_ends[0][0] <= limit):
             end_ts, _, end_packet, cell = heappop(open_ends)
-            stamp = seq.track_timestamp(cell, end_ts)
+            delta = end_ts - cell[0]
+            if delta >= 0:
+                cell[0] = end_ts
+                stamp = _varint_field_ts(delta)
+            else:
+                end_packet, stamp = self._late_end(end_packet, cell, end_ts)
             n = len(end_packet) + len(stamp)
-            cell[2].extend((_frame_head(n), end_packet, stamp))
+            cell[3]((_frame_head(n), end_packet, stamp))
             self.writer._buffered += n + 3
+
+    def _late_end(self, end_packet: bytes, cell: _TrackClock, end_ts: int) -> tuple[bytes, bytes]:
+        """An END earlier than its track's clock: the packet without the clock id, and an
+        absolute timestamp (which names the trace clock instead)."""
+        if cell[1]:
+            end_packet = end_packet[: -len(cell[1])]
+        return end_packet, self._seq.absolute_timestamp(end_ts)
 
     def _begin_head(self, uuid: int, ev: model.CpuSlice | model.GpuOp) -> bytes:
         head = _event_head(_TYPE_BEGIN, uuid)
@@ -893,9 +892,14 @@ class Producer:
         return head
 
     def _end_packet(self, uuid: int) -> bytes:
-        """An END packet without its timestamp (which goes last)."""
+        """An END packet without its timestamp (which goes last), with the clock id of
+        its track (see _late_end for an END that cannot use the clock)."""
         event = _event_head(_TYPE_END, uuid)
-        packet = wire.len_field(wire.PACKET_TRACK_EVENT, event) + self._seq.head
+        packet = (
+            wire.len_field(wire.PACKET_TRACK_EVENT, event)
+            + self._seq.head
+            + self._seq.track_clocks[uuid][1]
+        )
         self._end_packets[uuid] = packet
         return packet
 
@@ -1023,6 +1027,11 @@ class _FlowIds:
 
 def _start_order(ev: model.CpuSlice | model.GpuOp) -> tuple[int, int]:
     return ev.ts, -ev.dur
+
+
+def _varint_field_ts(delta: int) -> bytes:
+    """The `timestamp` field of a delta."""
+    return _TS_SMALL[delta] if delta < _SMALL_LIMIT else _TS_TAG + _varint(delta)
 
 
 def _frame_head(n: int) -> bytes:
