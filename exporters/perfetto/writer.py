@@ -30,7 +30,8 @@ How it is encoded (why it is fast and small):
   absolute timestamp in the trace's clock (`timestamp_clock_id`), which leaves the
   incremental clock untouched.
 - Each track has its own incremental clock, and its packets go into a chunk together.
-- Packets are deflated (libdeflate) in ~4 MiB `compressed_packets` chunks.
+- Packets are deflated (libdeflate) in 1 MiB `compressed_packets` chunks (4 MiB at the
+  levels above the default, which `convert` uses).
 """
 
 from __future__ import annotations
@@ -72,10 +73,13 @@ _TYPE_INSTANT = pb.TrackEvent.TYPE_INSTANT
 REORDER_WINDOW = 65536
 # A window with more slices than this before the sequence's clock gets a new sequence.
 _LATE_SLICES = 256
-# Uncompressed bytes per `compressed_packets` chunk: each track's packets of a chunk go
+# Uncompressed bytes per `compressed_packets` chunk.  Each track's packets of a chunk go
 # in together (see _Sequence.track_clock), so longer chunks deflate better (4 MiB: 1.4%
-# smaller than 1 MiB on the convert inputs).
-CHUNK_BYTES = 1 << 22
+# smaller than 1 MiB on the convert inputs), but they are slower to write (the chunk's
+# pieces have left the CPU caches by the time they are joined and deflated): the longer
+# ones only for levels above the default, where size comes first.
+CHUNK_BYTES = 1 << 20
+LARGE_CHUNK_BYTES = 1 << 22
 # Deflate levels (libdeflate, 1..12).  The default is what `record` writes: level 6 costs
 # ~0.6 us per GPU op.  `convert` writes a file once from a file, where size matters more:
 # level 10 is 3-7% smaller than 6 and ~10% slower to convert (docs/benchmarks.md).
@@ -607,6 +611,7 @@ class Producer:
         order = self._order
         extend = writer._buffer.extend
         size = writer._buffered
+        chunk_bytes = writer.chunk_bytes
         latest = self._latest
         track_clocks = seq.track_clocks
         # Each slice with the start of the next one (the last one's END always waits: the
@@ -787,7 +792,7 @@ class Producer:
                 heappush(open_ends, (end, -order, end_packet, cell))
                 if end < next_end:
                     next_end = end
-            if size >= CHUNK_BYTES:
+            if size >= chunk_bytes:
                 writer._buffered = size
                 writer._flush_buffer()
                 size = 0
@@ -1212,6 +1217,9 @@ class TraceWriter:
         self.clock_id = clock_id
         self.sample_frequency_hz = sample_frequency_hz
         self.compression_level = compression_level
+        self.chunk_bytes = (
+            LARGE_CHUNK_BYTES if compression_level > DEFAULT_COMPRESSION_LEVEL else CHUNK_BYTES
+        )
         self._file: BinaryIO | None = open(self.tmp_path, "wb")  # noqa: SIM115
         self._deflater = _Deflater(self._file, compression_level, compress_in_thread)
         self._buffer: list[bytes] = []
@@ -1297,14 +1305,14 @@ class TraceWriter:
     def _emit_bytes(self, framed: bytes) -> None:
         self._buffer.append(framed)
         self._buffered += len(framed)
-        if self._buffered >= CHUNK_BYTES:
+        if self._buffered >= self.chunk_bytes:
             self._flush_buffer()
 
     def _emit_framed(self, *parts: bytes) -> None:
         """A packet given as pieces (frame head first): no join needed until the chunk."""
         self._buffer.extend(parts)
         self._buffered += sum(map(len, parts))
-        if self._buffered >= CHUNK_BYTES:
+        if self._buffered >= self.chunk_bytes:
             self._flush_buffer()
 
     def _flush_buffer(self) -> None:
