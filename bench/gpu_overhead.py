@@ -52,6 +52,9 @@ XPU_MODES = {  # mode -> injection environment
     "xpu_selftime": {"XPU_PERF_SELFTIME": "1"},
     "xpu_selftime_no_python": {"XPU_PERF_SELFTIME": "1", "XPU_PERF_PYTHON": "0"},
     "xpu_selftime_no_prefetch": {"XPU_PERF_SELFTIME": "1", "XPU_PERF_UNWIND_PREFETCH": "0"},
+    # CUPTI's callback dispatch with callbacks that return at once, no activity
+    "cupti_callbacks_noop": {"XPU_PERF_KINDS": "none", "XPU_PERF_CALLBACK_NOOP": "1"},
+    "xpu_callbacks_only_no_stacks": {"XPU_PERF_KINDS": "none", "XPU_PERF_STACKS": "0"},
     # CUPTI buffer attributes: calloc'ed buffers CUPTI need not zero, larger device buffers
     "xpu_zeroed_buffers": {"XPU_PERF_ZEROED_BUFFERS": "1"},
     "xpu_device_buffer_64mb": {"XPU_PERF_DEVICE_BUFFER_MB": "64"},
@@ -122,6 +125,18 @@ MODE_SETS = {
             "xpu_selftime_no_python",
             "xpu_no_stacks",
             "cupti_kernels_unparsed",
+        )
+    },
+    # CUPTI's callback dispatch vs the library's own callback work, launch-bound only
+    "dispatch": {
+        "launch_bound": (
+            "baseline",
+            "cupti_callbacks_noop",
+            "xpu_callbacks_only_no_stacks",
+            "xpu_callbacks_only",
+            "cupti_kernels_unparsed",
+            "xpu_no_stacks",
+            "xpu_perf",
         )
     },
     # which activity kind costs what (CUPTI alone), launch-bound only

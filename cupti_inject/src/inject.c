@@ -19,6 +19,7 @@
  *   XPU_PERF_BACKTRACE=1 (launch stacks by glibc backtrace(), not the cached CFI unwinder),
  *   XPU_PERF_ZEROED_BUFFERS=1, XPU_PERF_DEVICE_BUFFER_MB=N (CUPTI buffer attributes),
  *   XPU_PERF_UNWIND_PREFETCH=0 (no prefetch of the previous unwind's stack lines),
+ *   XPU_PERF_CALLBACK_NOOP=1 (subscribed callbacks return at once: CUPTI's dispatch cost),
  *   XPU_PERF_SELFTIME=1 (time spent in this library's API callbacks, by part, printed at exit)
  */
 #define _GNU_SOURCE
@@ -226,6 +227,7 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
 }
 
 static int selftime;
+static int callback_noop; /* XPU_PERF_CALLBACK_NOOP: CUPTI's callback dispatch alone */
 static inline uint64_t cycles(void) { return selftime ? __rdtsc() : 0; }
 
 static uint32_t capture_stack(struct selftime *st) {
@@ -341,6 +343,7 @@ static void add_api_sync(const CUpti_CallbackData *cb, uint8_t flags, uint64_t s
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
                                  CUpti_CallbackId cbid, const void *data) {
     (void)userdata;
+    if (callback_noop) return;
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const CUpti_CallbackData *cb = data;
     uint64_t c_in = cycles();
@@ -851,6 +854,7 @@ EXPORT int InitializeInjection(void) {
     use_backtrace = env_flag("XPU_PERF_BACKTRACE", 0);
     xp_unwind_prefetch = env_flag("XPU_PERF_UNWIND_PREFETCH", 1);
     selftime = env_flag("XPU_PERF_SELFTIME", 0);
+    callback_noop = env_flag("XPU_PERF_CALLBACK_NOOP", 0);
     selftime_tsc0 = __rdtsc();
     selftime_ns0 = xp_now_ns();
     stack_table = calloc((size_t)1 << STACK_TABLE_BITS, sizeof(uint64_t));
