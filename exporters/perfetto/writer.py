@@ -612,6 +612,10 @@ class Producer:
         extend = writer._buffer.extend
         size = writer._buffered
         chunk_bytes = writer.chunk_bytes
+        # Flow ids are handed out in the order slices are encoded, which must be the order
+        # trace_processor reads them in (time order): a slice behind the latest BEGIN of
+        # earlier windows (maybe not behind its own track's clock) gets fresh ids.  The
+        # window is sorted, so that is the only way a slice can be behind.
         latest = self._latest
         track_clocks = seq.track_clocks
         # Each slice with the start of the next one (the last one's END always waits: the
@@ -637,14 +641,6 @@ class Producer:
                     cell[3]((_FRAME[n], end_packet, stamp))
                     size += n + 2
                 next_end = open_ends[0][0] if open_ends else _NEVER
-            # Flow ids are handed out in the order slices are encoded, which must be the
-            # order trace_processor reads them in (time order): a slice behind the latest
-            # BEGIN (although maybe not behind its own track's clock) gets fresh ids.
-            if ts >= latest:
-                latest = ts
-                behind = False
-            else:
-                behind = True
             if freed and ts > freed_at:
                 # Flow ids freed at an earlier time: free for this slice.  Not for one
                 # that starts when a flow ended: trace_processor reads the packets of
@@ -722,6 +718,7 @@ class Producer:
             # Then what varies: flows, correlation id, args with values seen rarely.
             fids = ev.flow_ids
             if fids:
+                behind = ts < latest
                 if len(fids) == 1 and not behind:
                     fid = begun.get(fids[0])
                     if fid is None:
@@ -738,14 +735,18 @@ class Producer:
                     parts.append(flows.starts(fids, behind))
             fids = ev.terminating_flow_ids
             if fids:
+                behind = ts < latest
                 if len(fids) == 1 and not behind:
                     fid = begun.pop(fids[0], None)
                     if fid is None:
                         fid = ended_first[fids[0]] = flows.next_unrecycled
                         flows.next_unrecycled = fid + 1
                     elif fid in recycled:
-                        freed.append(fid)
-                        freed_at = ts
+                        if next_start > ts:  # every later slice starts after this one
+                            heappush(free_flow_ids, fid)
+                        else:
+                            freed.append(fid)
+                            freed_at = ts
                     parts.append(_FLOW.pack(_TERMINATING_FLOW_TAG, fid))
                 else:
                     parts.append(flows.ends(fids, behind, ts))
@@ -800,7 +801,7 @@ class Producer:
                 writer._buffered = size
                 self._write_sample(ev.pid, ev.tid, ts, ev.launch_stack, LAUNCH_STACK_TIMEBASE, None)
                 size = writer._buffered
-        self._latest = latest
+        self._latest = max(latest, pending[-1].ts)
         flows.freed_at = freed_at
         writer._buffered = size
         self._order = order
