@@ -55,6 +55,14 @@ XPU_MODES = {  # mode -> injection environment
     # CUPTI's callback dispatch with callbacks that return at once, no activity
     "cupti_callbacks_noop": {"XPU_PERF_KINDS": "none", "XPU_PERF_CALLBACK_NOOP": "1"},
     "xpu_callbacks_only_no_stacks": {"XPU_PERF_KINDS": "none", "XPU_PERF_STACKS": "0"},
+    **{
+        f"cupti_callbacks_noop_{d}": {
+            "XPU_PERF_KINDS": "none",
+            "XPU_PERF_CALLBACK_NOOP": "1",
+            "XPU_PERF_DOMAINS": d,
+        }
+        for d in ("runtime", "driver")
+    },
     # CUPTI buffer attributes: calloc'ed buffers CUPTI need not zero, larger device buffers
     "xpu_zeroed_buffers": {"XPU_PERF_ZEROED_BUFFERS": "1"},
     "xpu_device_buffer_64mb": {"XPU_PERF_DEVICE_BUFFER_MB": "64"},
@@ -137,6 +145,15 @@ MODE_SETS = {
             "cupti_kernels_unparsed",
             "xpu_no_stacks",
             "xpu_perf",
+        )
+    },
+    # which API callback domain carries CUPTI's dispatch cost, launch-bound only
+    "domains": {
+        "launch_bound": (
+            "baseline",
+            "cupti_callbacks_noop",
+            "cupti_callbacks_noop_runtime",
+            "cupti_callbacks_noop_driver",
         )
     },
     # which activity kind costs what (CUPTI alone), launch-bound only

@@ -20,6 +20,7 @@
  *   XPU_PERF_ZEROED_BUFFERS=1, XPU_PERF_DEVICE_BUFFER_MB=N (CUPTI buffer attributes),
  *   XPU_PERF_UNWIND_PREFETCH=0 (no prefetch of the previous unwind's stack lines),
  *   XPU_PERF_CALLBACK_NOOP=1 (subscribed callbacks return at once: CUPTI's dispatch cost),
+ *   XPU_PERF_DOMAINS=runtime|driver (callbacks of one API domain only),
  *   XPU_PERF_SELFTIME=1 (time spent in this library's API callbacks, by part, printed at exit)
  */
 #define _GNU_SOURCE
@@ -913,8 +914,12 @@ EXPORT int InitializeInjection(void) {
 
     if (callbacks) { /* 0: activity only (overhead measurements) */
         CHECK(cuptiSubscribe(&subscriber, on_callback, NULL));
-        enable_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_flags, runtime_traced);
-        enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_flags, driver_traced);
+        /* XPU_PERF_DOMAINS=runtime|driver: one callback domain only (measurement only). */
+        const char *domains = getenv("XPU_PERF_DOMAINS");
+        if (!domains || strcmp(domains, "driver") != 0)
+            enable_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_flags, runtime_traced);
+        if (!domains || strcmp(domains, "runtime") != 0)
+            enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_flags, driver_traced);
         emit_api_names();
     }
 
