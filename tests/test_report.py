@@ -226,6 +226,8 @@ def test_report_errors_are_one_line(example_trace: Path, tmp_path: Path) -> None
         proc = run_cli(*args)
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        # A failed run shows no report either (the -o case used to print it, then fail).
+        assert proc.stdout == "", args
 
 
 # The flamegraph's frames as the browser sees them, and a zoom by click.

@@ -46,13 +46,18 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--top must be at least 1")
     if not 1 <= args.bins <= 2000:
         raise UserError("--bins must be 1..2000")
+    if args.output is not None and not args.output.parent.is_dir():
+        # Said before the queries run, not after.
+        raise UserError(f"cannot write {args.output}: no directory {args.output.parent}")
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
             report = collect(trace, args.trace.name, top=args.top, bins=args.bins)
     except (TraceOpenError, QueryError, FoldedError) as exc:
         raise UserError(str(exc)) from None
-    print_report(report)
+    # The page first: a run that cannot write it fails with one line and shows nothing.
     if args.output is not None:
         write_output(args.output, render_html(report))
+    print_report(report)
+    if args.output is not None:
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
