@@ -213,8 +213,13 @@ def check_trace(path: Path, events: list[model.Event]) -> Decoded:
         name = names["event_names"][packet.track_event.name_iid]
         candidates = by_content[(ts, name)]
         assert candidates, (ts, name)
-        # Among equal (ts, name), any whose content matches.
+        # Among equal (ts, name), any whose content matches and whose END is on the
+        # BEGIN's track (the file holds packets track by track, so two events of the same
+        # content and time can come in either order).
+        uuid = packet.track_event.track_uuid
         for i, ev in enumerate(candidates):
+            if (ev.ts + max(ev.dur, 0), uuid) not in ends:
+                continue
             try:
                 check_begin(ts, packet, names, ev)
             except AssertionError:
@@ -224,7 +229,7 @@ def check_trace(path: Path, events: list[model.Event]) -> Decoded:
         else:
             raise AssertionError(f"no event matches the BEGIN at {ts} ({name})")
         end = ev.ts + max(ev.dur, 0)
-        ends.remove((end, packet.track_event.track_uuid))
+        ends.remove((end, uuid))
         for fid in packet.track_event.flow_ids:
             flow_pairs[fid].append(0)
         for fid in packet.track_event.terminating_flow_ids:

@@ -82,7 +82,7 @@ CHUNK_BYTES = 1 << 20
 LARGE_CHUNK_BYTES = 1 << 22
 # Deflate levels (libdeflate, 1..12).  The default is what `record` writes: level 6 costs
 # ~0.6 us per GPU op.  `convert` writes a file once from a file, where size matters more:
-# level 10 is 3-7% smaller than 6 and ~10% slower to convert (docs/benchmarks.md).
+# level 10 is 2-7% smaller than 6 and ~10% slower to convert (docs/benchmarks.md).
 DEFAULT_COMPRESSION_LEVEL = 6
 CONVERT_COMPRESSION_LEVEL = 10
 _INT64_MIN = -(1 << 63)
