@@ -22,14 +22,15 @@ How it is encoded (why it is fast and small):
   hand (`wire.py`): constant prefixes per track, per interned name and per annotation
   name, joined around a few varints.  Rare packets (descriptors, interned data, clock
   snapshots) are built with the upb messages of `perfetto_trace_pb2`.
-- Timestamps are deltas on a sequence-scoped incremental clock (id 64, one per sequence,
-  defined by a ClockSnapshot on that sequence): a slice costs two 1-3 byte deltas instead
-  of two 8-byte absolute times.  Deltas must not be negative, so END packets are held
-  back in a heap and written in time order among the BEGINs; a packet that would still
-  go back in time (a slice later than the reorder window, an instant) carries an
-  absolute timestamp in the trace's clock (`timestamp_clock_id`), which leaves the
-  incremental clock untouched.
-- Each track has its own incremental clock, and its packets go into a chunk together.
+- Timestamps are deltas on sequence-scoped incremental clocks (ids 64..127, one per
+  track, each defined by a ClockSnapshot on the sequence): a slice costs two 1-3 byte
+  deltas, its track's gap and duration, instead of two 8-byte absolute times.  Deltas
+  must not be negative, so END packets are held back in a heap and encoded in time order
+  among the BEGINs; a packet that would still go back in time on its track (a slice
+  later than the reorder window, an instant) carries an absolute timestamp in the
+  trace's clock (`timestamp_clock_id`), which leaves the incremental clock untouched.
+- Each track's packets wait in a list of their own and go into a chunk together, where
+  deflate finds the track's previous packet close by (see _Sequence.track_clock).
 - Packets are deflated (libdeflate) in 1 MiB `compressed_packets` chunks (4 MiB at the
   levels above the default, which `convert` uses).
 """
