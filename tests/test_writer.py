@@ -91,6 +91,23 @@ def test_late_slices_round_trip(
     _check_round_trip(path, events)
 
 
+def test_more_tracks_than_sequence_clocks_round_trip(tmp_path: Path) -> None:
+    """Past the 62 clocks of their own, tracks share one clock per kind (CPU, GPU):
+    90 threads and 90 streams, interleaved in time, read back the same."""
+    import random
+
+    rng = random.Random(7)
+    items = [
+        (i % 90, 1_000 + 37 * i + rng.randrange(30), rng.randrange(1, 900), i % 3 != 0, "k0")
+        for i in range(2_000)
+    ]
+    path = tmp_path / "t.perfetto-trace"
+    events = _write(path, items)
+    with open_trace(path) as t:
+        assert t.scalar("select count(*) from thread_track") >= 90
+    _check_round_trip(path, events)
+
+
 def _check_round_trip(path: Path, events: list[model.Event]) -> None:
     with open_trace(path) as t:
         rows = t.query(
