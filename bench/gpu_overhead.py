@@ -55,6 +55,22 @@ XPU_MODES = {  # mode -> injection environment
     # CUPTI's callback dispatch with callbacks that return at once, no activity
     "cupti_callbacks_noop": {"XPU_PERF_KINDS": "none", "XPU_PERF_CALLBACK_NOOP": "1"},
     "xpu_callbacks_only_no_stacks": {"XPU_PERF_KINDS": "none", "XPU_PERF_STACKS": "0"},
+    "cupti_kernels_api_activity_unparsed": {
+        "XPU_PERF_CALLBACKS": "0",
+        "XPU_PERF_PARSE": "0",
+        "XPU_PERF_KINDS": "kernel",
+        "XPU_PERF_API_ACTIVITY": "1",
+    },
+    "cupti_kernels_api_activity": {  # parsed: records_other counts the API records
+        "XPU_PERF_CALLBACKS": "0",
+        "XPU_PERF_KINDS": "kernel",
+        "XPU_PERF_API_ACTIVITY": "1",
+    },
+    "cupti_kernels_callbacks_noop": {
+        "XPU_PERF_PARSE": "0",
+        "XPU_PERF_KINDS": "kernel",
+        "XPU_PERF_CALLBACK_NOOP": "1",
+    },
     **{
         f"cupti_callbacks_noop_{d}": {
             "XPU_PERF_KINDS": "none",
@@ -147,6 +163,17 @@ MODE_SETS = {
             "xpu_perf",
         )
     },
+    # CUPTI's per-API activity records instead of callbacks, against the callbacks' dispatch
+    "api_path": {
+        "launch_bound": (
+            "baseline",
+            "cupti_kernels_unparsed",
+            "cupti_kernels_api_activity_unparsed",
+            "cupti_kernels_api_activity",
+            "cupti_kernels_callbacks_noop",
+            "cupti_callbacks_noop",
+        )
+    },
     # which API callback domain carries CUPTI's dispatch cost, launch-bound only
     "domains": {
         "launch_bound": (
@@ -226,6 +253,7 @@ def run_mode(workload: str, mode: str, library: Path) -> dict[str, float]:
             "transport_dropped_rows", 0
         )
         result["kernels"] = counters.get("records_kernel", 0)
+        result["records_other"] = counters.get("records_other", 0)  # e.g. API activity records
     return result
 
 

@@ -21,6 +21,7 @@
  *   XPU_PERF_UNWIND_PREFETCH=0 (no prefetch of the previous unwind's stack lines),
  *   XPU_PERF_CALLBACK_NOOP=1 (subscribed callbacks return at once: CUPTI's dispatch cost),
  *   XPU_PERF_DOMAINS=runtime|driver (callbacks of one API domain only),
+ *   XPU_PERF_API_ACTIVITY=1 with XPU_PERF_CALLBACKS=0 (CUPTI API records, not callbacks),
  *   XPU_PERF_SELFTIME=1 (time spent in this library's API callbacks, by part, printed at exit)
  */
 #define _GNU_SOURCE
@@ -812,6 +813,21 @@ static void enable_domain(CUpti_CallbackDomain domain, int size, uint8_t *flags,
 
 static int kind_wanted(const char *kind);
 
+/* Measurement only (XPU_PERF_API_ACTIVITY=1 with XPU_PERF_CALLBACKS=0): CUPTI's own API
+ * activity records for the traced APIs, in place of callbacks, to price that path.  Looked
+ * up, not linked, so a CUPTI without per-API activity control still loads this library. */
+static void enable_api_activity(CUpti_CallbackDomain domain, int size, const char *const *traced,
+                                const char *setter) {
+    CUptiResult (*enable)(CUpti_CallbackId, uint8_t) =
+        (CUptiResult(*)(CUpti_CallbackId, uint8_t))dlsym(RTLD_DEFAULT, setter);
+    if (!enable) return;
+    for (int cbid = 1; cbid < size; cbid++) {
+        const char *name = NULL;
+        if (cuptiGetCallbackName(domain, (uint32_t)cbid, &name) != CUPTI_SUCCESS || !name) continue;
+        if (name_has_prefix(name, traced)) enable((CUpti_CallbackId)cbid, 1);
+    }
+}
+
 /* MARKER activity: on once both CUPTI is set up and the process has used NVTX. */
 static _Atomic int nvtx_used, cupti_ready, markers_enabled;
 static void enable_markers_once(void) {
@@ -912,6 +928,12 @@ EXPORT int InitializeInjection(void) {
     cupti_ready = 1;
     if (nvtx_used) enable_markers_once();
 
+    if (!callbacks && env_flag("XPU_PERF_API_ACTIVITY", 0)) {
+        enable_api_activity(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE,
+                            runtime_traced, "cuptiActivityEnableRuntimeApi");
+        enable_api_activity(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE,
+                            driver_traced, "cuptiActivityEnableDriverApi");
+    }
     if (callbacks) { /* 0: activity only (overhead measurements) */
         CHECK(cuptiSubscribe(&subscriber, on_callback, NULL));
         /* XPU_PERF_DOMAINS=runtime|driver: one callback domain only (measurement only). */
