@@ -35,6 +35,8 @@ WORKLOADS = {  # name -> (steps, warmup)
     "multi_stream": (50, 10),
     "cuda_graph": (50, 10),
 }
+# Verified when the machine has two GPUs (verify --only multi_gpu), not benchmarked.
+MULTI_GPU = {"multi_gpu": (50, 10)}
 XPU_MODES = {  # mode -> injection environment
     "xpu_perf": {},
     "xpu_no_stacks": {"XPU_PERF_STACKS": "0"},
@@ -305,15 +307,19 @@ def bench(out: Path, rounds: int, mode_set: str) -> dict:
 # verify runs: trace name -> (workload, extra environment).  multi_stream is recorded a second
 # time with sync ops from CUPTI's SYNCHRONIZATION records, to compare with the callbacks' ones.
 VERIFY_RUNS = {
-    **{w: (w, {}) for w in WORKLOADS},
+    **{w: (w, {}) for w in (*WORKLOADS, *MULTI_GPU)},
     "multi_stream_sync_activity": ("multi_stream", {"XPU_PERF_SYNC_ACTIVITY": "1"}),
 }
 
 
-def verify(out: Path) -> None:
+def verify(out: Path, only: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, (workload, extra_env) in VERIFY_RUNS.items():
-        steps, warmup = WORKLOADS[workload]
+        if only is not None and name not in only:
+            continue
+        if only is None and workload in MULTI_GPU:
+            continue  # needs a second GPU: run it by name
+        steps, warmup = {**WORKLOADS, **MULTI_GPU}[workload]
         trace = out / f"{name}.perfetto-trace"
         cmd = [
             sys.executable,
@@ -399,6 +405,23 @@ def check(directory: Path) -> dict:
                     "join track t on s.track_id = t.id where s.category = 'sync' group by 1, 2"
                 )
             }
+            # GPU ops per device track, and copies by kind (PtoP: between two GPUs).
+            f["gpu_ops_by_device"] = {
+                r["gpu"]: r["n"]
+                for r in t.query(
+                    "select p.name as gpu, count(*) n from slice s "
+                    "join track t on s.track_id = t.id join track p on t.parent_id = p.id "
+                    "where s.category in ('kernel','memcpy','memset','sync') group by 1"
+                )
+            }
+            f["memcpy_kinds"] = {
+                r["kind"]: r["n"]
+                for r in t.query(
+                    "select a.string_value as kind, count(*) n from slice s "
+                    "join args a on a.arg_set_id = s.arg_set_id and a.key = 'debug.copy_kind' "
+                    "where s.category = 'memcpy' group by 1"
+                )
+            }
             f["stats_errors"] = t.scalar(
                 "select count(*) from stats where severity in ('error','data_loss') and value > 0"
             )
@@ -446,6 +469,9 @@ def main() -> int:
     b.add_argument("--set", dest="mode_set", choices=sorted(MODE_SETS), default="core")
     v = sub.add_parser("verify")
     v.add_argument("--out", type=Path, required=True)
+    v.add_argument(
+        "--only", action="append", choices=sorted(VERIFY_RUNS), help="just these runs (repeatable)"
+    )
     k = sub.add_parser("check")
     k.add_argument("dir", type=Path)
     k.add_argument("--bench", type=Path, help="bench.json to merge")
@@ -456,7 +482,7 @@ def main() -> int:
     elif args.cmd == "bench":
         bench(args.out, args.rounds, args.mode_set)
     elif args.cmd == "verify":
-        verify(args.out)
+        verify(args.out, args.only)
     else:
         facts = check(args.dir)
         if args.json:
