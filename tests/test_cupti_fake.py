@@ -273,3 +273,40 @@ def test_target_without_cuda_says_so(fake: FakeCupti, tmp_path: Path) -> None:
     assert "no GPU activity: no process of the target initialised CUDA" in proc.stderr
     with open_trace(out) as t:
         assert t.scalar("select count(*) from slice where category = 'kernel'") == 0
+
+
+@pytest.mark.parametrize("sync_activity", ["0", "1"])
+def test_sync_ops_land_on_their_own_gpu(
+    fake: FakeCupti, tmp_path: Path, sync_activity: str
+) -> None:
+    """A sync on device 1's context goes on GPU 1's tracks, from the API callbacks (the
+    device of the call's context) and from CUPTI's SYNCHRONIZATION records (the context's
+    device, learned from its kernels)."""
+    out = tmp_path / "two.perfetto-trace"
+    proc = record(
+        fake,
+        out,
+        fake.app,
+        0,
+        0,
+        "two_devices",
+        extra_env={"XPU_PERF_SYNC_ACTIVITY": sync_activity},
+    )
+    assert proc.returncode == 0, proc.stderr
+    with open_trace(out) as t:
+        rows = t.query(
+            "select s.category, s.name, p.name as gpu, t.name as stream, count(*) as n "
+            "from slice s join track t on s.track_id = t.id join track p on t.parent_id = p.id "
+            "where s.category in ('kernel', 'sync') group by 1, 2, 3, 4"
+        )
+    got = {(r["category"], r["gpu"], r["stream"]): r["n"] for r in rows}
+    gpu0, gpu1 = "GPU 0 (Fake GPU 9000)", "GPU 1 (Fake GPU 9001)"
+    want = {
+        ("kernel", gpu1, "Stream 13"): 3,
+        ("kernel", gpu0, "Stream 7"): 2,
+        ("sync", gpu1, "Stream 0"): 1,  # cudaDeviceSynchronize on device 1
+        ("sync", gpu0, "Stream 0"): 1,
+    }
+    if sync_activity == "0":  # the fake sends no SYNCHRONIZATION record for a stream sync
+        want[("sync", gpu1, "Stream 13")] = 1
+    assert got == want, rows

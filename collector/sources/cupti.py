@@ -59,6 +59,7 @@ _LAUNCH_PREFIXES = (
     "cuLaunchGrid",
 )
 _NO_STREAM = 0xFFFFFFFF
+_NO_DEVICE = 0xFFFFFFFF  # the library's "not known" for a sync op's device
 # Frames of these libraries do not count as a launch site (the stack criterion).
 CUDA_LIBRARY_MARKERS = ("libcuda.so", "libcupti.so", "libcudart.so", "libxpu_perf_cupti.so")
 
@@ -335,10 +336,22 @@ class CuptiSource:
             return
         self.counts["records_sync"] += t.rows
         c = t.columns
-        device = stream.table("DEVICE")
-        dev = device["device"][0] if device.rows else 0
+        # The device of a sync: the library's own (from the sync call's context) when it has
+        # one, else the device of the context's kernels (CUPTI's SYNCHRONIZATION records name
+        # only the context), else the process's first device.
+        kernels = stream.table("KERNEL")
+        context_device = (
+            dict(zip(kernels.columns["context"], kernels.columns["device"], strict=True))
+            if kernels.rows
+            else {}
+        )
+        devices = stream.table("DEVICE")
+        first = devices["device"][0] if devices.rows else 0
         for i in range(t.rows):
             _, fids = link(c["correlation_id"][i])
+            dev = c["device"][i]
+            if dev == _NO_DEVICE:
+                dev = context_device.get(c["context"][i], first)
             stream_id = c["stream"][i]
             # Context-wide syncs have no stream: they go on a "Stream -1"-free track, stream 0.
             sid = 0 if stream_id == _NO_STREAM else stream_id

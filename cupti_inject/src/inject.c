@@ -307,7 +307,7 @@ static struct xp_batch_DEVICE *device_batch;
 
 /* One SYNC row, from an activity record or an API callback (caller holds activity_lock). */
 static void push_sync(uint64_t start, uint64_t end, uint32_t correlation_id, uint32_t context,
-                      uint32_t stream, uint32_t type, uint32_t event_id) {
+                      uint32_t device, uint32_t stream, uint32_t type, uint32_t event_id) {
     struct xp_batch_SYNC *b = sync_batch;
     uint32_t r = b->rows;
     b->start[r] = start;
@@ -317,12 +317,15 @@ static void push_sync(uint64_t start, uint64_t end, uint32_t correlation_id, uin
     b->stream[r] = stream;
     b->sync_type[r] = type;
     b->event_id[r] = event_id;
+    b->device[r] = device;
     if (++b->rows == XP_BATCH_ROWS) xp_emit_SYNC(b);
 }
 
 static void add_api_sync(const CUpti_CallbackData *cb, uint8_t flags, uint64_t start, uint64_t end) {
-    uint32_t context = NO_ID, stream = NO_ID;
-    if (cb->context) cuptiGetContextId(cb->context, &context);
+    uint32_t context = NO_ID, device = NO_ID, stream = NO_ID;
+    if (cb->context && cuptiGetContextId(cb->context, &context) != CUPTI_SUCCESS) context = NO_ID;
+    /* The sync call's own context says which GPU it waits on (a process may drive several). */
+    if (cb->context && cuptiGetDeviceId(cb->context, &device) != CUPTI_SUCCESS) device = NO_ID;
     if ((flags & (SYNC_STREAM | SYNC_WAIT)) && cb->functionParams) {
         /* cudaStreamSynchronize / cudaStreamWaitEvent / cuStream*: the stream is the first
          * parameter of each one's params struct. */
@@ -336,7 +339,7 @@ static void add_api_sync(const CUpti_CallbackData *cb, uint8_t flags, uint64_t s
                   : flags & SYNC_EVENT  ? CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE
                                         : CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
     pthread_mutex_lock(&activity_lock);
-    push_sync(start, end, cb->correlationId, context, stream, type, NO_ID);
+    push_sync(start, end, cb->correlationId, context, device, stream, type, NO_ID);
     records_sync++;
     pthread_mutex_unlock(&activity_lock);
 }
@@ -503,8 +506,8 @@ static void add_memset(const CUpti_ActivityMemset4 *m) {
 }
 
 static void add_sync(const CUpti_ActivitySynchronization2 *s) {
-    push_sync(s->start, s->end, s->correlationId, s->contextId, s->streamId, (uint32_t)s->type,
-              s->cudaEventId);
+    push_sync(s->start, s->end, s->correlationId, s->contextId, NO_ID, s->streamId,
+              (uint32_t)s->type, s->cudaEventId);
 }
 
 static void add_marker(const CUpti_ActivityMarker2 *m) {

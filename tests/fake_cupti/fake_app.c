@@ -3,8 +3,10 @@
  *                 of 5 kernels, an H2D copy, a memset, a sync, an untraced API call
  *   worker thread: launches on stream 2
  *   forked child:  its own launches, its own stream file
- * Usage: fake_app LAUNCHES [EXIT_CODE [wait]]; prints the counts it produced.  With "wait" it
- * stops after the main thread's launches, prints "ready" and waits for a signal. */
+ * Usage: fake_app LAUNCHES [EXIT_CODE [wait|two_devices]]; prints the counts it produced.
+ * With "wait" it stops after the main thread's launches, prints "ready" and waits for a
+ * signal.  "two_devices" plays only: 3 kernels, a device sync and a stream sync on device 1
+ * (stream 13), then 2 kernels and a device sync on device 0 (stream 7). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@ extern uint32_t fake_device_synchronize(void);
 extern uint32_t fake_stream_synchronize(uint32_t stream);
 extern void fake_get_device(void);
 extern void fake_set_dropped(size_t n);
+extern void fake_set_device(uint32_t device);
 extern int cuptiActivityFlushAll(uint32_t flag);
 
 static int launches = 100;
@@ -46,6 +49,16 @@ int main(int argc, char **argv) {
     if (argc > 1) launches = atoi(argv[1]);
     int exit_code = argc > 2 ? atoi(argv[2]) : 0;
     fake_cuInit();
+    if (argc > 3 && strcmp(argv[3], "two_devices") == 0) {
+        fake_set_device(1);
+        for (int i = 0; i < 3; i++) fake_launch_kernel("device1_kernel", 13, 0);
+        fake_device_synchronize();
+        fake_stream_synchronize(13);
+        fake_set_device(0);
+        for (int i = 0; i < 2; i++) fake_launch_kernel("device0_kernel", 7, 0);
+        fake_device_synchronize();
+        return exit_code;
+    }
     pthread_t t;
     pthread_create(&t, NULL, worker, NULL);
     for (int i = 0; i < launches; i++) model_forward_layer(i);

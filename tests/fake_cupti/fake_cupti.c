@@ -220,7 +220,17 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
 /* ---- fake CUDA: what a test program calls ---- */
 /* The current API call's parameter struct (what CUpti_CallbackData.functionParams points to). */
 static _Thread_local const void *call_params;
-#define FAKE_CONTEXT ((CUcontext)(uintptr_t)0xc0de)
+/* One context per device; the calling thread's current device picks it (fake_set_device). */
+#define FAKE_DEVICES 2
+#define FAKE_CONTEXT_OF(device) ((CUcontext)(uintptr_t)(0xc0de + (device)))
+static _Thread_local uint32_t current_device;
+static int fake_device_of(CUcontext ctx, uint32_t *device) {
+    uintptr_t v = (uintptr_t)ctx;
+    if (v < 0xc0de || v >= 0xc0de + FAKE_DEVICES) return 0;
+    *device = (uint32_t)(v - 0xc0de);
+    return 1;
+}
+EXPORT void fake_set_device(uint32_t device) { current_device = device % FAKE_DEVICES; }
 #define FAKE_STREAM_HANDLE(id) ((CUstream)(uintptr_t)(0x5000 + (id)))
 
 static void run_callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCallbackSite site,
@@ -234,8 +244,8 @@ static void run_callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCa
     data.correlationId = correlation;
     data.correlationData = correlation_data;
     data.functionParams = call_params;
-    data.context = FAKE_CONTEXT;
-    data.contextUid = 1;
+    data.context = FAKE_CONTEXT_OF(current_device);
+    data.contextUid = 1 + current_device;
     subscriber_cb(subscriber_data, domain, cbid, &data);
 }
 
@@ -268,8 +278,8 @@ static void kernel_record(const char *name, uint32_t stream, uint32_t correlatio
     uint64_t t = now();
     r.kernel.start = t + 1000;
     r.kernel.end = t + 6000;
-    r.kernel.deviceId = 0;
-    r.kernel.contextId = 1;
+    r.kernel.deviceId = current_device;
+    r.kernel.contextId = 1 + current_device;
     r.kernel.streamId = stream;
     r.kernel.gridX = 128; r.kernel.gridY = 1; r.kernel.gridZ = 1;
     r.kernel.blockX = 256; r.kernel.blockY = 1; r.kernel.blockZ = 1;
@@ -298,6 +308,9 @@ EXPORT void fake_cuInit(void) {
     r.device.kind = CUPTI_ACTIVITY_KIND_DEVICE;
     r.device.id = 0;
     r.device.name = "Fake GPU 9000";
+    queue_record(&r);
+    r.device.id = 1;
+    r.device.name = "Fake GPU 9001";
     queue_record(&r);
 }
 
@@ -362,7 +375,7 @@ EXPORT uint32_t fake_device_synchronize(void) {
     r.sync.start = t - 900;
     r.sync.end = t;
     r.sync.correlationId = c;
-    r.sync.contextId = 1;
+    r.sync.contextId = 1 + current_device;
     r.sync.streamId = 0xffffffffu;
     queue_record(&r);
     return c;
@@ -382,14 +395,21 @@ EXPORT uint32_t fake_stream_synchronize(uint32_t stream) {
 EXPORT CUptiResult cuptiGetStreamIdEx(CUcontext ctx, CUstream stream, uint8_t per_thread,
                                       uint32_t *id) {
     (void)per_thread;
-    if (ctx != FAKE_CONTEXT || (uintptr_t)stream < 0x5000) return CUPTI_ERROR_INVALID_PARAMETER;
+    uint32_t device;
+    if (!fake_device_of(ctx, &device) || (uintptr_t)stream < 0x5000) return CUPTI_ERROR_INVALID_PARAMETER;
     *id = (uint32_t)((uintptr_t)stream - 0x5000);
     return CUPTI_SUCCESS;
 }
 
 EXPORT CUptiResult cuptiGetContextId(CUcontext ctx, uint32_t *id) {
-    if (ctx != FAKE_CONTEXT) return CUPTI_ERROR_INVALID_PARAMETER;
-    *id = 1;
+    uint32_t device;
+    if (!fake_device_of(ctx, &device)) return CUPTI_ERROR_INVALID_PARAMETER;
+    *id = 1 + device;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiGetDeviceId(CUcontext ctx, uint32_t *id) {
+    if (!fake_device_of(ctx, id)) return CUPTI_ERROR_INVALID_PARAMETER;
     return CUPTI_SUCCESS;
 }
 
