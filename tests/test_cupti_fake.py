@@ -310,3 +310,17 @@ def test_sync_ops_land_on_their_own_gpu(
     if sync_activity == "0":  # the fake sends no SYNCHRONIZATION record for a stream sync
         want[("sync", gpu1, "Stream 13")] = 1
     assert got == want, rows
+
+
+def test_killed_target_keeps_what_was_flushed_and_says_so(fake: FakeCupti, tmp_path: Path) -> None:
+    """SIGKILL skips every handler: what the library's periodic flush (every second) wrote
+    before it is kept, and the summary says the process ended without its final flush."""
+    out = tmp_path / "killed.perfetto-trace"
+    proc = record(fake, out, fake.app, 120, 0, "crash")
+    assert proc.returncode == 128 + 9, proc.stderr
+    with open_trace(out) as t:
+        # The 120 launches before the 1.5 s pause were flushed; the 5 after it died unflushed.
+        assert t.scalar("select count(*) from slice where category = 'kernel'") == 120
+        assert t.scalar("select count(*) from slice where category = 'cuda_api'") == 120
+        assert metadata(t, "cupti_streams_without_counters") == 1
+    assert "1 of 1 processes ended without their final flush" in proc.stderr, proc.stderr

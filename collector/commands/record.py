@@ -242,6 +242,16 @@ def summary_lines(cupti: Mapping[str, int]) -> list[str]:
         f"gpu ops without api call: {cupti.get('gpu_ops_without_api', 0)} of {ops}",
         f"launches without stack: {cupti.get('launches_without_stack', 0)} of {launches}",
     ]
+    # A stream cut inside a chunk also lacks its final counters: counted once, here.
+    unflushed = cupti.get("streams_without_counters", 0)
+    if unflushed:
+        # Killed (SIGKILL, a crash): the library's periodic flush runs every second, so what
+        # the process did in its last second before it died is not in the trace.
+        lines.append(
+            f"{unflushed} of {cupti.get('streams', 0)} processes ended without their final "
+            "flush (killed or crashed): up to their last second of GPU activity and API calls "
+            "is missing"
+        )
     if "ebpf_launch_stacks" in cupti:
         lost = {
             k.removeprefix("ebpf_launch_"): v

@@ -6,8 +6,12 @@
  * Usage: fake_app LAUNCHES [EXIT_CODE [wait|two_devices]]; prints the counts it produced.
  * With "wait" it stops after the main thread's launches, prints "ready" and waits for a
  * signal.  "two_devices" plays only: 3 kernels, a device sync and a stream sync on device 1
- * (stream 13), then 2 kernels and a device sync on device 0 (stream 7). */
+ * (stream 13), then 2 kernels and a device sync on device 0 (stream 7).  "crash" launches
+ * LAUNCHES kernels, waits 1.5 s (past the library's periodic flush, every 1 s), launches 5 more and
+ * dies by SIGKILL, which no handler sees. */
 #include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +62,13 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 2; i++) fake_launch_kernel("device0_kernel", 7, 0);
         fake_device_synchronize();
         return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "crash") == 0) {
+        for (int i = 0; i < launches; i++) model_forward_layer(i);
+        struct timespec pause_for = {1, 500 * 1000 * 1000};
+        nanosleep(&pause_for, NULL);
+        for (int i = 0; i < 5; i++) model_forward_layer(i);
+        raise(SIGKILL);
     }
     pthread_t t;
     pthread_create(&t, NULL, worker, NULL);
