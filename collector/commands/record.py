@@ -242,6 +242,13 @@ def summary_lines(cupti: Mapping[str, int]) -> list[str]:
         f"gpu ops without api call: {cupti.get('gpu_ops_without_api', 0)} of {ops}",
         f"launches without stack: {cupti.get('launches_without_stack', 0)} of {launches}",
     ]
+    no_python = cupti.get("streams_python_unsupported", 0)
+    if no_python:
+        lines.append(
+            f"launch stacks of {no_python} processes have no Python frames: CPython "
+            f"3.{cupti.get('python_unsupported_minor', 0)} is not a version this build reads "
+            "(3.11, 3.12); their native frames are there"
+        )
     # A stream cut inside a chunk also lacks its final counters: counted once, here.
     unflushed = cupti.get("streams_without_counters", 0)
     if unflushed:

@@ -86,6 +86,8 @@ REPORTED_COUNTS = (
     "python_guard_failures",
     "streams_truncated",
     "streams_without_counters",
+    "streams_python_unsupported",
+    "python_unsupported_minor",  # CPython 3.x without Python frames (0: none)
     "cupti_delivered_kernel",
 )
 
@@ -165,6 +167,10 @@ class CuptiSource:
                 "transport_bytes",
             ):
                 counts[key] += last.get(key, 0)
+            minor = last.get("python_unsupported_minor", 0)
+            if minor:  # Python frames wanted, but not this CPython's frame layout
+                counts["streams_python_unsupported"] += 1
+                counts["python_unsupported_minor"] = max(counts["python_unsupported_minor"], minor)
         else:
             counts["streams_without_counters"] += 1  # killed before its final flush
 

@@ -610,6 +610,9 @@ static void emit_counters(void) {
     xp_emit_counter("unwind_fp_fallbacks", xp_unwind_fp_fallbacks);
     xp_emit_counter("python_guard_failures", xp_py_guard_failures);
     xp_emit_counter("python_frames_enabled", (uint64_t)(want_python && xp_py_enabled));
+    /* Python frames wanted, CPython found, but not a layout this library reads: 3.x's x. */
+    xp_emit_counter("python_unsupported_minor",
+                    want_python && xp_py_minor && !xp_py_enabled ? xp_py_minor : 0);
 }
 
 /* One line on stderr: where the library's own callback time goes, per outermost API call. */

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@
 #include "strings.h"
 
 int xp_py_enabled;
+unsigned xp_py_minor;
 uint64_t xp_py_guard_failures;
 
 struct py_layout {
@@ -41,9 +43,17 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static void do_init(void) {
     const unsigned long *version = dlsym(RTLD_DEFAULT, "Py_Version");
-    if (!version) return;
-    unsigned minor = (unsigned)((*version >> 16) & 0xff), major = (unsigned)(*version >> 24);
+    unsigned major = 0, minor = 0;
+    if (version) {
+        minor = (unsigned)((*version >> 16) & 0xff);
+        major = (unsigned)(*version >> 24);
+    } else {
+        /* Before 3.11 there is no Py_Version: "3.10.12 (main, ...)" from Py_GetVersion. */
+        const char *(*get_version)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+        if (!get_version || sscanf(get_version(), "%u.%u", &major, &minor) != 2) return;
+    }
     if (major != 3) return;
+    xp_py_minor = minor;
     if (minor == 11) L = layout_311;
     else if (minor == 12) L = layout_312;
     else return;

@@ -17,6 +17,8 @@ int xp_py_walk(struct xp_pyframe_key *keys, int max);
 /* Cold path: the PYFRAME id for a key, emitting PYFRAME/STRING chunks on first sight. */
 uint32_t xp_py_frame_id(struct xp_pyframe_key key);
 extern int xp_py_enabled;
+/* CPython 3.x in the process: x (0: none found), supported or not. */
+extern unsigned xp_py_minor;
 extern uint64_t xp_py_guard_failures;
 
 #endif

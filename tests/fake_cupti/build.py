@@ -18,6 +18,7 @@ class FakeCupti:
     lib_dir: Path  # holds libcupti.so.13 (the fake)
     app: Path  # fake_app
     injection: Path  # libxpu_perf_cupti.so built against the fake
+    app_py313: Path  # fake_app exporting Py_Version = 3.13 (a CPython the library cannot read)
 
 
 def cupti_headers() -> tuple[Path, ...] | None:
@@ -60,21 +61,24 @@ def build_fake(out: Path) -> FakeCupti:
     (lib_dir / "libcupti.so").unlink(missing_ok=True)
     (lib_dir / "libcupti.so").symlink_to("libcupti.so.13")
     app = out / "fake_app"
-    subprocess.run(
-        [
-            cc,
-            "-O1",
-            "-g",
-            "-fno-omit-frame-pointer",  # so eBPF launch stacks unwind through it
-            "-pthread",
-            str(HERE / "fake_app.c"),
-            "-o",
-            str(app),
-            f"-L{lib_dir}",
-            "-l:libcupti.so.13",
-            f"-Wl,-rpath,{lib_dir}",
-        ],
-        check=True,
-    )
+    app_py313 = out / "fake_app_py313"
+    for exe, extra in ((app, []), (app_py313, ["-DFAKE_PY_VERSION=0x030D00F0", "-rdynamic"])):
+        subprocess.run(
+            [
+                cc,
+                "-O1",
+                "-g",
+                "-fno-omit-frame-pointer",  # so eBPF launch stacks unwind through it
+                "-pthread",
+                *extra,
+                str(HERE / "fake_app.c"),
+                "-o",
+                str(exe),
+                f"-L{lib_dir}",
+                "-l:libcupti.so.13",
+                f"-Wl,-rpath,{lib_dir}",
+            ],
+            check=True,
+        )
     injection = build(Cupti(include, lib_dir, "fake"), out_dir=out / "inject", force=True)
-    return FakeCupti(lib_dir, app, injection)
+    return FakeCupti(lib_dir, app, injection, app_py313)

@@ -33,6 +33,12 @@ extern int cuptiActivityFlushAll(uint32_t flag);
 
 static int launches = 100;
 
+#ifdef FAKE_PY_VERSION
+/* Built as fake_app_py313: looks like a CPython 3.13 process to the injection library
+ * (exported like the interpreter's own Py_Version), whose frame layout it does not read. */
+__attribute__((visibility("default"), used)) const unsigned long Py_Version = FAKE_PY_VERSION;
+#endif
+
 __attribute__((noinline)) void model_forward_layer(int i) {
     fake_launch_kernel(i % 2 ? "gemm_kernel" : "gelu_kernel", 7, 0);
     __asm__ volatile("");
