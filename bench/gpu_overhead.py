@@ -1,7 +1,7 @@
 """GPU overhead of xpu-perf's CUPTI injection, and the issue-3 correctness checks, on a GPU.
 
-    python3 bench/gpu_overhead.py bench  --out DIR [--rounds 5]   # overhead, interleaved rounds
-    python3 bench/gpu_overhead.py verify --out DIR                # record the four workloads
+    python3 bench/gpu_overhead.py bench  --out DIR [--rounds 5] [--set core]  # overhead
+    python3 bench/gpu_overhead.py verify --out DIR [--only NAME]  # record the workloads
     python3 bench/gpu_overhead.py check  DIR [--bench DIR/bench.json] [--json OUT]
 
 `bench` runs each workload as a fresh process per mode, modes interleaved round by round so
@@ -9,8 +9,12 @@ drift hits every mode alike, and reports the median of the per-round medians of 
 baseline, xpu-perf with everything on, xpu-perf knob variants (no stacks, no Python frames,
 kernels only, no nested driver callbacks), torch.profiler with and without `with_stack`.
 The xpu-perf modes load the injection library exactly as `record` does (the collector only
-runs after the target exits, so it is not part of step time).
-`verify` runs `xpu-perf record --no-cpu` on the four workloads (bench/workloads/).
+runs after the target exits, so it is not part of step time).  `--set` picks the modes
+(MODE_SETS): core (the headline numbers), knobs, floor, kinds, stacks, selftime (the
+library's own callback time by part, XPU_PERF_SELFTIME), dispatch, domains and api_path
+(what CUPTI itself costs).
+`verify` runs `xpu-perf record --no-cpu` on the four workloads (bench/workloads/);
+`--only multi_gpu` records the two-GPU workload on a machine with two GPUs.
 `check` reads those traces back through trace_processor and asserts the issue's criteria.
 """
 
