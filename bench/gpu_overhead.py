@@ -120,7 +120,18 @@ MODE_SETS = {
         "compute_bound": ("baseline", "xpu_perf"),
     },
     # what each knob costs
-    "knobs": {"launch_bound": ("baseline", *XPU_MODES)},
+    "knobs": {
+        "launch_bound": (
+            "baseline",
+            "xpu_perf",
+            "xpu_no_python",
+            "xpu_no_stacks",
+            "xpu_kernels_only",
+            "xpu_no_sync_records",
+            "xpu_callbacks_only",
+            "cupti_activity_only",
+        )
+    },
     # CUPTI's own floor against ours, launch-bound only
     "floor": {
         "launch_bound": (
