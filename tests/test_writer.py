@@ -186,6 +186,35 @@ def test_tracks_lanes_and_samples(tmp_path: Path) -> None:
         assert meta["tool"] == "xpu-perf"
 
 
+@pytest.mark.parametrize("named_first", [True, False])
+def test_thread_lanes_stay_one_thread(tmp_path: Path, named_first: bool) -> None:
+    """Slices that overlap on one thread go to extra lane tracks; those are still the same
+    thread to trace_processor (one utid, its name) and every slice is on a thread track.
+    Kineto names its threads after their slices, so both orders are checked."""
+    path = tmp_path / "t.perfetto-trace"
+    tid = PID + 1
+    with TraceWriter(path) as w:
+        p = w.producer("test")
+        p.write(model.ProcessInfo(PID, "python"))
+        if named_first:
+            p.write(model.ThreadInfo(PID, tid, "worker"))
+        p.write(model.CpuSlice(PID, tid, 1_000, 5_000, "outer"))
+        p.write(model.CpuSlice(PID, tid, 2_000, 6_000, "straddles outer's end"))
+        p.write(model.CpuSlice(PID, tid, 2_500, 9_000, "straddles again"))
+        p.write(model.CpuSlice(PID, tid, 20_000, 100, "later"))
+        if not named_first:
+            p.write(model.ThreadInfo(PID, tid, "worker"))
+    with open_trace(path) as t:
+        assert t.scalar("select count(distinct track_id) from slice") >= 3  # lanes made
+        threads = t.query(f"select utid, name from thread where tid = {tid}")
+        assert threads == [{"utid": threads[0]["utid"], "name": "worker"}], threads
+        on_thread_tracks = t.scalar(
+            "select count(*) from slice s join thread_track tt on tt.id = s.track_id "
+            f"where tt.utid = {threads[0]['utid']}"
+        )
+        assert on_thread_tracks == 4
+
+
 def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
     path = tmp_path / "t.perfetto-trace"
     with pytest.raises(RuntimeError), TraceWriter(path) as w:

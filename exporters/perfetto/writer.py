@@ -1101,21 +1101,28 @@ class _Tracks:
         lanes = self._thread_lanes.get(key)
         if lanes and name:
             for lane_uuid in lanes[1][1:]:
-                self._describe_thread(lane_uuid, parent, pid, tid, name, lane=True)
+                self._describe_lane(lane_uuid, uuid, name)
         return uuid
 
     def _describe_thread(
-        self, uuid: int, parent: int, pid: int, tid: int, name: str | None, lane: bool = False
+        self, uuid: int, parent: int, pid: int, tid: int, name: str | None
     ) -> None:
         desc = pb.TrackDescriptor(uuid=uuid, parent_uuid=parent)
         desc.thread.pid = pid
         desc.thread.tid = tid
         if name:
             desc.thread.thread_name = name
-        if lane:
-            # Without this, trace_processor (v52) folds every extra lane of a thread into
-            # one track, where slices of different lanes then close each other.
-            desc.disallow_merging_with_system_tracks = True
+        self._descriptor(desc)
+
+    def _describe_lane(self, uuid: int, thread_uuid: int, name: str | None) -> None:
+        """An extra lane of a thread: a child of the thread's own track, so trace_processor
+        keeps it on the thread (same utid; a lane with its own thread descriptor got a utid
+        of its own), and never merged with its siblings (slices of different lanes would
+        then close each other)."""
+        desc = pb.TrackDescriptor(uuid=uuid, parent_uuid=thread_uuid)
+        if name:
+            desc.name = name
+        desc.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
         self._descriptor(desc)
 
     def thread_lane(self, pid: int, tid: int, ts: int, dur: int) -> int:
@@ -1136,14 +1143,7 @@ class _Tracks:
         uuids = self.thread_lanes(pid, tid)[1]
         while index >= len(uuids):
             lane_uuid = self._uuid()
-            self._describe_thread(
-                lane_uuid,
-                self.process(pid),
-                pid,
-                tid,
-                self._thread_names.get((pid, tid)),
-                lane=True,
-            )
+            self._describe_lane(lane_uuid, uuids[0], self._thread_names.get((pid, tid)))
             uuids.append(lane_uuid)
             self._writer.counts["extra_lanes"] += 1
         return uuids[index]
