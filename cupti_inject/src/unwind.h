@@ -1,6 +1,7 @@
 /* Native stack unwinding for launch stacks: DWARF CFI (.eh_frame_hdr/.eh_frame) interpreted
- * once per return address and cached per thread, so a steady-state unwind is a hash lookup and
- * two loads per frame.  glibc backtrace() re-interprets the CFI on every call. */
+ * once per return address and cached per thread.  A steady-state unwind takes most frames'
+ * rules from the thread's previous unwind (read in order) and the rest from a hashed rule
+ * cache; glibc backtrace() re-interprets the CFI on every call. */
 #ifndef XPU_PERF_UNWIND_H
 #define XPU_PERF_UNWIND_H
 
