@@ -95,6 +95,7 @@ struct thread_state {
     uint32_t outer_corr;
     uint32_t outer_api;
     uint32_t outer_stack;
+    uint8_t outer_flags; /* TRACED/LAUNCH/SYNC_* of the outermost call, kept for its exit */
     uint32_t n_api_rows, n_alias_rows;
     uint64_t outer_start;
     /* Per-thread counts (no shared cache line on the launch path); summed at flush. */
@@ -232,6 +233,14 @@ static int selftime;
 static int callback_noop; /* XPU_PERF_CALLBACK_NOOP: CUPTI's callback dispatch alone */
 static inline uint64_t cycles(void) { return selftime ? __rdtsc() : 0; }
 
+/* XPU_PERF_SELFTIME: the cycles since c_in go to the callbacks' total and to `part`. */
+static inline void charge(struct thread_state *ts, uint64_t c_in, uint64_t *part) {
+    if (!selftime) return;
+    uint64_t c = cycles() - c_in;
+    ts->st.cyc_callback += c;
+    if (part) *part += c;
+}
+
 static uint32_t capture_stack(struct selftime *st) {
     uint64_t pcs[MAX_NATIVE];
     struct xp_pyframe_key py[MAX_PYTHON];
@@ -365,17 +374,14 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
                 pthread_mutex_unlock(&ts->lock);
                 ts->n_alias++;
             }
-            if (selftime) {
-                uint64_t c = cycles() - c_in;
-                ts->st.cyc_callback += c;
-                ts->st.cyc_nested += c;
-            }
+            charge(ts, c_in, &ts->st.cyc_nested);
             return;
         }
         uint8_t flags = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
         uint32_t api_id = ((uint32_t)domain << 16) | (uint32_t)cbid;
         ts->outer_corr = cb->correlationId;
         ts->outer_api = api_id;
+        ts->outer_flags = flags;
         uint64_t c_stack = cycles();
         ts->outer_stack = want_stacks ? capture_stack(&ts->st) : 0;
         if (selftime) {
@@ -388,17 +394,13 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
             if (ts->outer_stack) ts->n_launch_stack++; else ts->n_launch_no_stack++;
         }
         ts->outer_start = xp_now_ns();
-        if (selftime) ts->st.cyc_callback += cycles() - c_in;
+        charge(ts, c_in, NULL);
         return;
     }
     /* API exit */
     if (ts->depth == 0) return;
     if (--ts->depth > 0) {
-        if (selftime) {
-            uint64_t c = cycles() - c_in;
-            ts->st.cyc_callback += c;
-            ts->st.cyc_nested += c;
-        }
+        charge(ts, c_in, &ts->st.cyc_nested);
         return;
     }
     uint64_t end = xp_now_ns();
@@ -408,13 +410,9 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     if (++ts->n_api_rows == XP_BATCH_ROWS) emit_api_rows(ts);
     pthread_mutex_unlock(&ts->lock);
     ts->n_api++;
-    uint8_t flags = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
-    if (sync_from_callbacks && (flags & SYNC_ANY)) add_api_sync(cb, flags, ts->outer_start, end);
-    if (selftime) {
-        uint64_t c = cycles() - c_in;
-        ts->st.cyc_callback += c;
-        ts->st.cyc_exit += c;
-    }
+    if (sync_from_callbacks && (ts->outer_flags & SYNC_ANY))
+        add_api_sync(cb, ts->outer_flags, ts->outer_start, end);
+    charge(ts, c_in, &ts->st.cyc_exit);
 }
 
 /* ---- activity buffers ---- */
@@ -451,43 +449,31 @@ static void add_kernel(const CUpti_ActivityKernel10 *k) {
     if (++b->rows == XP_BATCH_ROWS) xp_emit_KERNEL(b);
 }
 
-static void add_memcpy(const CUpti_ActivityMemcpy6 *m) {
-    struct xp_batch_MEMCPY *b = memcpy_batch;
-    uint32_t r = b->rows;
-    b->start[r] = m->start;
-    b->end[r] = m->end;
-    b->correlation_id[r] = m->correlationId;
-    b->device[r] = m->deviceId;
-    b->stream[r] = m->streamId;
-    b->copy_kind[r] = m->copyKind;
-    b->src_kind[r] = m->srcKind;
-    b->dst_kind[r] = m->dstKind;
-    b->bytes[r] = m->bytes;
-    b->src_device[r] = m->deviceId;
-    b->dst_device[r] = m->deviceId;
-    b->graph_id[r] = m->graphId;
-    b->graph_node_id[r] = m->graphNodeId;
-    if (++b->rows == XP_BATCH_ROWS) xp_emit_MEMCPY(b);
-}
+/* One MEMCPY row from either copy record (CUpti_ActivityMemcpy6 and MemcpyPtoP4 name these
+ * fields alike); only a peer-to-peer copy has devices of its own at each end. */
+#define PUSH_MEMCPY(m, src_dev, dst_dev)                                                     \
+    do {                                                                                     \
+        struct xp_batch_MEMCPY *b = memcpy_batch;                                            \
+        uint32_t r = b->rows;                                                                \
+        b->start[r] = (m)->start;                                                            \
+        b->end[r] = (m)->end;                                                                \
+        b->correlation_id[r] = (m)->correlationId;                                           \
+        b->device[r] = (m)->deviceId;                                                        \
+        b->stream[r] = (m)->streamId;                                                        \
+        b->copy_kind[r] = (m)->copyKind;                                                     \
+        b->src_kind[r] = (m)->srcKind;                                                       \
+        b->dst_kind[r] = (m)->dstKind;                                                       \
+        b->bytes[r] = (m)->bytes;                                                            \
+        b->src_device[r] = (src_dev);                                                        \
+        b->dst_device[r] = (dst_dev);                                                        \
+        b->graph_id[r] = (m)->graphId;                                                       \
+        b->graph_node_id[r] = (m)->graphNodeId;                                              \
+        if (++b->rows == XP_BATCH_ROWS) xp_emit_MEMCPY(b);                                   \
+    } while (0)
 
-static void add_p2p(const CUpti_ActivityMemcpyPtoP4 *m) {
-    struct xp_batch_MEMCPY *b = memcpy_batch;
-    uint32_t r = b->rows;
-    b->start[r] = m->start;
-    b->end[r] = m->end;
-    b->correlation_id[r] = m->correlationId;
-    b->device[r] = m->deviceId;
-    b->stream[r] = m->streamId;
-    b->copy_kind[r] = m->copyKind;
-    b->src_kind[r] = m->srcKind;
-    b->dst_kind[r] = m->dstKind;
-    b->bytes[r] = m->bytes;
-    b->src_device[r] = m->srcDeviceId;
-    b->dst_device[r] = m->dstDeviceId;
-    b->graph_id[r] = m->graphId;
-    b->graph_node_id[r] = m->graphNodeId;
-    if (++b->rows == XP_BATCH_ROWS) xp_emit_MEMCPY(b);
-}
+static void add_memcpy(const CUpti_ActivityMemcpy6 *m) { PUSH_MEMCPY(m, m->deviceId, m->deviceId); }
+
+static void add_p2p(const CUpti_ActivityMemcpyPtoP4 *m) { PUSH_MEMCPY(m, m->srcDeviceId, m->dstDeviceId); }
 
 static void add_memset(const CUpti_ActivityMemset4 *m) {
     struct xp_batch_MEMSET *b = memset_batch;
