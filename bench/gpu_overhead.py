@@ -368,6 +368,11 @@ def _metadata(t, key: str) -> int:
     return int(value or 0)
 
 
+def _counts(t, sql: str) -> dict[str, int]:
+    """{key: n} from a query that selects `key` and `n`."""
+    return {r["key"]: r["n"] for r in t.query(sql)}
+
+
 def check(directory: Path) -> dict:
     """The issue's assertions on each recorded trace; returns the per-workload facts."""
     from exporters.perfetto.trace_processor import open_trace
@@ -413,30 +418,24 @@ def check(directory: Path) -> dict:
             )
             f["nvtx_slices"] = t.scalar("select count(*) from slice where category = 'nvtx'")
             # Sync ops per (type name, track name): compared between the two multi_stream runs.
-            f["syncs"] = {
-                f"{r['name']}@{r['track']}": r["n"]
-                for r in t.query(
-                    "select s.name, t.name as track, count(*) n from slice s "
-                    "join track t on s.track_id = t.id where s.category = 'sync' group by 1, 2"
-                )
-            }
+            f["syncs"] = _counts(
+                t,
+                "select s.name || '@' || t.name as key, count(*) n from slice s "
+                "join track t on s.track_id = t.id where s.category = 'sync' group by 1",
+            )
             # GPU ops per device track, and copies by kind (PtoP: between two GPUs).
-            f["gpu_ops_by_device"] = {
-                r["gpu"]: r["n"]
-                for r in t.query(
-                    "select p.name as gpu, count(*) n from slice s "
-                    "join track t on s.track_id = t.id join track p on t.parent_id = p.id "
-                    "where s.category in ('kernel','memcpy','memset','sync') group by 1"
-                )
-            }
-            f["memcpy_kinds"] = {
-                r["kind"]: r["n"]
-                for r in t.query(
-                    "select a.string_value as kind, count(*) n from slice s "
-                    "join args a on a.arg_set_id = s.arg_set_id and a.key = 'debug.copy_kind' "
-                    "where s.category = 'memcpy' group by 1"
-                )
-            }
+            f["gpu_ops_by_device"] = _counts(
+                t,
+                "select p.name as key, count(*) n from slice s "
+                "join track t on s.track_id = t.id join track p on t.parent_id = p.id "
+                "where s.category in ('kernel','memcpy','memset','sync') group by 1",
+            )
+            f["memcpy_kinds"] = _counts(
+                t,
+                "select a.string_value as key, count(*) n from slice s "
+                "join args a on a.arg_set_id = s.arg_set_id and a.key = 'debug.copy_kind' "
+                "where s.category = 'memcpy' group by 1",
+            )
             f["stats_errors"] = t.scalar(
                 "select count(*) from stats where severity in ('error','data_loss') and value > 0"
             )
