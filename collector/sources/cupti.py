@@ -58,8 +58,7 @@ _LAUNCH_PREFIXES = (
     "cuGraphLaunch",
     "cuLaunchGrid",
 )
-_NO_STREAM = 0xFFFFFFFF
-_NO_DEVICE = 0xFFFFFFFF  # the library's "not known" for a sync op's device
+_NO_ID = 0xFFFFFFFF  # the library's NO_ID: a sync op's stream or device not known
 # Frames of these libraries do not count as a launch site (the stack criterion).
 CUDA_LIBRARY_MARKERS = ("libcuda.so", "libcupti.so", "libcudart.so", "libxpu_perf_cupti.so")
 
@@ -356,11 +355,11 @@ class CuptiSource:
         for i in range(t.rows):
             _, fids = link(c["correlation_id"][i])
             dev = c["device"][i]
-            if dev == _NO_DEVICE:
+            if dev == _NO_ID:
                 dev = context_device.get(c["context"][i], first)
             stream_id = c["stream"][i]
             # Context-wide syncs have no stream: they go on a "Stream -1"-free track, stream 0.
-            sid = 0 if stream_id == _NO_STREAM else stream_id
+            sid = 0 if stream_id == _NO_ID else stream_id
             start = c["start"][i]
             yield model.GpuOp(
                 dev,
