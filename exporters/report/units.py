@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 _DURATIONS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"))
+_BYTES = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+
+
+def _scaled(value: float | None, scales: tuple[tuple[float, str], ...], base: str) -> str:
+    """Three significant digits in the largest unit that keeps the number >= 1."""
+    if value is None:
+        return "-"
+    for scale, unit in scales:
+        if abs(value) >= scale:
+            return f"{_sig3(value / scale)} {unit}"
+    return f"{value:.0f} {base}"
 
 
 def duration(ns: float | None) -> str:
     """`1.23 ms`: three significant digits, unit picked so the number is >= 1."""
-    if ns is None:
-        return "-"
-    for scale, unit in _DURATIONS:
-        if abs(ns) >= scale:
-            return f"{_sig3(ns / scale)} {unit}"
-    return f"{ns:.0f} ns"
+    return _scaled(ns, _DURATIONS, "ns")
 
 
 def byte_count(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for scale, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if abs(n) >= scale:
-            return f"{_sig3(n / scale)} {unit}"
-    return f"{n:.0f} B"
+    return _scaled(n, _BYTES, "B")
 
 
 def percent(p: float | None) -> str:
