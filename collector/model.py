@@ -8,7 +8,7 @@ own clock for `convert`) and the writer states that domain in a ClockSnapshot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -143,4 +143,93 @@ class Instant:
     args: Args = field(default_factory=dict)
 
 
-Event = ProcessInfo | ThreadInfo | GpuDevice | CpuSlice | GpuOp | CpuSample | Instant
+# A column: one value per row (a list, an array.array or a numpy array).
+Column = Sequence[int]
+NONE = -1  # "no value" in an index or id column
+
+
+@dataclass(frozen=True, slots=True)
+class SliceColumns:
+    """Many slices in columns, row i being one slice: how a columnar source (the CUPTI
+    streams) hands the writer a process's slices, which it encodes without an object
+    per slice.  `device` is None for CPU slices (track = thread `track` of the batch's
+    pid), else GPU ops (track = stream `track` of GPU `device`).  Names, categories, args
+    and stacks are indices into the lists beside them; `correlation_id` is NONE or the
+    row's `correlation_id` arg; `stack` (CPU slices) NONE or the launch stack."""
+
+    ts: Column
+    dur: Column
+    track: Column
+    device: Column | None
+    name: Column
+    names: Sequence[str]
+    category: Column
+    categories: Sequence[str]
+    args: Column
+    arg_sets: Sequence[Args]
+    correlation_id: Column
+    stack: Column | None = None
+    stacks: Sequence[Stack] = ()
+
+    @property
+    def rows(self) -> int:
+        return len(self.ts)
+
+
+@dataclass(frozen=True, slots=True)
+class SliceBatch:
+    """One process's CPU slices (CUDA API calls, NVTX ranges) and GPU ops in columns, and
+    the flows between them: flow k goes from CPU row `flow_from[k]` to GPU row
+    `flow_to[k]`."""
+
+    pid: int
+    cpu: SliceColumns
+    gpu: SliceColumns
+    flow_from: Column
+    flow_to: Column
+
+    def slices(self) -> Iterator[CpuSlice | GpuOp]:
+        """The same slices as objects (what the writer's object path and tests take);
+        flow k is `flow_id(pid, k)`."""
+        starts: dict[int, list[int]] = {}
+        ends: dict[int, int] = {}
+        for k, (src, dst) in enumerate(zip(self.flow_from, self.flow_to, strict=True)):
+            fid = flow_id(self.pid, k)
+            starts.setdefault(int(src), []).append(fid)
+            ends[int(dst)] = fid
+        c = self.cpu
+        for i in range(c.rows):
+            args = dict(c.arg_sets[c.args[i]])
+            if c.correlation_id[i] != NONE:
+                args["correlation_id"] = int(c.correlation_id[i])
+            stack = c.stack[i] if c.stack is not None else NONE
+            yield CpuSlice(
+                self.pid,
+                int(c.track[i]),
+                int(c.ts[i]),
+                int(c.dur[i]),
+                c.names[c.name[i]],
+                c.categories[c.category[i]],
+                args,
+                flow_ids=tuple(starts.get(i, ())),
+                launch_stack=c.stacks[stack] if stack != NONE else None,
+            )
+        g = self.gpu
+        assert g.device is not None
+        for i in range(g.rows):
+            corr = g.correlation_id[i]
+            end = ends.get(i)
+            yield GpuOp(
+                int(g.device[i]),
+                int(g.track[i]),
+                int(g.ts[i]),
+                int(g.dur[i]),
+                g.names[g.name[i]],
+                g.categories[g.category[i]],
+                dict(g.arg_sets[g.args[i]]),
+                int(corr) if corr != NONE else None,
+                terminating_flow_ids=(end,) if end is not None else (),
+            )
+
+
+Event = ProcessInfo | ThreadInfo | GpuDevice | CpuSlice | GpuOp | CpuSample | Instant | SliceBatch

@@ -54,7 +54,7 @@ import deflate
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
-from exporters.perfetto import wire
+from exporters.perfetto import batch_writer, wire
 from exporters.perfetto.lanes import LaneSet
 
 TOOL_NAME = "xpu-perf"
@@ -531,6 +531,8 @@ class Producer:
             self.writer.tracks.gpu_device(event.device, event.name)
         elif isinstance(event, model.Instant):
             self._write_instant(event)
+        elif isinstance(event, model.SliceBatch):
+            batch_writer.write_batch(self, event)
         else:
             raise TypeError(f"not a trace event: {event!r}")
 
@@ -890,11 +892,17 @@ class Producer:
         return end_packet, self._seq.absolute_timestamp(end_ts)
 
     def _begin_head(self, uuid: int, ev: model.CpuSlice | model.GpuOp) -> bytes:
-        head = _event_head(_TYPE_BEGIN, uuid)
         if type(ev) is _GpuOp:
-            # A stream lane belongs to one device and stream: their args are constant.
+            return self._begin_head_of(uuid, ev.device, ev.stream)
+        return self._begin_head_of(uuid, None, 0)
+
+    def _begin_head_of(self, uuid: int, device: int | None, stream: int) -> bytes:
+        """The start of every BEGIN on track `uuid`: type and track, and for a GPU stream
+        lane (`device` not None) its device and stream, constant args of the lane."""
+        head = _event_head(_TYPE_BEGIN, uuid)
+        if device is not None:
             seq = self._seq
-            head += seq.annotation("device", ev.device) + seq.annotation("stream", ev.stream)
+            head += seq.annotation("device", device) + seq.annotation("stream", stream)
         self._begin_heads[uuid] = head
         return head
 
@@ -931,11 +939,7 @@ class Producer:
     def _write_sample(
         self, pid: int, tid: int, ts: int, stack: model.Stack, timebase: str, cpu: int | None
     ) -> None:
-        seq = self._sample_seqs.get(timebase)
-        if seq is None:
-            seq = self._sample_seqs[timebase] = _Sequence(
-                self.writer, self.writer._next_seq_id(), timebase
-            )
+        seq = self._sample_sequence(timebase)
         self.writer.tracks.thread(pid, tid, None)
         sample = [
             wire.varint_field(wire.SAMPLE_PID, pid),
@@ -956,6 +960,15 @@ class Producer:
         self.writer.note_ts(ts)
         key = "cpu_samples" if timebase == CPU_SAMPLE_TIMEBASE else "launch_stacks"
         self.writer.counts[key] += 1
+
+    def _sample_sequence(self, timebase: str) -> _Sequence:
+        """The sequence of this producer's samples of one timebase (CPU, launch stacks)."""
+        seq = self._sample_seqs.get(timebase)
+        if seq is None:
+            seq = self._sample_seqs[timebase] = _Sequence(
+                self.writer, self.writer._next_seq_id(), timebase
+            )
+        return seq
 
 
 class _FlowIds:

@@ -1,0 +1,416 @@
+"""The writer's columnar path: a SliceBatch (one process's API calls, NVTX ranges and GPU
+ops in columns, from the CUPTI streams) encoded without a Python object per slice.
+
+It writes exactly what Producer's object path writes for the same slices (same tracks,
+lanes, interned names, args, flows, launch-stack samples; tests/test_batch_writer.py reads
+both back through trace_processor), with the work done per column:
+- lanes: a track whose slices do not overlap (nearly all) goes on lane 0 in one check;
+  otherwise LaneSet.place() per slice, as the object path does;
+- BEGIN heads (track, name, category, args) are encoded once per distinct combination and
+  chosen per row from a table;
+- each track clock's packets are put in time order by one sort (ENDs before BEGINs of the
+  same time, inner slices' ENDs first), their timestamps become deltas on the clock, and
+  the packets are assembled by exporters/perfetto/columnar.py in blocks;
+- flows get ids that repeat (deflate likes them): flow k of the batch, in start order, gets
+  `base + k mod K` with K the smallest power of two for which every flow has ended before
+  the flow K places later starts (trace_processor pairs a flow's ends in timestamp order,
+  so an id is free again once its flow has ended).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from collector import model
+from exporters.perfetto import wire
+from exporters.perfetto.columnar import (
+    ByteTable,
+    Const,
+    Fixed64s,
+    Slot,
+    Table,
+    Varint,
+    assemble,
+    total_length,
+    varint_lengths,
+)
+
+if TYPE_CHECKING:
+    from exporters.perfetto.writer import Producer, _Sequence
+
+# Packets per assembly block: the (packets x width) matrices of a block stay in the CPU
+# caches, and a block's bytes are well under a chunk.
+BLOCK_PACKETS = 8192
+_NONE = model.NONE
+_FRAME_TAG = wire.key(wire.TRACE_PACKET, wire.LEN)
+_TRACK_EVENT_TAG = wire.key(wire.PACKET_TRACK_EVENT, wire.LEN)
+_TS_TAG = wire.key(wire.PACKET_TIMESTAMP, wire.VARINT)
+_PERF_SAMPLE_TAG = wire.key(wire.PACKET_PERF_SAMPLE, wire.LEN)
+_FIRST_FLOW_PERIOD = 16
+
+
+def _int64(column: model.Column) -> np.ndarray:
+    return np.asarray(column, dtype=np.int64)
+
+
+def _group(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each row, first row of each group) for rows equal in all `keys`."""
+    order = np.lexsort(keys[::-1])
+    new = np.ones(len(order), bool)
+    if len(order) > 1:
+        same = np.ones(len(order) - 1, bool)
+        for key in keys:
+            sorted_key = key[order]
+            same &= sorted_key[1:] == sorted_key[:-1]
+        new[1:] = ~same
+    group_sorted = np.cumsum(new) - 1
+    groups = np.empty(len(order), np.int64)
+    groups[order] = group_sorted
+    return groups, order[new]
+
+
+def _lookup(mapping: dict[int, int], keys: np.ndarray) -> np.ndarray:
+    """mapping[k] for every k in `keys` (all of them in `mapping`)."""
+    known = np.array(sorted(mapping), np.int64)
+    values = np.array([mapping[k] for k in known.tolist()], np.int64)
+    return values[np.searchsorted(known, keys)]
+
+
+class _Slices:
+    """One SliceColumns as numpy columns, with their tracks, lanes and clocks."""
+
+    def __init__(self, cols: model.SliceColumns, gpu: bool) -> None:
+        self.cols = cols
+        self.gpu = gpu
+        self.ts = _int64(cols.ts)
+        self.dur = _int64(cols.dur)
+        self.end = np.where(self.dur > 0, self.ts + self.dur, self.ts)
+        self.track = _int64(cols.track)
+        self.device = _int64(cols.device) if cols.device is not None else None
+        self.name = _int64(cols.name)
+        self.category = _int64(cols.category)
+        self.args = _int64(cols.args)
+        self.corr = _int64(cols.correlation_id)
+        self.uuid = np.zeros(len(self.ts), np.int64)
+        # Flows: CPU rows start any number (flow_count at flow_first in flow_ids),
+        # GPU rows end at most one (flow_end, NONE for none).
+        self.flow_count = np.zeros(len(self.ts), np.int64)
+        self.flow_first = np.zeros(len(self.ts), np.int64)
+        self.flow_ids = np.zeros(0, np.int64)
+        self.flow_end = np.full(len(self.ts), _NONE, np.int64)
+
+    @property
+    def rows(self) -> int:
+        return len(self.ts)
+
+
+def write_batch(prod: Producer, batch: model.SliceBatch) -> None:
+    """Encode `batch` on `prod`'s sequence (its object slices so far are written first)."""
+    prod.flush()
+    cpu = _Slices(batch.cpu, False)
+    gpu = _Slices(batch.gpu, True)
+    if not cpu.rows and not gpu.rows:
+        return
+    _assign_flows(prod, batch, cpu, gpu)
+    for part in (cpu, gpu):
+        if part.rows:
+            _place_on_lanes(prod, batch.pid, part)
+    # CPU tracks first: an API call's flow begins before a GPU op of the same time ends it
+    # (these bytes reach the file in this order, see TraceWriter._flush_buffer).
+    for part in (cpu, gpu):
+        if part.rows:
+            _write_slices(prod, part)
+    if cpu.rows and batch.cpu.stack is not None:
+        _write_launch_stacks(prod, batch, cpu)
+    writer = prod.writer
+    writer.counts["slices"] += cpu.rows + gpu.rows
+    first = min(int(p.ts.min()) for p in (cpu, gpu) if p.rows)
+    last = max(int(p.ts.max()) for p in (cpu, gpu) if p.rows)
+    writer.note_ts(first)
+    prod._latest = max(prod._latest, last)
+
+
+def _assign_flows(prod: Producer, batch: model.SliceBatch, cpu: _Slices, gpu: _Slices) -> None:
+    src = _int64(batch.flow_from)
+    dst = _int64(batch.flow_to)
+    n = len(src)
+    if not n:
+        return
+    flows = prod._flows
+    begin = cpu.ts[src]
+    end = gpu.ts[dst]
+    ids = np.empty(n, np.int64)
+    # A flow whose end is earlier than its start gets an id of its own (never reused).
+    backwards = end < begin
+    forward = np.flatnonzero(~backwards)
+    order = forward[np.argsort(begin[forward], kind="stable")]
+    starts, ends = begin[order], end[order]
+    period = _FIRST_FLOW_PERIOD
+    while period < len(order) and not bool(np.all(ends[:-period] < starts[period:])):
+        period *= 2
+    period = min(period, max(len(order), 1))
+    base = flows.next_unrecycled
+    ids[order] = base + np.arange(len(order)) % period
+    back = np.flatnonzero(backwards)
+    ids[back] = base + period + np.arange(len(back))
+    flows.next_unrecycled = base + period + len(back)
+    # CPU rows: their flows' ids together, in row order.
+    by_src = np.argsort(src, kind="stable")
+    cpu.flow_ids = ids[by_src]
+    cpu.flow_count = np.bincount(src, minlength=cpu.rows).astype(np.int64)
+    cpu.flow_first = np.cumsum(cpu.flow_count) - cpu.flow_count
+    gpu.flow_end[dst] = ids
+
+
+def _place_on_lanes(prod: Producer, pid: int, part: _Slices) -> None:
+    """The lane track uuid of every row, through the tracks' LaneSets (shared with the
+    object path), rows of a track taken in start order, the longer of two first."""
+    tracks = prod.writer.tracks
+    key = part.track if part.device is None else (part.device << 32) | part.track
+    order = np.lexsort((-part.dur, part.ts, key))
+    bounds = np.flatnonzero(np.diff(key[order])) + 1
+    for rows in np.split(order, bounds):
+        first = int(rows[0])
+        if part.device is None:
+            tid = int(part.track[first])
+            lane_set, uuids = tracks.thread_lanes(pid, tid)
+        else:
+            device, stream = int(part.device[first]), int(part.track[first])
+            lane_set, uuids = tracks.stream_lanes(device, stream)
+        ts, end, dur = part.ts[rows], part.end[rows], part.dur[rows]
+        start = int(ts[0])
+        if (
+            start >= lane_set.last_starts[0]
+            and all(e <= start for e in lane_set.open_ends[0])
+            and bool(np.all(ts[1:] >= end[:-1]))
+        ):
+            # Nothing overlaps: all on lane 0, whose state is then the last slice's.
+            lane_set.last_starts[0] = int(ts[-1])
+            lane_set.open_ends[0][:] = [int(end[-1])]
+            index = np.zeros(len(rows), np.int64)
+        else:
+            place = lane_set.place
+            index = np.array(
+                [place(s, d) for s, d in zip(ts.tolist(), dur.tolist(), strict=True)], np.int64
+            )
+        most = int(index.max())
+        if most >= len(uuids):
+            if part.device is None:
+                tracks.add_thread_lanes(pid, tid, most)
+            else:
+                tracks.add_stream_lanes(device, stream, most)
+        part.uuid[rows] = np.asarray(uuids, np.int64)[index]
+
+
+def _heads(prod: Producer, part: _Slices) -> tuple[list[bytes], np.ndarray]:
+    """Encoded BEGIN heads (type, track, device and stream, name, category, args) and the
+    head of each row."""
+    seq = prod._seq
+    cols = part.cols
+    group, firsts = _group(part.uuid, part.name, part.category, part.args)
+    heads = []
+    for row in firsts.tolist():
+        uuid = int(part.uuid[row])
+        head = prod._begin_heads.get(uuid)
+        if head is None:
+            device = None if part.device is None else int(part.device[row])
+            head = prod._begin_head_of(uuid, device, int(part.track[row]))
+        args = cols.arg_sets[int(part.args[row])]
+        heads.append(
+            b"".join(
+                (
+                    head,
+                    seq.name_field(cols.names[int(part.name[row])]),
+                    seq.category_field(cols.categories[int(part.category[row])]),
+                    *(seq.annotation(k, v) for k, v in args.items()),
+                )
+            )
+        )
+    return heads, group
+
+
+def _write_slices(prod: Producer, part: _Slices) -> None:
+    """Every row's BEGIN and END, clock by clock (see the module doc)."""
+    seq = prod._seq
+    writer = prod.writer
+    heads, head_of_row = _heads(prod, part)
+    corr_head = seq.annotation_name("correlation_id") + wire.ANNOTATION_INT_TAG
+    corr_prefixes = ByteTable(
+        [wire.ANNOTATION_PREFIX[len(corr_head) + k] + corr_head for k in range(11)]
+    )
+    # Clocks: one per track uuid, shared by later tracks (see _Sequence.track_clock).
+    cells: list[list] = []
+    cell_index: dict[int, int] = {}
+    uuid_cell = {}
+    for uuid in np.unique(part.uuid).tolist():
+        cell = seq.track_clocks.get(uuid) or seq.track_clock(uuid, part.gpu)
+        uuid_cell[uuid] = cell_index.setdefault(id(cell), len(cells))
+        if uuid_cell[uuid] == len(cells):
+            cells.append(cell)
+    if seq.dirty:
+        interned = wire.frame(seq.interned_field() + seq.head_needs)
+        writer._buffer.append(interned)
+        writer._buffered += len(interned)
+    # What fills the head slot: BEGIN heads, then each track's END packet (with its
+    # clock id, and without it for a late END) followed by the timestamp tag.
+    entries = list(heads)
+    end_entry: dict[int, int] = {}
+    for uuid, index in uuid_cell.items():
+        packet = prod._end_packets.get(uuid) or prod._end_packet(uuid)
+        clock_field = cells[index][1]
+        end_entry[uuid] = len(entries)
+        entries.append(packet + _TS_TAG)
+        entries.append((packet[: -len(clock_field)] if clock_field else packet) + _TS_TAG)
+    table = ByteTable(entries)
+    row_cell = _lookup(uuid_cell, part.uuid)
+    order = np.lexsort((-part.dur, part.ts, row_cell))
+    bounds = np.flatnonzero(np.diff(row_cell[order])) + 1
+    for rows in np.split(order, bounds):
+        cell = cells[int(row_cell[rows[0]])]
+        _write_clock(prod, seq, part, rows, cell, table, head_of_row, end_entry, corr_prefixes)
+
+
+def _packet_order(part: _Slices, rows: np.ndarray) -> np.ndarray:
+    """Packets of `rows` (in start order) in time order: index i < len(rows) is row i's
+    BEGIN, len(rows) + i its END.  ENDs come before BEGINs of the same time, the inner
+    of two ENDs first; an empty slice ends right after it begins."""
+    m = len(rows)
+    ts, end, dur = part.ts[rows], part.end[rows], part.dur[rows]
+    if bool(np.all(dur > 0)) and bool(np.all(ts[1:] >= end[:-1])):
+        out = np.empty(2 * m, np.int64)
+        out[0::2] = np.arange(m)
+        out[1::2] = np.arange(m, 2 * m)
+        return out
+    nth = np.arange(m)
+    empty = dur <= 0
+    times = np.concatenate((ts, end))
+    kind = np.concatenate((np.ones(m, np.int64), np.where(empty, 1, 0)))
+    tie = np.concatenate((2 * nth, np.where(empty, 2 * nth + 1, -nth)))
+    return np.lexsort((tie, kind, times))
+
+
+def _write_clock(
+    prod: Producer,
+    seq: _Sequence,
+    part: _Slices,
+    rows: np.ndarray,
+    cell: list,
+    table: ByteTable,
+    head_of_row: np.ndarray,
+    end_entry: dict[int, int],
+    corr_prefixes: ByteTable,
+) -> None:
+    """The packets of the rows on one track clock."""
+    writer = prod.writer
+    m = len(rows)
+    packets = _packet_order(part, rows)
+    is_begin = packets < m
+    row = rows[packets % m]
+    times = np.where(is_begin, part.ts[row], part.end[row])
+    clock = cell[0]
+    late = times < clock
+    previous = np.empty_like(times)
+    previous[0] = clock
+    previous[1:] = times[:-1]
+    stamp = np.where(late, times, times - np.maximum(previous, clock))
+    cell[0] = max(clock, int(times[-1]))
+    end_index = _lookup(end_entry, part.uuid[row]) + late
+    slot_index = np.where(is_begin, head_of_row[row], end_index)
+    tails = ByteTable([cell[4] + _TS_TAG, seq.head_needs + _TS_TAG])
+    absolute = ByteTable([seq.absolute_clock])
+    for lo in range(0, len(packets), BLOCK_PACKETS):
+        b = slice(lo, lo + BLOCK_PACKETS)
+        begin, r = is_begin[b], row[b]
+        n = len(r)
+        corr = part.corr[r]
+        has_corr = begin & (corr != _NONE)
+        event: list[Slot] = [Table(table, slot_index[b])]
+        if not part.gpu:
+            counts = np.where(begin, part.flow_count[r], 0)
+            firsts = part.flow_first[r][counts > 0]
+            taken = counts[counts > 0]
+            within = np.arange(int(taken.sum())) - np.repeat(np.cumsum(taken) - taken, taken)
+            ids = part.flow_ids[np.repeat(firsts, taken) + within]
+            event.append(Fixed64s(wire.FLOW_TAG, counts, ids))
+        else:
+            ends_flow = begin & (part.flow_end[r] != _NONE)
+            event.append(
+                Fixed64s(
+                    wire.TERMINATING_FLOW_TAG,
+                    ends_flow.astype(np.int64),
+                    part.flow_end[r][ends_flow],
+                )
+            )
+        corr_value = np.where(has_corr, corr, 0)
+        event.append(Table(corr_prefixes, np.where(has_corr, varint_lengths(corr_value), -1)))
+        event.append(Varint(corr_value, has_corr))
+        packet: list[Slot] = [
+            Const(_TRACK_EVENT_TAG, n, begin),
+            Varint(total_length(event), begin),
+            *event,
+            Table(tails, np.where(begin, late[b].astype(np.int64), -1)),
+            Varint(stamp[b]),
+            Table(absolute, np.where(late[b], 0, -1)),
+        ]
+        data = assemble(n, [Const(_FRAME_TAG, n), Varint(total_length(packet)), *packet])
+        cell[3]((data,))
+        writer._buffered += len(data)
+        if writer._buffered >= writer.chunk_bytes:
+            writer._flush_buffer()
+
+
+def _write_launch_stacks(prod: Producer, batch: model.SliceBatch, cpu: _Slices) -> None:
+    """A PerfSample per CPU row with a launch stack, on the launch-stack sequence."""
+    from exporters.perfetto.writer import LAUNCH_STACK_TIMEBASE
+
+    assert batch.cpu.stack is not None
+    stack = _int64(batch.cpu.stack)
+    rows = np.flatnonzero(stack != _NONE)
+    if not len(rows):
+        return
+    rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
+    seq = prod._sample_sequence(LAUNCH_STACK_TIMEBASE)
+    writer = prod.writer
+    used = np.unique(stack[rows])
+    iid_of = np.zeros(int(used.max()) + 1, np.int64)
+    for j in used.tolist():
+        iid_of[j] = seq.callstack_iid(batch.cpu.stacks[j])
+    if seq.dirty:
+        interned = wire.frame(seq.interned_field() + seq.head_needs)
+        writer._buffer.append(interned)
+        writer._buffered += len(interned)
+    times = cpu.ts[rows]
+    clock = seq.clock
+    late = times < clock
+    previous = np.empty_like(times)
+    previous[0] = clock
+    previous[1:] = times[:-1]
+    stamp = np.where(late, times, times - np.maximum(previous, clock))
+    seq.clock = max(clock, int(times[-1]))
+    pid_field = wire.varint_field(wire.SAMPLE_PID, batch.pid)
+    absolute = ByteTable([seq.absolute_clock])
+    for lo in range(0, len(rows), BLOCK_PACKETS):
+        r = rows[lo : lo + BLOCK_PACKETS]
+        n = len(r)
+        sample: list[Slot] = [
+            Const(pid_field + wire.key(wire.SAMPLE_TID, wire.VARINT), n),
+            Varint(cpu.track[r]),
+            Const(wire.key(wire.SAMPLE_CALLSTACK_IID, wire.VARINT), n),
+            Varint(iid_of[stack[r]]),
+        ]
+        packet: list[Slot] = [
+            Const(_TS_TAG, n),
+            Varint(stamp[lo : lo + n]),
+            Table(absolute, np.where(late[lo : lo + n], 0, -1)),
+            Const(seq.head_needs + _PERF_SAMPLE_TAG, n),
+            Varint(total_length(sample)),
+            *sample,
+        ]
+        data = assemble(n, [Const(_FRAME_TAG, n), Varint(total_length(packet)), *packet])
+        writer._buffer.append(data)
+        writer._buffered += len(data)
+        if writer._buffered >= writer.chunk_bytes:
+            writer._flush_buffer()
+    writer.counts["launch_stacks"] += len(rows)
