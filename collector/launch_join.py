@@ -63,8 +63,15 @@ class EbpfLaunchStacks:
         counts: dict[str, int] = {}
         with_user_frame = joined_launches = 0
         for ev in with_launch_stacks(self.gpu.events(), self.uprobes.hits(), counts):
-            joined = isinstance(ev, model.CpuSlice) and ev.launch_stack is not None
-            if joined and is_launch(ev.name):
+            if isinstance(ev, model.SliceBatch):
+                n, user = _launches_with_stack(ev.cpu)
+                joined_launches += n
+                with_user_frame += user
+            elif (
+                isinstance(ev, model.CpuSlice)
+                and ev.launch_stack is not None
+                and is_launch(ev.name)
+            ):
                 joined_launches += 1
                 with_user_frame += has_user_frame(ev.launch_stack)
             yield ev
@@ -85,3 +92,17 @@ class EbpfLaunchStacks:
         out["launch_stacks_unmatched"] = self._counts.get("launch_stacks_unmatched", 0)
         out.update({f"ebpf_launch_{k}": v for k, v in self.uprobes.stats().items()})
         return out
+
+
+def _launches_with_stack(cpu: model.SliceColumns) -> tuple[int, int]:
+    """(launch rows with a stack, those whose stack has a frame of the user's)."""
+    if cpu.stack is None:
+        return 0, 0
+    launch = [is_launch(name) for name in cpu.names]
+    user = [has_user_frame(stack) for stack in cpu.stacks]
+    with_stack = with_user = 0
+    for name, stack in zip(cpu.name, cpu.stack, strict=True):
+        if stack != model.NONE and launch[name]:
+            with_stack += 1
+            with_user += user[stack]
+    return with_stack, with_user

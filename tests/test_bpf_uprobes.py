@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.model import CAT_CUDA_API, CpuSlice, Frame, Stack
+from collector.model import CAT_CUDA_API, NONE, CpuSlice, Frame, SliceBatch, SliceColumns, Stack
 from collector.sources.bcc_uprobes import LaunchHit, with_launch_stacks
 from tests.native.bpf_harness import STATS_ERRORS_SQL, metadata, query, record, requires_bpf
 from tests.native.build import build_all
@@ -95,3 +95,37 @@ def test_with_launch_stacks_joins_by_pid_and_correlation_id() -> None:
     assert out[0].launch_stack == stack
     assert out[1].launch_stack is None
     assert counts == {"launch_stacks_joined": 1, "launch_stacks_unmatched": 0}
+
+
+def test_with_launch_stacks_joins_batch_rows() -> None:
+    """The CUPTI source's batches: an API row of the same pid and correlation id without a
+    stack gets the hit's; rows of other categories, ids or with a stack keep theirs."""
+    stack = Stack((Frame("main", "/bin/app", 0x10), Frame("launch", "/bin/app", 0x20)))
+    own = Stack((Frame("main", "/bin/app", 0x10),))
+    hits = [
+        LaunchHit(10, 11, 5, "xpu_perf_launch_marker", 7, 1, stack),
+        LaunchHit(10, 11, 6, "xpu_perf_launch_marker", 8, 1, stack),
+        LaunchHit(10, 11, 6, "xpu_perf_launch_marker", 99, 1, stack),  # no such call
+    ]
+    cpu = SliceColumns(
+        ts=[4, 5, 6, 7],
+        dur=[1, 1, 1, 9],
+        track=[11, 11, 11, 11],
+        device=None,
+        name=[0, 0, 0, 1],
+        names=["cudaLaunchKernel", "range"],
+        category=[0, 0, 0, 1],
+        categories=[CAT_CUDA_API, "nvtx"],
+        args=[0, 0, 0, 0],
+        arg_sets=[{}],
+        correlation_id=[7, 8, 9, NONE],
+        stack=[NONE, 0, NONE, NONE],
+        stacks=[own],
+    )
+    empty = SliceColumns([], [], [], [], [], [], [], [], [], [], [])
+    batch = SliceBatch(10, cpu, empty, [], [])
+    counts: dict[str, int] = {}
+    (out,) = with_launch_stacks([batch], hits, counts)
+    got = [s.launch_stack for s in out.slices() if isinstance(s, CpuSlice)]
+    assert got == [stack, own, None, None]
+    assert counts == {"launch_stacks_joined": 1, "launch_stacks_unmatched": 2}

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.model import CAT_CUDA_API, CpuSlice, Event, Stack
+from collector.model import CAT_CUDA_API, NONE, CpuSlice, Event, SliceBatch, Stack
 from collector.sources.bcc_process_tree import ProcessTree, descendants
 from collector.sources.bcc_source import (
     EV_EXIT,
@@ -246,7 +246,10 @@ def with_launch_stacks(
     by_launch = {(h.pid, h.correlation_id): h.stack for h in hits if h.correlation_id is not None}
     joined = 0
     for ev in events:
-        if isinstance(ev, CpuSlice) and ev.launch_stack is None and ev.category == CAT_CUDA_API:
+        if isinstance(ev, SliceBatch):
+            ev, n = _join_batch(ev, by_launch)
+            joined += n
+        elif isinstance(ev, CpuSlice) and ev.launch_stack is None and ev.category == CAT_CUDA_API:
             cid = ev.args.get("correlation_id")
             stack = by_launch.pop((ev.pid, cid), None) if isinstance(cid, int) else None
             if stack is not None:
@@ -256,6 +259,30 @@ def with_launch_stacks(
     if counts is not None:
         counts["launch_stacks_joined"] = joined
         counts["launch_stacks_unmatched"] = len(by_launch)
+
+
+def _join_batch(
+    batch: SliceBatch, by_launch: dict[tuple[int, int], Stack]
+) -> tuple[SliceBatch, int]:
+    """`batch` with the stacks of `by_launch` (taken out of it) on its API rows without one."""
+    cpu = batch.cpu
+    if cpu.stack is None or CAT_CUDA_API not in cpu.categories:
+        return batch, 0
+    api = cpu.categories.index(CAT_CUDA_API)
+    column = list(cpu.stack)
+    stacks = list(cpu.stacks)
+    joined = 0
+    for i, (stack, category, corr) in enumerate(
+        zip(column, cpu.category, cpu.correlation_id, strict=True)
+    ):
+        if stack == NONE and category == api and corr != NONE:
+            found = by_launch.pop((batch.pid, int(corr)), None)
+            if found is not None:
+                column[i] = len(stacks)
+                stacks.append(found)
+                joined += 1
+    cpu = dataclasses.replace(cpu, stack=column, stacks=stacks)
+    return dataclasses.replace(batch, cpu=cpu), joined
 
 
 def _is_process(pid: int) -> bool:

@@ -13,9 +13,11 @@
 from __future__ import annotations
 
 import os
-from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from collector import model
 from collector.sources.cupti_launch_stacks import (
@@ -59,6 +61,17 @@ _LAUNCH_PREFIXES = (
     "cuLaunchGrid",
 )
 _NO_ID = 0xFFFFFFFF  # the library's NO_ID: a sync op's stream or device not known
+_PEER_COPY = 10
+_KERNEL_ARGS = (
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers_per_thread",
+    "shared_memory",
+)
 # Frames of these libraries do not count as a launch site (the issue's stack criterion).
 CUDA_LIBRARY_MARKERS = ("libcuda.so", "libcupti.so", "libcudart.so", "libxpu_perf_cupti.so")
 
@@ -173,74 +186,83 @@ class CuptiSource:
         else:
             counts["streams_without_counters"] += 1  # killed before its final flush
 
+        cpu = self._api_rows(stream, strings, pid)
+        gpu = _GpuRows()
+        self._kernels(stream, strings, gpu)
+        self._memcpys(stream, gpu)
+        self._memsets(stream, gpu)
+        self._syncs(stream, gpu)
+        flow_from, flow_to = self._link(stream, cpu, gpu)
+        instants = self._markers(stream, strings, pid, cpu)
+        counts["gpu_ops"] += gpu.rows
+        counts["gpu_ops_with_flow"] += len(flow_to)
+        yield model.SliceBatch(pid, cpu.columns(), gpu.columns(), flow_from, flow_to)
+        yield from instants
+
+    def _api_rows(self, stream: Stream, strings: dict[int, str], pid: int) -> _CpuRows:
+        """The API calls as CPU rows, with their launch stacks, and the launch counts."""
+        counts = self.counts
         api = stream.table("API")
+        cpu = _CpuRows()
+        counts["records_api"] += api.rows
+        if not api.rows:
+            return cpu
         api_names = stream.table("API_NAME")
         names = dict(zip(api_names["api_id"], api_names["name"], strict=True))
-        api_by_corr: dict[int, int] = {}
-        if api.rows:
-            for i, corr in enumerate(api["correlation_id"]):
-                api_by_corr[corr] = i
-        alias = stream.table("API_ALIAS")
-        runtime_of = (
-            dict(zip(alias["driver_correlation_id"], alias["runtime_correlation_id"], strict=True))
-            if alias.rows
-            else {}
-        )
-
-        flows: dict[int, list[int]] = defaultdict(list)  # API row -> flow ids
-
-        def link(corr: int) -> tuple[int | None, tuple[int, ...]]:
-            row = api_by_corr.get(corr)
-            owner = corr
-            if row is None and corr in runtime_of:
-                owner = runtime_of[corr]
-                row = api_by_corr.get(owner)
-                counts["gpu_ops_matched_via_alias"] += row is not None
-            if row is None:
-                counts["gpu_ops_without_api"] += 1
-                return None, ()
-            fid = model.flow_id(pid, owner, len(flows[row]))
-            flows[row].append(fid)
-            return owner, (fid,)
-
-        gpu_ops: list[model.GpuOp] = []
-        gpu_ops.extend(self._kernels(stream, strings, link))
-        gpu_ops.extend(self._memcpys(stream, link))
-        gpu_ops.extend(self._memsets(stream, link))
-        gpu_ops.extend(self._syncs(stream, link))
-        counts["gpu_ops"] += len(gpu_ops)
-        counts["gpu_ops_with_flow"] += sum(1 for op in gpu_ops if op.terminating_flow_ids)
-
+        api_id = np.asarray(api["api_id"], np.int64)
+        ids, name_index = np.unique(api_id, return_inverse=True)
+        id_names = [names.get(i, f"cuda_api_{i:#x}") for i in ids.tolist()]
         stacks = self._stacks(stream, strings)
-        if api.rows:
-            for i in range(api.rows):
-                name = names.get(api["api_id"][i], f"cuda_api_{api['api_id'][i]:#x}")
-                stack = stacks.get(api["stack_id"][i])
-                if is_launch(name):
-                    counts["launches"] += 1
-                    if stack is None:
-                        counts["launches_without_stack"] += 1
-                    elif has_user_frame(stack):
-                        counts["launches_with_user_frame"] += 1
-                start = api["start"][i]
-                corr = api["correlation_id"][i]
-                yield model.CpuSlice(
-                    pid,
-                    api["tid"][i],
-                    start,
-                    max(0, api["end"][i] - start),
-                    name,
-                    category=model.CAT_CUDA_API,
-                    args={"correlation_id": corr},
-                    flow_ids=tuple(flows.get(i, ())),
-                    launch_stack=stack,
-                )
-        counts["records_api"] += api.rows
-        # GPU ops after the API calls that caused them: a sync op starts at its API call's own
-        # timestamp, and trace_processor keeps same-timestamp packets of a sequence in order,
-        # so the flow must begin (API slice) before it ends (GPU op).
-        yield from gpu_ops
-        yield from self._markers(stream, strings, pid)
+        stack_ids = np.asarray(api["stack_id"], np.int64)
+        known = np.array(sorted(stacks), np.int64)
+        position = np.searchsorted(known, stack_ids)
+        found = position < len(known)
+        found[found] = known[position[found]] == stack_ids[found]
+        stack_index = np.where(found, position, model.NONE)
+        # Launch counts per row: a launch API, with a stack, with a frame of the user's.
+        launch = np.array([is_launch(n) for n in id_names], bool)[name_index]
+        # (one more False for rows without a stack)
+        user = np.array([has_user_frame(stacks[i]) for i in known.tolist()] + [False], bool)
+        counts["launches"] += int(launch.sum())
+        counts["launches_without_stack"] += int((launch & ~found).sum())
+        counts["launches_with_user_frame"] += int((launch & user[stack_index]).sum())
+        start = np.asarray(api["start"], np.int64)
+        cpu.add(
+            ts=start,
+            dur=np.maximum(np.asarray(api["end"], np.int64) - start, 0),
+            track=np.asarray(api["tid"], np.int64),
+            name=cpu.names.index_of(id_names)[name_index],
+            category=cpu.categories.index_of([model.CAT_CUDA_API])[0],
+            args=cpu.arg_sets.index_of([()])[0],
+            correlation_id=np.asarray(api["correlation_id"], np.int64),
+            stack=stack_index,
+        )
+        cpu.stacks = [stacks[i] for i in known.tolist()]
+        return cpu
+
+    def _link(self, stream: Stream, cpu: _CpuRows, gpu: _GpuRows) -> tuple[np.ndarray, np.ndarray]:
+        """Flows: every GPU op to the API call with its correlation id, or to the runtime
+        call of the nested driver call with that id (API_ALIAS rows)."""
+        counts = self.counts
+        api = stream.table("API")
+        corr = gpu.column("correlation_id")
+        none = np.zeros(0, np.int64)
+        if not api.rows or not len(corr):
+            counts["gpu_ops_without_api"] += len(corr)
+            return none, none
+        api_corr = np.asarray(api["correlation_id"], np.int64)
+        row = _find(api_corr, corr)
+        alias = stream.table("API_ALIAS")
+        if alias.rows:
+            missing = np.flatnonzero(row < 0)
+            runtime = _find(np.asarray(alias["driver_correlation_id"], np.int64), corr[missing])
+            owner = np.asarray(alias["runtime_correlation_id"], np.int64)[np.maximum(runtime, 0)]
+            via = np.where(runtime >= 0, _find(api_corr, owner), -1)
+            row[missing] = via
+            counts["gpu_ops_matched_via_alias"] += int((via >= 0).sum())
+        linked = np.flatnonzero(row >= 0)
+        counts["gpu_ops_without_api"] += len(corr) - len(linked)
+        return row[linked], linked
 
     # -- tables -----------------------------------------------------------------------------
     @staticmethod
@@ -248,99 +270,89 @@ class CuptiSource:
         t = stream.table("STRING")
         return dict(zip(t["string_id"], t["text"], strict=True)) if t.rows else {}
 
-    def _kernels(self, stream: Stream, strings: dict[int, str], link) -> Iterator[model.GpuOp]:
+    def _kernels(self, stream: Stream, strings: dict[int, str], gpu: _GpuRows) -> None:
         t = stream.table("KERNEL")
         if not t.rows:
             return
         self.counts["records_kernel"] += t.rows
-        demangled: dict[int, str] = {}
-        c = t.columns
-        for i in range(t.rows):
-            name_id = c["name_id"][i]
-            name = demangled.get(name_id)
-            if name is None:
-                name = demangled[name_id] = demangle(strings.get(name_id, "?"))
-            corr = c["correlation_id"][i]
-            _, fids = link(corr)
-            args: dict[str, model.ArgValue] = {
-                "grid_x": c["grid_x"][i],
-                "grid_y": c["grid_y"][i],
-                "grid_z": c["grid_z"][i],
-                "block_x": c["block_x"][i],
-                "block_y": c["block_y"][i],
-                "block_z": c["block_z"][i],
-                "registers_per_thread": c["registers"][i],
-                "shared_memory": c["static_shared_memory"][i] + c["dynamic_shared_memory"][i],
-            }
-            if c["graph_id"][i]:
-                args["graph_id"] = c["graph_id"][i]
-                args["graph_node_id"] = c["graph_node_id"][i]
-            start = c["start"][i]
-            yield model.GpuOp(
-                c["device"][i],
-                c["stream"][i],
-                start,
-                max(0, c["end"][i] - start),
-                name,
-                model.CAT_KERNEL,
-                args,
-                corr,
-                terminating_flow_ids=fids,
-            )
+        c = {k: np.asarray(v, np.int64) for k, v in t.columns.items() if k != "name"}
+        name_ids, name_index = np.unique(c["name_id"], return_inverse=True)
+        names = [demangle(strings.get(i, "?")) for i in name_ids.tolist()]
+        graph = c["graph_id"] != 0
+        arg_cols = np.stack(
+            [
+                c["grid_x"],
+                c["grid_y"],
+                c["grid_z"],
+                c["block_x"],
+                c["block_y"],
+                c["block_z"],
+                c["registers"],
+                c["static_shared_memory"] + c["dynamic_shared_memory"],
+                c["graph_id"],
+                np.where(graph, c["graph_node_id"], 0),
+            ],
+            axis=1,
+        )
+        rows, arg_index = np.unique(arg_cols, axis=0, return_inverse=True)
+        arg_sets = []
+        for row in rows.tolist():
+            args = tuple(zip(_KERNEL_ARGS, row[:8], strict=True))
+            if row[8]:
+                args += (("graph_id", row[8]), ("graph_node_id", row[9]))
+            arg_sets.append(args)
+        gpu.add_ops(c, gpu.names.index_of(names)[name_index], model.CAT_KERNEL)
+        gpu.set_args(gpu.arg_sets.index_of(arg_sets)[arg_index.reshape(-1)])
 
-    def _memcpys(self, stream: Stream, link) -> Iterator[model.GpuOp]:
+    def _memcpys(self, stream: Stream, gpu: _GpuRows) -> None:
         t = stream.table("MEMCPY")
         if not t.rows:
             return
         self.counts["records_memcpy"] += t.rows
-        c = t.columns
-        for i in range(t.rows):
-            kind = _MEMCPY_KINDS.get(c["copy_kind"][i], "unknown")
-            _, fids = link(c["correlation_id"][i])
-            args: dict[str, model.ArgValue] = {"bytes": c["bytes"][i], "copy_kind": kind}
-            if kind == "PtoP":
-                args["src_device"] = c["src_device"][i]
-                args["dst_device"] = c["dst_device"][i]
-            start = c["start"][i]
-            yield model.GpuOp(
-                c["device"][i],
-                c["stream"][i],
-                start,
-                max(0, c["end"][i] - start),
-                f"Memcpy {kind}",
-                model.CAT_MEMCPY,
-                args,
-                c["correlation_id"][i],
-                terminating_flow_ids=fids,
-            )
+        c = {k: np.asarray(v, np.int64) for k, v in t.columns.items()}
+        peer = c["copy_kind"] == _PEER_COPY
+        arg_cols = np.stack(
+            [
+                c["copy_kind"],
+                c["bytes"],
+                np.where(peer, c["src_device"], 0),
+                np.where(peer, c["dst_device"], 0),
+            ],
+            axis=1,
+        )
+        rows, arg_index = np.unique(arg_cols, axis=0, return_inverse=True)
+        names, arg_sets = [], []
+        for kind_id, size, src, dst in rows.tolist():
+            kind = _MEMCPY_KINDS.get(kind_id, "unknown")
+            args: tuple[tuple[str, model.ArgValue], ...] = (("bytes", size), ("copy_kind", kind))
+            if kind_id == _PEER_COPY:
+                args += (("src_device", src), ("dst_device", dst))
+            names.append(f"Memcpy {kind}")
+            arg_sets.append(args)
+        arg_index = arg_index.reshape(-1)
+        gpu.add_ops(c, gpu.names.index_of(names)[arg_index], model.CAT_MEMCPY)
+        gpu.set_args(gpu.arg_sets.index_of(arg_sets)[arg_index])
 
-    def _memsets(self, stream: Stream, link) -> Iterator[model.GpuOp]:
+    def _memsets(self, stream: Stream, gpu: _GpuRows) -> None:
         t = stream.table("MEMSET")
         if not t.rows:
             return
         self.counts["records_memset"] += t.rows
-        c = t.columns
-        for i in range(t.rows):
-            _, fids = link(c["correlation_id"][i])
-            start = c["start"][i]
-            yield model.GpuOp(
-                c["device"][i],
-                c["stream"][i],
-                start,
-                max(0, c["end"][i] - start),
-                "Memset",
-                model.CAT_MEMSET,
-                {"bytes": c["bytes"][i], "value": c["value"][i]},
-                c["correlation_id"][i],
-                terminating_flow_ids=fids,
-            )
+        c = {k: np.asarray(v, np.int64) for k, v in t.columns.items()}
+        rows, arg_index = np.unique(
+            np.stack([c["bytes"], c["value"]], axis=1), axis=0, return_inverse=True
+        )
+        arg_sets = [(("bytes", size), ("value", value)) for size, value in rows.tolist()]
+        name = gpu.names.index_of(["Memset"])[0]
+        gpu.add_ops(c, np.full(t.rows, name, np.int64), model.CAT_MEMSET)
+        gpu.set_args(gpu.arg_sets.index_of(arg_sets)[arg_index.reshape(-1)])
 
-    def _syncs(self, stream: Stream, link) -> Iterator[model.GpuOp]:
+    def _syncs(self, stream: Stream, gpu: _GpuRows) -> None:
         t = stream.table("SYNC")
         if not t.rows:
             return
         self.counts["records_sync"] += t.rows
-        c = t.columns
+        c = {k: np.asarray(v, np.int64) for k, v in t.columns.items()}
         # The device of a sync: the library's own (from the sync call's context) when it has
         # one, else the device of the context's kernels (CUPTI's SYNCHRONIZATION records name
         # only the context), else the process's first device.
@@ -352,26 +364,18 @@ class CuptiSource:
         )
         devices = stream.table("DEVICE")
         first = devices["device"][0] if devices.rows else 0
-        for i in range(t.rows):
-            _, fids = link(c["correlation_id"][i])
-            dev = c["device"][i]
-            if dev == _NO_ID:
-                dev = context_device.get(c["context"][i], first)
-            stream_id = c["stream"][i]
-            # Context-wide syncs have no stream: they go on a "Stream -1"-free track, stream 0.
-            sid = 0 if stream_id == _NO_ID else stream_id
-            start = c["start"][i]
-            yield model.GpuOp(
-                dev,
-                sid,
-                start,
-                max(0, c["end"][i] - start),
-                _SYNC_KINDS.get(c["sync_type"][i], "Synchronize"),
-                model.CAT_SYNC,
-                {"sync_type": c["sync_type"][i]},
-                c["correlation_id"][i],
-                terminating_flow_ids=fids,
-            )
+        unknown = np.flatnonzero(c["device"] == _NO_ID)
+        c["device"][unknown] = [
+            context_device.get(x, first) for x in c["context"][unknown].tolist()
+        ]
+        # Context-wide syncs have no stream: they go on a "Stream -1"-free track, stream 0.
+        c["stream"] = np.where(c["stream"] == _NO_ID, 0, c["stream"])
+        kinds, kind_index = np.unique(c["sync_type"], return_inverse=True)
+        names = [_SYNC_KINDS.get(k, "Synchronize") for k in kinds.tolist()]
+        kind_index = kind_index.reshape(-1)
+        gpu.add_ops(c, gpu.names.index_of(names)[kind_index], model.CAT_SYNC)
+        arg_sets = [(("sync_type", k),) for k in kinds.tolist()]
+        gpu.set_args(gpu.arg_sets.index_of(arg_sets)[kind_index])
 
     def _stacks(self, stream: Stream, strings: dict[int, str]) -> dict[int, model.Stack]:
         t = stream.table("STACK")
@@ -406,31 +410,147 @@ class CuptiSource:
         self.counts["stacks_unique"] += t.rows
         return out
 
-    def _markers(self, stream: Stream, strings: dict[int, str], pid: int) -> Iterator[model.Event]:
+    def _markers(
+        self, stream: Stream, strings: dict[int, str], pid: int, cpu: _CpuRows
+    ) -> list[model.Instant]:
+        """NVTX: ranges become CPU rows (they nest with the API calls on their thread),
+        marks become instants (returned)."""
         t = stream.table("MARKER")
         if not t.rows:
-            return
+            return []
         self.counts["records_marker"] += t.rows
         open_ranges: dict[int, tuple[int, int, str, str]] = {}
+        instants = []
+        ranges: list[tuple[int, int, int, str, str]] = []
         c = t.columns
         for i in range(t.rows):
             flags, mid, ts, tid = c["flags"][i], c["marker_id"][i], c["timestamp"][i], c["tid"][i]
             name = strings.get(c["name_id"][i], "")
             domain = strings.get(c["domain_id"][i], "")
             if flags & _MARKER_INSTANT:
-                yield model.Instant(
-                    pid, tid, ts, name, "nvtx", {"domain": domain} if domain else {}
+                instants.append(
+                    model.Instant(pid, tid, ts, name, "nvtx", {"domain": domain} if domain else {})
                 )
             elif flags & _MARKER_START:
                 open_ranges[mid] = (ts, tid, name, domain)
             elif flags & _MARKER_END and mid in open_ranges:
                 start, stid, sname, sdomain = open_ranges.pop(mid)
-                yield model.CpuSlice(
-                    pid,
-                    stid,
-                    start,
-                    max(0, ts - start),
-                    sname,
-                    "nvtx",
-                    {"domain": sdomain} if sdomain else {},
-                )
+                ranges.append((start, max(0, ts - start), stid, sname, sdomain))
+        if ranges:
+            cpu.add(
+                ts=np.array([r[0] for r in ranges], np.int64),
+                dur=np.array([r[1] for r in ranges], np.int64),
+                track=np.array([r[2] for r in ranges], np.int64),
+                name=cpu.names.index_of([r[3] for r in ranges]),
+                category=cpu.categories.index_of(["nvtx"])[0],
+                args=cpu.arg_sets.index_of([(("domain", r[4]),) if r[4] else () for r in ranges]),
+                correlation_id=model.NONE,
+                stack=model.NONE,
+            )
+        return instants
+
+
+def _find(sorted_keys_of: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Row of each key in `sorted_keys_of` (any order, unique values), -1 where absent."""
+    order = np.argsort(sorted_keys_of, kind="stable")
+    ordered = sorted_keys_of[order]
+    position = np.searchsorted(ordered, keys)
+    position = np.minimum(position, max(len(ordered) - 1, 0))
+    hit = (ordered[position] == keys) if len(ordered) else np.zeros(len(keys), bool)
+    return np.where(hit, order[position], -1)
+
+
+class _Interned:
+    """Distinct values in first-seen order; index_of() gives each value's index."""
+
+    def __init__(self) -> None:
+        self.values: list = []
+        self._index: dict = {}
+
+    def index_of(self, values: Sequence) -> np.ndarray:
+        out = np.empty(len(values), np.int64)
+        for i, value in enumerate(values):
+            index = self._index.get(value)
+            if index is None:
+                index = self._index[value] = len(self.values)
+                self.values.append(value)
+            out[i] = index
+        return out
+
+
+class _Rows:
+    """Slices gathered as column pieces, then joined into one SliceColumns."""
+
+    _COLUMNS: tuple[str, ...] = ("ts", "dur", "track", "name", "category", "args", "correlation_id")
+
+    def __init__(self) -> None:
+        self.names = _Interned()
+        self.categories = _Interned()
+        self.arg_sets = _Interned()
+        self.pieces: dict[str, list[np.ndarray]] = {k: [] for k in self._COLUMNS}
+        self.rows = 0
+
+    def add(self, **columns: np.ndarray | int) -> None:
+        n = len(columns["ts"])  # type: ignore[arg-type]
+        for key, value in columns.items():
+            piece = np.asarray(value, np.int64)
+            self.pieces[key].append(np.broadcast_to(piece, (n,)) if piece.ndim == 0 else piece)
+        self.rows += n
+
+    def column(self, key: str) -> np.ndarray:
+        pieces = self.pieces[key]
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+
+    def _common(self) -> dict:
+        return dict(
+            ts=self.column("ts"),
+            dur=self.column("dur"),
+            track=self.column("track"),
+            name=self.column("name"),
+            names=list(self.names.values),
+            category=self.column("category"),
+            categories=list(self.categories.values),
+            args=self.column("args"),
+            arg_sets=[dict(items) for items in self.arg_sets.values],
+            correlation_id=self.column("correlation_id"),
+        )
+
+
+class _CpuRows(_Rows):
+    """API calls and NVTX ranges (track = thread id), with launch stacks."""
+
+    _COLUMNS = (*_Rows._COLUMNS, "stack")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stacks: list[model.Stack] = []
+
+    def columns(self) -> model.SliceColumns:
+        return model.SliceColumns(
+            **self._common(), device=None, stack=self.column("stack"), stacks=self.stacks
+        )
+
+
+class _GpuRows(_Rows):
+    """Kernels, copies, sets and syncs (track = stream of `device`)."""
+
+    _COLUMNS = (*_Rows._COLUMNS, "device")
+
+    def add_ops(self, c: dict[str, np.ndarray], name: np.ndarray, category: str) -> None:
+        """Rows of one GPU record table: its device, stream, times and correlation ids;
+        args follow with set_args()."""
+        self.add(
+            ts=c["start"],
+            dur=np.maximum(c["end"] - c["start"], 0),
+            track=c["stream"],
+            device=c["device"],
+            name=name,
+            category=self.categories.index_of([category])[0],
+            correlation_id=c["correlation_id"],
+        )
+
+    def set_args(self, args: np.ndarray) -> None:
+        self.pieces["args"].append(args)
+
+    def columns(self) -> model.SliceColumns:
+        return model.SliceColumns(**self._common(), device=self.column("device"))
