@@ -4,7 +4,10 @@
   is what the CUPTI source yields for a kernel: a kernel slice with an interned name, the
   contract's args (correlation id, device, stream, grid x/y/z, block x/y/z, registers per
   thread, shared memory) and a flow; bytes per kernel in the file;
-- the same with the API slice that launched each kernel (what `record` writes);
+- the same with the API slice that launched each kernel;
+- what `record` writes: kernel + API slice + flow (+ launch stack) as the CUPTI source hands
+  them over, one SliceBatch (the writer's columnar path), against the same slices as
+  objects in the same run;
 - the same with deflate in a background thread (the only part that can use a 2nd core);
 - convert: size ratio vs the input JSON and vs its .json.gz, speed in MB/s of JSON, at
   the compression level `xpu-perf convert` uses.
@@ -86,6 +89,88 @@ def make_ops(n: int, with_api: bool) -> list[model.Event]:
         )
         ts += 3_100
     return events
+
+
+STACKS = [
+    model.Stack(
+        tuple(
+            model.Frame(f"frame_{d}_{k}", "/usr/lib/libtorch_cuda.so", 0x1000 + d)
+            for d in range(30)
+        )
+    )
+    for k in range(20)
+]
+
+
+def make_batch(n: int, with_stacks: bool) -> model.SliceBatch:
+    """make_ops(n, with_api=True) as the CUPTI source now hands it over: one SliceBatch
+    (numpy columns); with_stacks adds a launch stack (one of 20, 30 frames) to every call."""
+    import numpy as np
+
+    corr = np.arange(1, n + 1, dtype=np.int64)
+    ts = 1_000_000_000 + 3_100 * np.arange(n, dtype=np.int64)
+    arg_sets = [kernel_args(i) for i in range(len(NAMES))]  # kernel_args(i) repeats by i % 50
+    cpu = model.SliceColumns(
+        ts=ts,
+        dur=np.full(n, 2_500, np.int64),
+        track=np.full(n, 1234, np.int64),
+        device=None,
+        name=np.zeros(n, np.int64),
+        names=["cudaLaunchKernel"],
+        category=np.zeros(n, np.int64),
+        categories=[model.CAT_CUDA_API],
+        args=np.zeros(n, np.int64),
+        arg_sets=[{}],
+        correlation_id=corr,
+        stack=(corr % len(STACKS)) if with_stacks else np.full(n, model.NONE, np.int64),
+        stacks=STACKS,
+    )
+    gpu = model.SliceColumns(
+        ts=ts + 4_000,
+        dur=3_000 + corr % 97,
+        track=np.full(n, 7, np.int64),
+        device=np.zeros(n, np.int64),
+        name=corr % len(NAMES),
+        names=NAMES,
+        category=np.zeros(n, np.int64),
+        categories=[model.CAT_KERNEL],
+        args=corr % len(NAMES),
+        arg_sets=arg_sets,
+        correlation_id=corr,
+    )
+    return model.SliceBatch(1234, cpu, gpu, np.arange(n), np.arange(n))
+
+
+def bench_batch(n: int, with_stacks: bool, rounds: int) -> dict[str, Any]:
+    """GPU op + API slice + flow (+ launch stack) per kernel through the columnar path and
+    through the object path (the same slices as objects), round by round interleaved."""
+    batch = make_batch(n, with_stacks)
+    device = model.GpuDevice(0, "NVIDIA H100")
+    inputs = {"columnar": [device, batch], "objects": [device, *batch.slices()]}
+    rates: dict[str, list[float]] = {label: [] for label in inputs}
+    cpu_rates: dict[str, list[float]] = {label: [] for label in inputs}
+    sizes: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "b.perfetto-trace"
+        for r in range(rounds):
+            labels = list(inputs) if r % 2 == 0 else list(inputs)[::-1]
+            for label in labels:
+                wall, cpu_s = run_writer(TraceWriter, inputs[label], path)
+                rates[label].append(n / wall)
+                cpu_rates[label].append(n / cpu_s)
+                sizes[label] = path.stat().st_size / n
+    return {
+        "ops_per_s": statistics.median(rates["columnar"]),
+        "ops_per_cpu_s": statistics.median(cpu_rates["columnar"]),
+        "bytes_per_kernel": sizes["columnar"],
+        "ops_per_s_rounds": rates["columnar"],
+        "objects_ops_per_s": statistics.median(rates["objects"]),
+        "objects_bytes_per_kernel": sizes["objects"],
+        "objects_ops_per_s_rounds": rates["objects"],
+        "speedup": statistics.median(
+            c / o for c, o in zip(rates["columnar"], rates["objects"], strict=True)
+        ),
+    }
 
 
 def load_baseline(rev: str, into: Path) -> Any:
@@ -235,6 +320,10 @@ def main() -> int:
     tmp = tempfile.TemporaryDirectory()
     baseline = load_baseline(args.baseline_rev, Path(tmp.name)) if args.baseline_rev else None
     result: dict[str, Any] = {
+        # What `record` writes: the CUPTI source's batches (columnar path) against the
+        # same slices as objects.
+        "writer_batch_kernel_plus_api": bench_batch(args.ops, False, args.rounds),
+        "writer_batch_kernel_plus_api_stack": bench_batch(args.ops, True, args.rounds),
         "writer_kernels_only": bench_writer(args.ops, False, args.rounds, baseline),
         "writer_kernel_plus_api": bench_writer(args.ops, True, args.rounds, baseline),
     }
@@ -268,7 +357,11 @@ def main() -> int:
     for key, r in result.items():
         if not key.startswith("writer_"):
             continue
-        base = f"{r['baseline_ops_per_s']:>16,.0f} ({r['speedup']:.2f}x)" if "speedup" in r else ""
+        base = ""
+        if "baseline_ops_per_s" in r:
+            base = f"{r['baseline_ops_per_s']:>16,.0f} ({r['speedup']:.2f}x)"
+        elif "objects_ops_per_s" in r:
+            base = f"{r['objects_ops_per_s']:>16,.0f} ({r['speedup']:.2f}x, objects)"
         print(
             f"{key:<44}{r['ops_per_s']:>10,.0f}{r['ops_per_cpu_s']:>11,.0f}"
             f"{r['bytes_per_kernel']:>9.1f}{base}"
