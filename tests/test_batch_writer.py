@@ -10,14 +10,17 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector import model
+from collector.sources.cupti import CuptiSource
 from exporters.perfetto import batch_writer
 from exporters.perfetto.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 
+REPO = Path(__file__).resolve().parent.parent
 PID = 77
 NAMES = ["cudaLaunchKernel", "cudaMemcpyAsync", "range", "kern_a", "kern_b", "Memcpy HtoD"]
 CATEGORIES = [model.CAT_CUDA_API, "nvtx", model.CAT_KERNEL, model.CAT_MEMCPY]
@@ -269,3 +272,39 @@ def test_disjoint_launches_one_lane_each(tmp_path: Path) -> None:
     assert len(got["lanes"]) == 2  # type: ignore[arg-type]
     assert len(got["flows"]) == n  # type: ignore[arg-type]
     assert len(got["samples"]) == n  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("workload", ["launch_bound", "cuda_graph"])
+def test_real_h100_streams_read_back_like_objects(tmp_path: Path, workload: str) -> None:
+    """Streams that `record --keep-streams` kept on the lent H100 (bench/data/cupti_streams):
+    the CUPTI source's batch reads back like its slices written as objects, and every
+    kernel, API call, flow and launch stack the source counted is in the trace."""
+    streams = tmp_path / "streams"
+    streams.mkdir()
+    (streams / "cupti-1.xpstream").symlink_to(
+        REPO / f"bench/data/cupti_streams/{workload}.xpstream"
+    )
+    source = CuptiSource(streams)
+    events = list(source.events())
+    batches = [e for e in events if isinstance(e, model.SliceBatch)]
+    assert len(batches) == 1
+    paths = {"columnar": tmp_path / "c.perfetto-trace", "objects": tmp_path / "o.perfetto-trace"}
+    for label, path in paths.items():
+        with TraceWriter(path) as w:
+            p = w.producer("cupti")
+            for ev in events:
+                if isinstance(ev, model.SliceBatch) and label == "objects":
+                    p.write_all(ev.slices())
+                    p.flush()
+                else:
+                    p.write(ev)
+    got, want = _fingerprint(paths["columnar"]), _fingerprint(paths["objects"])
+    assert got["errors"] == [] and want["errors"] == []
+    for key in ("slices", "lanes", "flows", "samples"):
+        assert got[key] == want[key], key
+    counts = source.counts
+    kernels = sum(1 for s in got["slices"] if s[3] == model.CAT_KERNEL)  # type: ignore[union-attr]
+    assert kernels == counts["records_kernel"] == counts["cupti_delivered_kernel"] > 0
+    assert len(got["flows"]) == counts["gpu_ops_with_flow"] == counts["gpu_ops"]  # type: ignore[arg-type]
+    assert counts["launches_without_stack"] == 0
+    assert len(got["samples"]) == counts["records_api"]  # type: ignore[arg-type]
