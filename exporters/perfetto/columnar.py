@@ -72,6 +72,20 @@ class ByteTable:
         for i, data in enumerate(entries):
             self.matrix[i, : len(data)] = np.frombuffer(data, np.uint8)
             self.sizes[i] = len(data)
+        # Each entry's used bytes: gathered per row like the bytes (np.take of rows is
+        # several times faster than comparing a column range with per-row lengths).
+        self.used = np.arange(width) < self.sizes[:, None]
+        self._narrow: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def narrow(self, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first `width` columns of the bytes and the used-bytes matrix, contiguous."""
+        pair = self._narrow.get(width)
+        if pair is None:
+            pair = self._narrow[width] = (
+                np.ascontiguousarray(self.matrix[:, :width]),
+                np.ascontiguousarray(self.used[:, :width]),
+            )
+        return pair
 
 
 class Table(Slot):
@@ -85,8 +99,9 @@ class Table(Slot):
 
     def write(self, out: np.ndarray, mask: np.ndarray) -> None:
         if self.width:
-            out[:] = self.table.matrix[self.index, : self.width]
-            mask[:] = np.arange(self.width) < self.lengths[:, None]
+            data, used = self.table.narrow(self.width)
+            out[:] = np.take(data, self.index, axis=0)
+            mask[:] = np.take(used, self.index, axis=0)
 
 
 class Varint(Slot):
@@ -150,8 +165,9 @@ def total_length(slots: Sequence[Slot]) -> np.ndarray:
 def assemble(rows: int, slots: Sequence[Slot]) -> bytes:
     """The rows' bytes, slot after slot, row after row."""
     width = sum(slot.width for slot in slots)
-    out = np.zeros((rows, width), np.uint8)
-    mask = np.zeros((rows, width), bool)
+    # Every slot writes all of its columns (bytes and mask), so nothing needs zeroing.
+    out = np.empty((rows, width), np.uint8)
+    mask = np.empty((rows, width), bool)
     col = 0
     for slot in slots:
         if slot.width:
