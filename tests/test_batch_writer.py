@@ -274,9 +274,10 @@ def test_disjoint_launches_one_lane_each(tmp_path: Path) -> None:
     assert len(got["samples"]) == n  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("workload", ["launch_bound", "cuda_graph"])
+@pytest.mark.parametrize("workload", ["launch_bound", "cuda_graph", "multi_gpu"])
 def test_real_h100_streams_read_back_like_objects(tmp_path: Path, workload: str) -> None:
-    """Streams that `record --keep-streams` kept on the lent H100 (bench/data/cupti_streams):
+    """Streams that `record --keep-streams` kept on the lent H100 and 2xH200 (multi_gpu:
+    kernels on two GPUs, peer copies; bench/data/cupti_streams):
     the CUPTI source's batch reads back like its slices written as objects, and every
     kernel, API call, flow and launch stack the source counted is in the trace."""
     streams = tmp_path / "streams"
