@@ -173,6 +173,9 @@ class _Sequence:
         self.category_fields: dict[str, bytes] = {}
         self.annotation_name_fields: dict[str, bytes] = {}
         self.annotation_cache: dict[tuple[str, model.ArgValue], bytes] = {}
+        # Float args by (key, value), apart from annotation_cache: only floats are ever
+        # looked up here, so 1.0 cannot find the encoding of 1 or True.
+        self._float_annotations: dict[tuple[str, model.ArgValue], bytes] = {}
         self._distinct_values: dict[str, int] = {}
         # Arg keys seen with many distinct values (ids): never cached, never part of a
         # cached BEGIN head, and written last.
@@ -349,12 +352,36 @@ class _Sequence:
                 parts.append(encoded)
                 continue
             all_known = False
+            if type(item[1]) is float:
+                # Never part of a cached BEGIN (see _FLOAT_OR_BOOL), but a float that
+                # repeats (blocks per SM, occupancy) belongs with the constant fields:
+                # after the ids it would split their literals into two runs.
+                encoded = self._float_annotations.get(item)
+                if encoded is None:
+                    encoded = self.annotation(*item)
+                    if self._float_repeats(item):
+                        self._float_annotations[item] = encoded
+                    else:
+                        varying.append(encoded)
+                        continue
+                parts.append(encoded)
+                continue
             encoded = self.annotation(*item)
             if item in cache and type(item[1]) in _CACHED_TYPES:
                 parts.append(encoded)  # cacheable: a value that may well repeat
             else:
                 varying.append(encoded)
         return None if all_known else varying
+
+    def _float_repeats(self, item: tuple[str, float]) -> bool:
+        """Whether float arg values of this key are still cached (their first
+        _DISTINCT_VALUES values are; a key with more counts as varying, like ints)."""
+        key = item[0]
+        seen = self._distinct_values.get(key, 0)
+        if seen < _DISTINCT_VALUES:
+            self._distinct_values[key] = seen + 1
+            return True
+        return False
 
     def annotations(self, args: Iterable[tuple[str, model.ArgValue]]) -> list[bytes]:
         """Every annotation of `args` (for instants: no ordering, no event cache)."""
