@@ -167,6 +167,10 @@ class _Sequence:
         self.callstacks = _Interner()
         # True while an interner holds entries not yet written (see interned_field).
         self.dirty = False
+        # This chunk's interned-data packet of the sequence: its entries so far and its
+        # place in the writer's buffer (see intern_into_chunk).
+        self._chunk_interned: pb.InternedData | None = None
+        self._chunk_interned_packet = bytearray()
         # Encoded fields by value: `name_iid`, `category_iids`, annotation `name_iid`, and
         # whole annotations for argument values that repeat (see annotation()).
         self.name_fields: dict[str, bytes] = {}
@@ -404,18 +408,58 @@ class _Sequence:
     def interned_field(self) -> bytes:
         """The `interned_data` field with every entry interned since the last call (the
         packet that first uses an entry carries it), or b""."""
-        self.dirty = False
         data = pb.InternedData()
+        self._take_fresh(data)
+        payload = data.SerializeToString()
+        return wire.len_field(wire.PACKET_INTERNED_DATA, payload) if payload else b""
+
+    def intern_into_chunk(self) -> int:
+        """Add the entries interned since the last call to this sequence's interned-data
+        packet of the current chunk (made here, in the writer's buffer, on the first call
+        of a chunk; encoded when the chunk is flushed); returns about how many bytes that
+        adds to the chunk.
+
+        One packet per chunk instead of one per batch of new entries: the strings sit
+        together (deflate codes text better in one run) and the per-packet fields go
+        (multi_stream: 49 packets, 296 B of 44 kB).  Entries only move earlier in the
+        file, and never ahead of the sequence's first packet (made with the sequence)."""
+        data = self._chunk_interned
+        added = 0
+        if data is None:
+            data = self._chunk_interned = pb.InternedData()
+            self._chunk_interned_packet = bytearray()
+            self.writer._buffer.append(self._chunk_interned_packet)
+            self.writer._interning_sequences.append(self)
+            added = len(self.head_needs) + 8
+        return added + self._take_fresh(data)
+
+    def close_chunk_interned(self) -> None:
+        """Encode the chunk's interned-data packet into its place in the buffer."""
+        data = self._chunk_interned
+        if data is not None:
+            self._chunk_interned = None
+            self._chunk_interned_packet[:] = _frame_packet(
+                wire.len_field(wire.PACKET_INTERNED_DATA, data.SerializeToString())
+                + self.head_needs
+            )
+
+    def _take_fresh(self, data: pb.InternedData) -> int:
+        """Move the entries interned since the last call into `data`; returns about how
+        many bytes they add to it."""
+        self.dirty = False
+        size = 0
         for iid, name in self.event_names.fresh:
             data.event_names.add(iid=iid, name=str(name))
+            size += len(str(name))
         for iid, name in self.categories.fresh:
             data.event_categories.add(iid=iid, name=str(name))
         for iid, name in self.annotation_names.fresh:
             data.debug_annotation_names.add(iid=iid, name=str(name))
+            size += len(str(name))
         for iid, value in self.annotation_strings.fresh:
-            data.debug_annotation_string_values.add(
-                iid=iid, str=str(value).encode("utf-8", "replace")
-            )
+            encoded = str(value).encode("utf-8", "replace")
+            data.debug_annotation_string_values.add(iid=iid, str=encoded)
+            size += len(encoded)
         for iid, text in self.strings.fresh:
             kind, value = text  # type: ignore[misc]
             target = data.function_names if kind == "f" else data.mapping_paths
@@ -442,9 +486,9 @@ class _Sequence:
             self.frames,
             self.callstacks,
         ):
+            size += 8 * len(table.fresh)
             table.fresh.clear()
-        payload = data.SerializeToString()
-        return wire.len_field(wire.PACKET_INTERNED_DATA, payload) if payload else b""
+        return size
 
     def callstack_iid(self, stack: model.Stack) -> int:
         known = self.callstacks.ids.get(stack)
@@ -637,7 +681,6 @@ class Producer:
         open_ends = self._open
         next_end = open_ends[0][0] if open_ends else _NEVER
         order = self._order
-        extend = writer._buffer.extend
         size = writer._buffered
         chunk_bytes = writer.chunk_bytes
         # Flow ids are handed out in the order slices are encoded, which must be the order
@@ -791,11 +834,9 @@ class Producer:
             n = len(event)
             event_head = _TRACK_EVENT[n] if n < _SMALL_LIMIT else _TRACK_EVENT_TAG + _varint(n)
             if seq.dirty:
-                # A packet of its own, ahead of the chunk's track lists (the first user of
-                # an entry may be in any of them).
-                interned = _frame_packet(seq.interned_field() + head_needs)
-                extend((interned,))
-                size += len(interned)
+                # Into the sequence's interned-data packet of this chunk, ahead of the
+                # chunk's track lists (the first user of an entry may be in any of them).
+                size += seq.intern_into_chunk()
             n += len(event_head) + len(tail) + len(stamp)
             cell[3](
                 (
@@ -1254,6 +1295,8 @@ class TraceWriter:
         self._buffer: list[bytes] = []
         # Sequences with track packets in per-track lists (see _Sequence.track_clock).
         self._track_sequences: list[_Sequence] = []
+        # Sequences with an interned-data packet in the buffer (see intern_into_chunk).
+        self._interning_sequences: list[_Sequence] = []
         self._buffered = 0
         self._seq_counter = 0
         self.min_ts: int | None = None
@@ -1352,6 +1395,9 @@ class TraceWriter:
         # each sequence's track packets track by track: CPU tracks before GPU tracks, so
         # that an API call's flow begins before a GPU op of the same time ends it.
         chunk = self._buffer
+        for seq in self._interning_sequences:
+            seq.close_chunk_interned()
+        self._interning_sequences.clear()
         for seq in self._track_sequences:
             for packets in (*seq.cpu_packets, *seq.gpu_packets):
                 chunk += packets
