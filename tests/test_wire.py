@@ -349,10 +349,14 @@ def test_samples_and_instants(tmp_path: Path) -> None:
         assert p.perf_sample == expected
         assert p.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
     instants = [(ts, p) for ts, p in decoded.instants if p.track_event.category_iids]
-    (ts, p), meta = instants[0], instants[1:]
+    ((ts, p),) = instants
     assert ts == 950
     assert len(p.track_event.debug_annotations) == 4
-    assert meta  # the xpu_perf_metadata instant
+    # The xpu_perf_metadata instant: names written out, on the descriptor sequence.
+    (meta,) = [p for _, p in decoded.instants if p.track_event.categories]
+    assert list(meta.track_event.categories) == [writer.METADATA_CATEGORY]
+    assert not meta.HasField("interned_data") and not meta.sequence_flags
+    assert {a.name for a in meta.track_event.debug_annotations} >= {"tool", "writer.slices"}
 
 
 def test_fixed_flow_encoding_matches_struct() -> None:

@@ -1429,21 +1429,40 @@ class TraceWriter:
         uuid = self.tracks._uuid()
         desc = pb.TrackDescriptor(uuid=uuid, name=TOOL_NAME)
         self.tracks._descriptor(desc)
-        seq = _Sequence(self, self._next_seq_id())
-        self._emit_bytes(
-            seq.track_event(
-                seq.timestamp(self._first_ts_hint()),
-                _TYPE_INSTANT,
-                uuid,
-                "xpu-perf metadata",
-                METADATA_CATEGORY,
-                self._metadata.items(),
-            )
+        # On the descriptor sequence, with its name, category and args written out
+        # instead of interned: one packet, used once, needs no sequence of its own (a
+        # first packet and a clock snapshot) and no interning table (an iid per string).
+        # Same SQL rows: trace_processor reads inline and interned names alike.
+        pkt = pb.TracePacket(
+            trusted_packet_sequence_id=self.descriptor_seq_id,
+            timestamp=self._first_ts_hint(),
+            timestamp_clock_id=self.clock_id,
         )
+        event = pkt.track_event
+        event.type = _TYPE_INSTANT
+        event.track_uuid = uuid
+        event.name = "xpu-perf metadata"
+        event.categories.append(METADATA_CATEGORY)
+        for key, value in self._metadata.items():
+            _set_annotation(event.debug_annotations.add(name=key), value)
+        self._emit(pkt)
 
     def _first_ts_hint(self) -> int:
         # The metadata instant only needs a timestamp inside the trace's time range.
         return self.min_ts if self.min_ts is not None else 0
+
+
+def _set_annotation(annotation: pb.DebugAnnotation, value: model.ArgValue) -> None:
+    """The value of a debug annotation, typed as _Sequence.annotation types it (ints out
+    of int64 range as text)."""
+    if isinstance(value, bool):
+        annotation.bool_value = value
+    elif isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
+        annotation.int_value = value
+    elif isinstance(value, float):
+        annotation.double_value = value
+    else:
+        annotation.string_value = str(value)
 
 
 class _Deflater:
