@@ -46,6 +46,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from heapq import heappop, heappush
 from itertools import islice
+from math import copysign
 from operator import attrgetter, eq
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -178,8 +179,9 @@ class _Sequence:
         self.annotation_name_fields: dict[str, bytes] = {}
         self.annotation_cache: dict[tuple[str, model.ArgValue], bytes] = {}
         # Float args by (key, value), apart from annotation_cache: only floats are ever
-        # looked up here, so 1.0 cannot find the encoding of 1 or True.
-        self._float_annotations: dict[tuple[str, model.ArgValue], bytes] = {}
+        # looked up here, so 1.0 cannot find the encoding of 1 or True (-0.0 has a key of
+        # its own, see args_fields).
+        self._float_annotations: dict[tuple[str, object], bytes] = {}
         self._distinct_values: dict[str, int] = {}
         # Arg keys seen with many distinct values (ids): never cached, never part of a
         # cached BEGIN head, and written last.
@@ -360,11 +362,14 @@ class _Sequence:
                 # Never part of a cached BEGIN (see _FLOAT_OR_BOOL), but a float that
                 # repeats (blocks per SM, occupancy) belongs with the constant fields:
                 # after the ids it would split their literals into two runs.
-                encoded = self._float_annotations.get(item)
+                float_key = item
+                if not item[1] and copysign(1.0, item[1]) < 0:
+                    float_key = (item[0], _NEGATIVE_ZERO)  # -0.0 == 0.0, not the same bits
+                encoded = self._float_annotations.get(float_key)
                 if encoded is None:
                     encoded = self.annotation(*item)
                     if self._float_repeats(item):
-                        self._float_annotations[item] = encoded
+                        self._float_annotations[float_key] = encoded
                     else:
                         varying.append(encoded)
                         continue
@@ -540,6 +545,8 @@ class _Sequence:
 
 
 _CACHED_TYPES = frozenset((int, str))
+# The float cache's key for -0.0, which equals 0.0 as a dict key but is encoded otherwise.
+_NEGATIVE_ZERO = "-0.0"
 # LaneSet.last_starts, LaneSet.open_ends, LaneSet.place, lane track uuids
 _LaneEntry = tuple[list[int], list[list[int]], Callable[[int, int], int], list[int]]
 _BEGIN_CACHE_SIZE = 1 << 16
