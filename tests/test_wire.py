@@ -349,13 +349,54 @@ def test_samples_and_instants(tmp_path: Path) -> None:
         assert p.perf_sample == expected
         assert p.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
     instants = [(ts, p) for ts, p in decoded.instants if p.track_event.category_iids]
-    (ts, p), meta = instants[0], instants[1:]
+    ((ts, p),) = instants
     assert ts == 950
     assert len(p.track_event.debug_annotations) == 4
-    assert meta  # the xpu_perf_metadata instant
+    # The xpu_perf_metadata instant: names written out, on the descriptor sequence.
+    (meta,) = [p for _, p in decoded.instants if p.track_event.categories]
+    assert list(meta.track_event.categories) == [writer.METADATA_CATEGORY]
+    assert not meta.HasField("interned_data") and not meta.sequence_flags
+    assert {a.name for a in meta.track_event.debug_annotations} >= {"tool", "writer.slices"}
 
 
 def test_fixed_flow_encoding_matches_struct() -> None:
     assert wire.FLOW.pack(wire.FLOW_TAG, 5) == wire.key(wire.EVENT_FLOW_IDS, wire.FIXED64) + (
         struct.pack("<Q", 5)
     )
+
+
+def test_one_interned_packet_per_sequence_and_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New names of a chunk go into one interned-data packet of the sequence (filled in
+    as slices are encoded), which comes before every packet that uses them, also when a
+    chunk ends in the middle of a window and when the producer starts a new sequence."""
+    monkeypatch.setattr(writer, "CHUNK_BYTES", 1 << 12)  # many chunks
+    monkeypatch.setattr(writer, "REORDER_WINDOW", 64)
+    monkeypatch.setattr(writer, "_LATE_SLICES", 2)
+    items = [
+        (i % 2 == 0, i % 3, (i * 7_919) % 20_000, 50 + i % 300, f"k{i % 97}", "kernel", {}, True)
+        for i in range(2_000)
+    ]
+    events = make_events(items)
+    path = tmp_path / "i.perfetto-trace"
+    with TraceWriter(path) as w:
+        w.producer("test").write_all(events)
+    check_trace(path, events)  # every BEGIN's name resolves on its sequence
+    raw = pb.Trace.FromString(path.read_bytes())
+    defined: dict[int, set[int]] = defaultdict(set)  # sequence -> event name iids so far
+    interned_only = 0
+    for chunk in raw.packet:
+        seen: set[int] = set()
+        for p in pb.Trace.FromString(zlib.decompress(chunk.compressed_packets)).packet:
+            seq = p.trusted_packet_sequence_id
+            if p.first_packet_on_sequence:
+                defined[seq].clear()
+            defined[seq].update(e.iid for e in p.interned_data.event_names)
+            if p.HasField("interned_data") and p.WhichOneof("data") is None:
+                assert seq not in seen  # one per sequence and chunk
+                seen.add(seq)
+                interned_only += 1
+            if p.track_event.name_iid:
+                assert p.track_event.name_iid in defined[seq]  # defined before it is used
+    assert len(raw.packet) > 5 and interned_only > 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -335,3 +336,27 @@ def test_flows_at_equal_times(tmp_path: Path) -> None:
     with TraceWriter(path) as w:
         w.producer("test").write_all(events)
     _check_round_trip(path, events)
+
+
+def test_repeated_float_args_keep_their_type(tmp_path: Path) -> None:
+    """Float args that repeat are cached apart from ints and bools (1.0, 1 and True are
+    equal as dict keys): each slice reads back with its own value type."""
+    values: list[model.ArgValue] = [1.0, 1, True, 2.5, 1.0, True, 1, 2.5, 0.0, 0, False, -0.0, 0.0]
+    path = tmp_path / "f.perfetto-trace"
+    with TraceWriter(path) as w:
+        p = w.producer("test")
+        for i, value in enumerate(values):
+            p.write(model.CpuSlice(PID, PID, 100 * i, 50, "op", "cpu_op", {"v": value, "n": i}))
+    with open_trace(path) as t:
+        rows = t.query(
+            "select s.ts, a.value_type, a.int_value, a.real_value from slice s "
+            "join args a on a.arg_set_id = s.arg_set_id and a.key = 'debug.v' order by s.ts"
+        )
+    got = [
+        (r["value_type"], r["real_value"] if r["value_type"] == "real" else r["int_value"])
+        for r in rows
+    ]
+    kinds = {float: "real", int: "int", bool: "bool"}
+    assert got == [(kinds[type(v)], v) for v in values]
+    signs = [math.copysign(1.0, r["real_value"]) for r in rows if r["value_type"] == "real"]
+    assert signs[-2:] == [-1.0, 1.0]  # -0.0 is not 0.0
