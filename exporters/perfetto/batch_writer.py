@@ -249,10 +249,8 @@ def _write_slices(prod: Producer, part: _Slices) -> None:
         uuid_cell[uuid] = cell_index.setdefault(id(cell), len(cells))
         if uuid_cell[uuid] == len(cells):
             cells.append(cell)
-    if seq.dirty:
-        interned = wire.frame(seq.interned_field() + seq.head_needs)
-        writer._buffer.append(interned)
-        writer._buffered += len(interned)
+    if seq.dirty:  # ahead of the packets that use the entries (see intern_into_chunk)
+        writer._buffered += seq.intern_into_chunk()
     # What fills the head slot: BEGIN heads, then each track's END packet (with its
     # clock id, and without it for a late END) followed by the timestamp tag.
     entries = list(heads)
@@ -377,10 +375,8 @@ def _write_launch_stacks(prod: Producer, batch: model.SliceBatch, cpu: _Slices) 
     iid_of = np.zeros(int(used.max()) + 1, np.int64)
     for j in used.tolist():
         iid_of[j] = seq.callstack_iid(batch.cpu.stacks[j])
-    if seq.dirty:
-        interned = wire.frame(seq.interned_field() + seq.head_needs)
-        writer._buffer.append(interned)
-        writer._buffered += len(interned)
+    if seq.dirty:  # ahead of the packets that use the entries (see intern_into_chunk)
+        writer._buffered += seq.intern_into_chunk()
     times = cpu.ts[rows]
     clock = seq.clock
     late = times < clock
