@@ -12,7 +12,7 @@ The xpu-perf modes load the injection library exactly as `record` does (the coll
 runs after the target exits, so it is not part of step time).  `--set` picks the modes
 (MODE_SETS): core (the headline numbers), knobs, floor, kinds, stacks, selftime (the
 library's own callback time by part, XPU_PERF_SELFTIME), dispatch, domains and api_path
-(what CUPTI itself costs).
+(what CUPTI itself costs), limit (CUPTI's floor and the headline in one machine start).
 `verify` runs `xpu-perf record --no-cpu` on the four workloads (bench/workloads/);
 `--only multi_gpu` records the two-GPU workload on a machine with two GPUs.
 `check` reads those traces back through trace_processor and asserts the issue's criteria.
@@ -98,6 +98,13 @@ XPU_MODES = {  # mode -> injection environment
         "XPU_PERF_PARSE": "0",
         "XPU_PERF_KINDS": "kernel",
     },
+    "cupti_serial_kernels_unparsed": {
+        "XPU_PERF_CALLBACKS": "0",
+        "XPU_PERF_PARSE": "0",
+        "XPU_PERF_KINDS": "kernel",
+        "XPU_PERF_SERIAL_KERNELS": "1",
+    },
+    "xpu_serial_kernels": {"XPU_PERF_SERIAL_KERNELS": "1"},
 }
 # CUPTI alone (no callbacks, buffers unread) with kernels plus one more activity kind each.
 for _kind in ("sync", "memcpy", "memset", "marker"):
@@ -178,6 +185,20 @@ MODE_SETS = {
             "cupti_kernels_unparsed",
             "xpu_no_stacks",
             "xpu_perf",
+        )
+    },
+    # the floor and the headline in one machine start: CUPTI kernel activity alone (concurrent
+    # and serialized kinds), plus callbacks that return at once, xpu-perf without and with
+    # launch stacks
+    "limit": {
+        "launch_bound": (
+            "baseline",
+            "cupti_kernels_unparsed",
+            "cupti_serial_kernels_unparsed",
+            "cupti_kernels_callbacks_noop",
+            "xpu_no_stacks",
+            "xpu_perf",
+            "xpu_serial_kernels",
         )
     },
     # CUPTI's per-API activity records instead of callbacks, against the callbacks' dispatch

@@ -906,7 +906,13 @@ EXPORT int InitializeInjection(void) {
         if (hw) CHECK(hw(1));
     }
     CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE));
-    if (kind_wanted("kernel")) CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    if (kind_wanted("kernel")) {
+        /* XPU_PERF_SERIAL_KERNELS=1 (measurement only): CUPTI's KERNEL kind, which serializes
+           the application's kernels, in place of CONCURRENT_KERNEL; same record layout. */
+        CHECK(cuptiActivityEnable(env_flag("XPU_PERF_SERIAL_KERNELS", 0)
+                                      ? CUPTI_ACTIVITY_KIND_KERNEL
+                                      : CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    }
     if (kind_wanted("memcpy")) {
         CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
         CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2));
