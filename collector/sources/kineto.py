@@ -240,6 +240,24 @@ def scan_links(path: Path, progress: Callable[[int], None] | None = None) -> _Li
     return links
 
 
+# Compact JSON text of list/dict arg values (input shapes, types, strides), by repr(): the
+# same few shapes repeat on every step, and repr() (C) of a list is several times cheaper
+# than json.dumps() (Python-level encoder setup per call).  repr() tells apart what JSON
+# does (1 / 1.0 / True, nested types, key order), so equal reprs give equal text.
+_JSON_TEXTS: dict[str, str] = {}
+_JSON_TEXTS_MAX = 1 << 16
+
+
+def _json_text(value: Any) -> str:
+    key = repr(value)
+    text = _JSON_TEXTS.get(key)
+    if text is None:
+        if len(_JSON_TEXTS) >= _JSON_TEXTS_MAX:
+            _JSON_TEXTS.clear()
+        text = _JSON_TEXTS[key] = json.dumps(value, separators=(",", ":"))
+    return text
+
+
 def _gpu_args(args: dict[str, Any]) -> dict[str, model.ArgValue]:
     out: dict[str, model.ArgValue] = {}
     for key, value in args.items():
@@ -251,7 +269,7 @@ def _gpu_args(args: dict[str, Any]) -> dict[str, model.ArgValue]:
         elif isinstance(value, (int, float, str, bool)):
             out[name] = value
         elif value is not None:
-            out[name] = json.dumps(value, separators=(",", ":"))
+            out[name] = _json_text(value)
     _ids_last(out, _GPU_ID_ARGS)
     return out
 
@@ -273,7 +291,7 @@ def _cpu_args(args: Any) -> dict[str, model.ArgValue]:
         if isinstance(value, (int, float, str, bool)):
             out[key] = value
         elif value is not None:
-            out[key] = json.dumps(value, separators=(",", ":"))
+            out[key] = _json_text(value)
     _ids_last(out, _ID_ARGS)
     return out
 
