@@ -215,10 +215,8 @@ class CuptiSource:
         stacks = self._stacks(stream, strings)
         stack_ids = np.asarray(api["stack_id"], np.int64)
         known = np.array(sorted(stacks), np.int64)
-        position = np.searchsorted(known, stack_ids)
-        found = position < len(known)
-        found[found] = known[position[found]] == stack_ids[found]
-        stack_index = np.where(found, position, model.NONE)
+        stack_index = _find(known, stack_ids)  # -1 is model.NONE: no stack
+        found = stack_index >= 0
         # Launch counts per row: a launch API, with a stack, with a frame of the user's.
         launch = np.array([is_launch(n) for n in id_names], bool)[name_index]
         # (one more False for rows without a stack)
@@ -450,14 +448,14 @@ class CuptiSource:
         return instants
 
 
-def _find(sorted_keys_of: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Row of each key in `sorted_keys_of` (any order, unique values), -1 where absent."""
-    order = np.argsort(sorted_keys_of, kind="stable")
-    ordered = sorted_keys_of[order]
-    position = np.searchsorted(ordered, keys)
-    position = np.minimum(position, max(len(ordered) - 1, 0))
-    hit = (ordered[position] == keys) if len(ordered) else np.zeros(len(keys), bool)
-    return np.where(hit, order[position], -1)
+def _find(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Row of each key in `table` (any order, unique values), -1 where absent."""
+    if not len(table):
+        return np.full(len(keys), -1, np.int64)
+    order = np.argsort(table, kind="stable")
+    ordered = table[order]
+    position = np.minimum(np.searchsorted(ordered, keys), len(ordered) - 1)
+    return np.where(ordered[position] == keys, order[position], -1)
 
 
 class _Interned:

@@ -270,6 +270,18 @@ def _write_slices(prod: Producer, part: _Slices) -> None:
         _write_clock(prod, seq, part, rows, cell, table, head_of_row, end_entry, corr_prefixes)
 
 
+def _timestamps(times: np.ndarray, clock: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Packets at `times` (in time order) on an incremental clock that reads `clock`: which
+    are late (earlier than the clock: an absolute time, the clock left alone), each one's
+    timestamp value (the delta, or the absolute time), and the clock afterwards."""
+    late = times < clock
+    previous = np.empty_like(times)
+    previous[0] = clock
+    previous[1:] = times[:-1]
+    stamp = np.where(late, times, times - np.maximum(previous, clock))
+    return late, stamp, max(clock, int(times[-1]))
+
+
 def _packet_order(part: _Slices, rows: np.ndarray) -> np.ndarray:
     """Packets of `rows` (in start order) in time order: index i < len(rows) is row i's
     BEGIN, len(rows) + i its END.  ENDs come before BEGINs of the same time, the inner
@@ -307,13 +319,7 @@ def _write_clock(
     is_begin = packets < m
     row = rows[packets % m]
     times = np.where(is_begin, part.ts[row], part.end[row])
-    clock = cell[0]
-    late = times < clock
-    previous = np.empty_like(times)
-    previous[0] = clock
-    previous[1:] = times[:-1]
-    stamp = np.where(late, times, times - np.maximum(previous, clock))
-    cell[0] = max(clock, int(times[-1]))
+    late, stamp, cell[0] = _timestamps(times, cell[0])
     end_index = _lookup(end_entry, part.uuid[row]) + late
     slot_index = np.where(is_begin, head_of_row[row], end_index)
     tails = ByteTable([cell[4] + _TS_TAG, seq.head_needs + _TS_TAG])
@@ -378,13 +384,7 @@ def _write_launch_stacks(prod: Producer, batch: model.SliceBatch, cpu: _Slices) 
     if seq.dirty:  # ahead of the packets that use the entries (see intern_into_chunk)
         writer._buffered += seq.intern_into_chunk()
     times = cpu.ts[rows]
-    clock = seq.clock
-    late = times < clock
-    previous = np.empty_like(times)
-    previous[0] = clock
-    previous[1:] = times[:-1]
-    stamp = np.where(late, times, times - np.maximum(previous, clock))
-    seq.clock = max(clock, int(times[-1]))
+    late, stamp, seq.clock = _timestamps(times, seq.clock)
     pid_field = wire.varint_field(wire.SAMPLE_PID, batch.pid)
     absolute = ByteTable([seq.absolute_clock])
     for lo in range(0, len(rows), BLOCK_PACKETS):
