@@ -20,14 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from collector import model
-from collector.sources.cupti_launch_stacks import (
-    Module,
-    ModuleMap,
-    PythonFrame,
-    launch_stack,
-    merge_python,
-    symbolize_native,
-)
+from collector.sources.cupti_launch_stacks import stream_stacks
 from collector.sources.cupti_stream import Stream, StreamError, read_stream
 from collector.symbolize import Symbolizer, demangle
 
@@ -376,36 +369,8 @@ class CuptiSource:
         gpu.set_args(gpu.arg_sets.index_of(arg_sets)[kind_index])
 
     def _stacks(self, stream: Stream, strings: dict[int, str]) -> dict[int, model.Stack]:
-        t = stream.table("STACK")
-        if not t.rows:
-            return {}
-        mods = stream.table("MODULE")
-        modules = ModuleMap(
-            [
-                Module(
-                    mods["lo"][i],
-                    mods["hi"][i],
-                    mods["load_bias"][i],
-                    mods["path"][i],
-                    mods["build_id"][i],
-                )
-                for i in range(mods.rows)
-            ]
-        )
-        pyt = stream.table("PYFRAME")
-        pyframes: dict[int, PythonFrame] = {}
-        for i in range(pyt.rows):
-            pyframes[pyt["pyframe_id"][i]] = PythonFrame(
-                strings.get(pyt["filename_id"][i], "?"),
-                strings.get(pyt["function_id"][i], "?"),
-                pyt["line"][i],
-            )
-        out: dict[int, model.Stack] = {}
-        for i in range(t.rows):
-            native = symbolize_native(self.symbolizer, modules, t["native_pcs"][i])
-            python = [pyframes.get(fid) if fid else None for fid in t["python_frames"][i]]
-            out[t["stack_id"][i]] = launch_stack(merge_python(native, python))
-        self.counts["stacks_unique"] += t.rows
+        out = stream_stacks(stream, strings, self.symbolizer)
+        self.counts["stacks_unique"] += len(out)
         return out
 
     def _markers(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from collector.model import Frame, Stack
+from collector.sources.cupti_stream import Stream
 from collector.symbolize import Symbolizer
 
 PYTHON_EVAL_FUNCTIONS = ("_PyEval_EvalFrameDefault",)
@@ -46,10 +47,15 @@ class ModuleMap:
         return None
 
 
-def symbolize_native(symbolizer: Symbolizer, modules: ModuleMap, pcs: Sequence[int]) -> list[Frame]:
-    """Frames for return addresses, innermost first; each is looked up at pc - 1 (the call)."""
+def symbolize_native(
+    symbolizer: Symbolizer, modules: ModuleMap, pcs: Sequence[int], first_exact: bool = False
+) -> list[Frame]:
+    """Frames for return addresses, innermost first; each is looked up at pc - 1 (the call).
+    first_exact: pcs[0] is an interrupted instruction (a CPU sample), looked up as it is."""
     frames = []
-    for pc in pcs:
+    for i, pc in enumerate(pcs):
+        if i == 0 and first_exact:
+            pc += 1  # so that pc - 1 below is the instruction itself
         module = modules.find(pc - 1)
         if module is None:
             frames.append(Frame(f"0x{pc:x}", _UNKNOWN, pc))
@@ -105,3 +111,34 @@ def merge_python(native: list[Frame], python: Sequence[PythonFrame | None]) -> l
 
 def launch_stack(frames_innermost_first: list[Frame]) -> Stack:
     return Stack(tuple(reversed(frames_innermost_first)))
+
+
+def stream_stacks(
+    stream: Stream, strings: dict[int, str], symbolizer: Symbolizer, first_exact: bool = False
+) -> dict[int, Stack]:
+    """Every STACK row of a stream (launch stacks, or CPU samples' stacks) by id, symbolized
+    through the stream's own module map, Python frames spliced in."""
+    t = stream.table("STACK")
+    if not t.rows:
+        return {}
+    mods = stream.table("MODULE")
+    modules = ModuleMap(
+        [
+            Module(*(mods[c][i] for c in ("lo", "hi", "load_bias", "path", "build_id")))
+            for i in range(mods.rows)
+        ]
+    )
+    pyt = stream.table("PYFRAME")
+    pyframes: dict[int, PythonFrame] = {}
+    for i in range(pyt.rows):
+        pyframes[pyt["pyframe_id"][i]] = PythonFrame(
+            strings.get(pyt["filename_id"][i], "?"),
+            strings.get(pyt["function_id"][i], "?"),
+            pyt["line"][i],
+        )
+    out: dict[int, Stack] = {}
+    for i in range(t.rows):
+        native = symbolize_native(symbolizer, modules, t["native_pcs"][i], first_exact)
+        python = [pyframes.get(fid) if fid else None for fid in t["python_frames"][i]]
+        out[t["stack_id"][i]] = launch_stack(merge_python(native, python))
+    return out
