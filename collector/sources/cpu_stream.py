@@ -25,6 +25,8 @@ UNWIND_ENDS = ("complete", "no_cfi", "bad_stack", "bad_pc", "max_depth", "no_sta
 _SUMMED = (
     "cpu_samples_ring_full",
     "cpu_timers_failed",
+    "cpu_threads_perf_clock",
+    "cpu_threads_posix_timer",
     "cpu_timer_overruns",
     "cpu_threads_sampled",
     "cpu_python_guard_failures",

@@ -8,10 +8,17 @@
  *   XPU_PERF_CPU_OUT_DIR directory of the streams (required; the CUPTI library's
  *                        XPU_PERF_OUT_DIR is another source's directory)
  *   XPU_PERF_PYTHON     0: no Python frames (default 1)
+ *   XPU_PERF_CPU_CLOCK  timer: POSIX CPU-time timers even where perf events are allowed
+ *                       (what a paranoid-3 system gets; default: perf events when allowed)
  *
  * Threads: a scanner thread lists /proc/self/task every SCAN_MS, gives each new thread a
- * timer (CLOCK_THREAD_CPUTIME of that thread, SIGEV_THREAD_ID to that thread) and a sample
- * ring, deletes the timers of threads that are gone, and drains the rings into the stream.
+ * sample clock and a sample ring.  The clock is a perf task-clock event of that thread (user
+ * space only, so perf_event_paranoid 2 allows it for one's own threads), whose overflow
+ * signals the thread (F_SETOWN_EX): hrtimer-precise, any frequency.  Where perf events are
+ * refused (paranoid 3, seccomp), a POSIX timer on the thread's CPU clock (SIGEV_THREAD_ID)
+ * instead: always allowed, but it expires on scheduler ticks, so above the kernel's HZ
+ * periods merge and a program whose loop is a multiple of the tick is sampled at fixed
+ * phases.  The scanner deletes the timers of threads that are gone, and drains the rings into the stream.
  * The signal handler only walks and copies into its own thread's ring (single producer,
  * single consumer, no locks, no allocation), so it is async-signal-safe; deduplication,
  * Python names and the stream are the scanner's work.  SA_RESTART: the target's system calls
@@ -26,6 +33,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -59,6 +68,7 @@ struct sampled_thread {
     pid_t tid;
     timer_t timer;
     int has_timer;
+    int perf_fd; /* -1: the POSIX timer is the clock */
     int seen; /* scan generation that last listed this thread */
     struct sampled_thread *next;
     _Atomic uint64_t head, tail; /* slots written by the handler / read by the scanner */
@@ -77,6 +87,10 @@ static pthread_t scanner_thread;
 static atomic_int scanner_stop;
 static int scan_generation;
 static struct sigaction previous_action;
+/* perf event fd -> its thread, for the handler (si_fd); filled before the event is enabled. */
+#define MAX_FDS 65536
+static struct sampled_thread *_Atomic *fd_threads;
+static uint64_t perf_clocks, timer_clocks;
 static uint64_t timers_failed, threads_sampled, samples_total, ring_full_total, foreign_signals;
 static uint64_t unwind_ends[XP_END_COUNT];
 static uint64_t python_samples;
@@ -123,7 +137,10 @@ static uint64_t stack_top_of(uint64_t sp) {
 }
 
 static void on_sample_signal(int sig, siginfo_t *info, void *context) {
-    struct sampled_thread *t = info->si_code == SI_TIMER ? info->si_value.sival_ptr : NULL;
+    struct sampled_thread *t = NULL;
+    if (info->si_code == SI_TIMER) t = info->si_value.sival_ptr;
+    else if (info->si_code == POLL_IN && fd_threads && info->si_fd >= 0 && info->si_fd < MAX_FDS)
+        t = atomic_load_explicit(&fd_threads[info->si_fd], memory_order_acquire);
     if (!t || t->magic != THREAD_MAGIC) {
         /* Not one of our timers: the target's own SIGPROF use keeps working. */
         foreign_signals++;
@@ -172,12 +189,65 @@ static void on_sample_signal(int sig, siginfo_t *info, void *context) {
 
 /* ---- threads and timers (scanner thread) ---- */
 
+static int perf_refused; /* once refused, not asked again for every thread */
+
+/* A task-clock perf event of thread tid that signals it every period of its CPU time. */
+static int start_perf_clock(struct sampled_thread *t, long period_ns) {
+    if (perf_refused || !fd_threads) return -1;
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = (uint64_t)period_ns;
+    attr.disabled = 1;
+    attr.exclude_kernel = 1;
+    attr.exclude_hv = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &attr, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EACCES || errno == EPERM || errno == ENOSYS) perf_refused = 1;
+        return -1;
+    }
+    struct f_owner_ex owner = {F_OWNER_TID, t->tid};
+    if (fd >= MAX_FDS || fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) != 0 ||
+        fcntl(fd, F_SETSIG, SAMPLE_SIGNAL) != 0 || fcntl(fd, F_SETOWN_EX, &owner) != 0) {
+        close(fd);
+        return -1;
+    }
+    atomic_store_explicit(&fd_threads[fd], t, memory_order_release);
+    /* Signal on each of the next 2^30 overflows (refreshed by the scanner long before). */
+    if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1 << 30) != 0) {
+        atomic_store(&fd_threads[fd], NULL);
+        close(fd);
+        return -1;
+    }
+    t->perf_fd = fd;
+    return 0;
+}
+
+static void stop_clock(struct sampled_thread *t) {
+    if (t->perf_fd >= 0) {
+        ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+        atomic_store(&fd_threads[t->perf_fd], NULL);
+        close(t->perf_fd);
+        t->perf_fd = -1;
+    }
+    if (t->has_timer) timer_delete(t->timer);
+    t->has_timer = 0;
+}
+
 static struct sampled_thread *start_thread_sampling(pid_t tid) {
     struct sampled_thread *t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE,
                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (t == MAP_FAILED) { timers_failed++; return NULL; }
     t->magic = THREAD_MAGIC;
     t->tid = tid;
+    t->perf_fd = -1;
+    long period_ns = 1000000000L / sample_hz;
+    if (start_perf_clock(t, period_ns) == 0) {
+        perf_clocks++;
+        goto started;
+    }
     /* The CPU clock of another thread of this process: MAKE_THREAD_CPUCLOCK(tid, SCHED). */
     clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6);
     struct sigevent ev;
@@ -192,7 +262,6 @@ static struct sampled_thread *start_thread_sampling(pid_t tid) {
         return NULL;
     }
     t->has_timer = 1;
-    long period_ns = 1000000000L / sample_hz;
     /* Threads start at a random phase so that sampling does not line up across threads. */
     long first_ns = 1 + (long)((uint64_t)tid * 2654435761u % (uint64_t)period_ns);
     struct itimerspec spec = {{period_ns / 1000000000L, period_ns % 1000000000L},
@@ -203,6 +272,8 @@ static struct sampled_thread *start_thread_sampling(pid_t tid) {
         munmap(t, sizeof *t);
         return NULL;
     }
+    timer_clocks++;
+started:
     threads_sampled++;
     char path[64], name[32] = {0};
     snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
@@ -336,7 +407,7 @@ static void scan_threads(void) {
     for (struct sampled_thread **pp = &threads; *pp;) {
         struct sampled_thread *t = *pp;
         if (t->seen == gen) { pp = &t->next; continue; }
-        if (t->has_timer) timer_delete(t->timer);
+        stop_clock(t);
         drain_thread(t);
         *pp = t->next;
         munmap(t, sizeof *t);
@@ -369,6 +440,8 @@ static void emit_counters(void) {
     xp_emit_counter("cpu_samples_ring_full", ring_full_total);
     xp_emit_counter("cpu_threads_sampled", threads_sampled);
     xp_emit_counter("cpu_timers_failed", timers_failed);
+    xp_emit_counter("cpu_threads_perf_clock", perf_clocks);
+    xp_emit_counter("cpu_threads_posix_timer", timer_clocks);
     xp_emit_counter("cpu_foreign_signals", foreign_signals);
     /* CPU-time timers expire on scheduler ticks: above the kernel's HZ, periods are merged. */
     xp_emit_counter("cpu_timer_overruns", atomic_load(&timer_overruns));
@@ -385,10 +458,7 @@ static void emit_counters(void) {
 }
 
 static void stop_timers(void) {
-    for (struct sampled_thread *t = threads; t; t = t->next) {
-        if (t->has_timer) timer_delete(t->timer);
-        t->has_timer = 0;
-    }
+    for (struct sampled_thread *t = threads; t; t = t->next) stop_clock(t);
 }
 
 static void flush_hook(int final) {
@@ -417,7 +487,12 @@ static int start_sampling(void) {
  * its own stream (stream.c opens it in its own fork handler, registered before this one). */
 static void fork_child(void) {
     struct sampled_thread *t = threads;
-    while (t) { struct sampled_thread *n = t->next; munmap(t, sizeof *t); t = n; }
+    while (t) {
+        struct sampled_thread *n = t->next;
+        if (t->perf_fd >= 0) { atomic_store(&fd_threads[t->perf_fd], NULL); close(t->perf_fd); }
+        munmap(t, sizeof *t);
+        t = n;
+    }
     threads = NULL;
     pthread_mutex_init(&drain_lock, NULL);
     free(stack_hashes);
@@ -427,6 +502,7 @@ static void fork_child(void) {
     stack_cap = stack_used = 0;
     next_stack_id = 1;
     samples_total = python_samples = ring_full_total = threads_sampled = timers_failed = 0;
+    perf_clocks = timer_clocks = 0;
     foreign_signals = 0;
     atomic_store(&timer_overruns, 0);
     memset(unwind_ends, 0, sizeof unwind_ends);
@@ -448,7 +524,12 @@ __attribute__((constructor)) static void sampler_init(void) {
     if (want_python) xp_py_init();
     xp_stream_prefix = "cpu";
     xp_stream_dir_env = "XPU_PERF_CPU_OUT_DIR";
+    const char *clock = getenv("XPU_PERF_CPU_CLOCK");
+    if (clock && strcmp(clock, "timer") == 0) perf_refused = 1;
     if (xp_stream_start() != 0) return;
+    fd_threads = mmap(NULL, MAX_FDS * sizeof *fd_threads, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fd_threads == MAP_FAILED) fd_threads = NULL;
     xp_stream_set_flush_hook(flush_hook);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
