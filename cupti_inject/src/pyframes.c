@@ -72,6 +72,12 @@ static int runtime_usable(void) {
     return is_initialized() && !(is_finalizing && is_finalizing());
 }
 
+/* Copy n bytes from p, asked of the kernel: 0 on success, -1 where p is not mapped. */
+static int safe_copy(void *dst, const void *p, size_t n) {
+    struct iovec local = {dst, n}, remote = {(void *)p, n};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
+}
+
 /* Whether [p, p + n) can be read, asked of the kernel (process_vm_readv on ourselves fails
  * with EFAULT instead of faulting): for pointers kept past the moment they were sampled. */
 static int readable(const void *p, size_t n) {
@@ -168,6 +174,15 @@ static inline int plausible(const void *p) {
     return a >= 4096 && (a & 7) == 0 && a < (1ull << 47);
 }
 
+int xp_py_walk_lines(struct xp_pyframe_key *keys, int max) {
+    int n = xp_py_walk(keys, max);
+    /* While the frame is on the chain its code object is alive: the line is computed now,
+     * and only the names are read later (safely, see xp_py_frame_id_at_line). */
+    for (int i = 0; i < n; i++)
+        if (keys[i].code) keys[i].offset = (uint64_t)(int64_t)addr2line((void *)keys[i].code, (int)keys[i].offset);
+    return n;
+}
+
 int xp_py_walk(struct xp_pyframe_key *keys, int max) {
     if (!xp_py_enabled) return 0;
     /* Before Py_Initialize (and after finalization) the thread-state key is not a key. */
@@ -233,6 +248,23 @@ static void unicode_text(const char *obj, char *buf, size_t cap) {
     buf[n] = 0;
 }
 
+/* unicode_text for an object that may be gone: every read through safe_copy. */
+static void unicode_text_safe(const char *obj, char *buf, size_t cap) {
+    char head[128];
+    size_t head_len = L.compact_header + 8 <= sizeof head ? L.compact_header + 8 : sizeof head;
+    if (!plausible(obj) || safe_copy(head, obj, head_len) != 0) { strcpy(buf, "<?>"); return; }
+    if (*(const void *const *)(head + 8) != unicode_type) { strcpy(buf, "<?>"); return; }
+    int64_t length = *(const int64_t *)(head + L.unicode_length);
+    uint32_t state = *(const uint32_t *)(head + L.unicode_state);
+    unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+    if (!compact || length < 0 || (!ascii && kind != 1)) { strcpy(buf, "<?>"); return; }
+    size_t n = (size_t)length < cap - 1 ? (size_t)length : cap - 1;
+    const char *data = obj + (ascii ? L.ascii_header : L.compact_header);
+    if (safe_copy(buf, data, n) != 0) { strcpy(buf, "<?>"); return; }
+    for (size_t i = 0; i < n; i++) if ((unsigned char)buf[i] >= 128) buf[i] = '?';
+    buf[n] = 0;
+}
+
 /* (code, line) -> PYFRAME id; cold path under a lock. */
 struct pyframe_entry { uint64_t code; int32_t line; uint32_t id; };
 static struct pyframe_entry *table;
@@ -241,13 +273,27 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct xp_batch_PYFRAME pyframe_batch;
 
+static uint32_t frame_id_for(uint64_t code_addr, int line, int safe);
+
 uint32_t xp_py_frame_id(struct xp_pyframe_key key) {
     if (key.code == 0) return 0;
     const char *code = (const char *)key.code;
-    /* Sampled keys are resolved after the sample: a code object freed since then is no
-     * longer a code object (its memory stays pymalloc's); it gets no name. */
     if (!runtime_usable() || !readable(code, 64) || type_of(code) != code_type) return 0;
-    int line = addr2line((void *)code, (int)key.offset);
+    return frame_id_for(key.code, addr2line((void *)code, (int)key.offset), 0);
+}
+
+uint32_t xp_py_frame_id_at_line(struct xp_pyframe_key key) {
+    if (key.code == 0 || !xp_py_enabled) return 0;
+    /* Sampled up to a scan period ago: the code object may be freed since, so the names are
+     * read with safe copies and checked for their types (a reused block gives "<?>"). */
+    const void *type = NULL;
+    if (safe_copy(&type, (const char *)key.code + 8, sizeof type) != 0 || type != code_type) return 0;
+    return frame_id_for(key.code, (int)(int64_t)key.offset, 1);
+}
+
+static uint32_t frame_id_for(uint64_t code_addr, int line, int safe) {
+    const char *code = (const char *)code_addr;
+    struct xp_pyframe_key key = {code_addr, 0};
     pthread_mutex_lock(&table_lock);
     if (table_used * 2 >= table_cap) {
         uint32_t ncap = table_cap ? table_cap * 2 : 4096;
@@ -278,8 +324,16 @@ uint32_t xp_py_frame_id(struct xp_pyframe_key key) {
     table[j] = (struct pyframe_entry){key.code, line, id};
     table_used++;
     char filename[1024], qualname[512];
-    unicode_text(field(code, L.code_filename), filename, sizeof filename);
-    unicode_text(field(code, L.code_qualname), qualname, sizeof qualname);
+    if (safe) {
+        const char *names[2] = {NULL, NULL};
+        if (safe_copy(&names[0], code + L.code_filename, 8) != 0) names[0] = NULL;
+        if (safe_copy(&names[1], code + L.code_qualname, 8) != 0) names[1] = NULL;
+        unicode_text_safe(names[0], filename, sizeof filename);
+        unicode_text_safe(names[1], qualname, sizeof qualname);
+    } else {
+        unicode_text(field(code, L.code_filename), filename, sizeof filename);
+        unicode_text(field(code, L.code_qualname), qualname, sizeof qualname);
+    }
     pyframe_batch.rows = 1;
     pyframe_batch.pyframe_id[0] = id;
     pyframe_batch.filename_id[0] = xp_intern(filename);

@@ -49,7 +49,7 @@
 
 #define SAMPLE_SIGNAL SIGPROF
 #define SCAN_MS 20
-#define MAX_NATIVE 160
+#define MAX_NATIVE 256
 #define MAX_PYTHON 96
 #define RING_SLOTS 64 /* a drain every SCAN_MS keeps up with 64 / 20 ms = 3,200 Hz */
 #define THREAD_MAGIC 0x78707573616d706cull
@@ -180,7 +180,7 @@ static void on_sample_signal(int sig, siginfo_t *info, void *context) {
         }
         slot->n_native = (uint16_t)n;
         slot->unwind_end = (uint32_t)end;
-        slot->n_python = (uint16_t)(want_python ? xp_py_walk(slot->python, MAX_PYTHON) : 0);
+        slot->n_python = (uint16_t)(want_python ? xp_py_walk_lines(slot->python, MAX_PYTHON) : 0);
         atomic_store_explicit(&t->head, head + 1, memory_order_release);
     }
     t->busy = 0;
@@ -338,7 +338,7 @@ static uint32_t stack_id_of(const struct sample_slot *s) {
     stack_ids[j] = id;
     stack_used++;
     static uint32_t pyids[MAX_PYTHON];
-    for (int i = 0; i < s->n_python; i++) pyids[i] = xp_py_frame_id(s->python[i]);
+    for (int i = 0; i < s->n_python; i++) pyids[i] = xp_py_frame_id_at_line(s->python[i]);
     stack_batch->rows = 1;
     stack_batch->stack_id[0] = id;
     stack_batch->native_pcs[0] = (struct xp_u64list){s->pcs, s->n_native};
