@@ -72,7 +72,7 @@ class InprocessCpuSource:
         strings = dict(
             zip(stream.table("STRING")["string_id"], stream.table("STRING")["text"], strict=True)
         )
-        stacks = stream_stacks(stream, strings, self.symbolizer, first_exact=True)
+        stacks = stream_stacks(stream, strings, self.symbolizer, first_exact=True, counts=counts)
         counters = stream.table("COUNTER")
         if counters.rows:
             last = dict(zip(counters["name"], counters["value"], strict=True))

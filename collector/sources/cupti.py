@@ -369,7 +369,7 @@ class CuptiSource:
         gpu.set_args(gpu.arg_sets.index_of(arg_sets)[kind_index])
 
     def _stacks(self, stream: Stream, strings: dict[int, str]) -> dict[int, model.Stack]:
-        out = stream_stacks(stream, strings, self.symbolizer)
+        out = stream_stacks(stream, strings, self.symbolizer, counts=self.counts)
         self.counts["stacks_unique"] += len(out)
         return out
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -109,15 +111,43 @@ def merge_python(native: list[Frame], python: Sequence[PythonFrame | None]) -> l
     return merged
 
 
+# The interpreter's own objects: their static functions have no symbols in distribution builds
+# (Debian's and Ubuntu's python3.x keep only dynamic symbols).
+_INTERPRETER = re.compile(r"^(python\d[\d.]*|libpython\d[\d.]*\.so[\d.]*)$")
+
+
+def drop_interpreter_addresses(frames: list[Frame]) -> tuple[list[Frame], int]:
+    """In a stack that has Python frames, the interpreter's unnamed frames
+    (`python3.12+0x6bcf22`) only repeat what the Python frames say, the way py-spy's native
+    mode leaves them out; they go, and the caller counts them.  Named interpreter frames
+    (`PyObject_Vectorcall`) and every frame of other objects stay."""
+    if not any(f.module.endswith(".py") for f in frames):
+        return frames, 0
+    kept = [
+        f
+        for f in frames
+        if not (
+            f.function.startswith(os.path.basename(f.module) + "+0x")
+            and _INTERPRETER.match(os.path.basename(f.module))
+        )
+    ]
+    return kept, len(frames) - len(kept)
+
+
 def launch_stack(frames_innermost_first: list[Frame]) -> Stack:
     return Stack(tuple(reversed(frames_innermost_first)))
 
 
 def stream_stacks(
-    stream: Stream, strings: dict[int, str], symbolizer: Symbolizer, first_exact: bool = False
+    stream: Stream,
+    strings: dict[int, str],
+    symbolizer: Symbolizer,
+    first_exact: bool = False,
+    counts: Counter[str] | None = None,
 ) -> dict[int, Stack]:
     """Every STACK row of a stream (launch stacks, or CPU samples' stacks) by id, symbolized
-    through the stream's own module map, Python frames spliced in."""
+    through the stream's own module map, Python frames spliced in; `counts` gets
+    `interpreter_frames_dropped` (per distinct stack)."""
     t = stream.table("STACK")
     if not t.rows:
         return {}
@@ -140,5 +170,8 @@ def stream_stacks(
     for i in range(t.rows):
         native = symbolize_native(symbolizer, modules, t["native_pcs"][i], first_exact)
         python = [pyframes.get(fid) if fid else None for fid in t["python_frames"][i]]
-        out[t["stack_id"][i]] = launch_stack(merge_python(native, python))
+        frames, dropped = drop_interpreter_addresses(merge_python(native, python))
+        if counts is not None:
+            counts["interpreter_frames_dropped"] += dropped
+        out[t["stack_id"][i]] = launch_stack(frames)
     return out

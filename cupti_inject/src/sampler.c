@@ -50,8 +50,8 @@
 #define SAMPLE_SIGNAL SIGPROF
 #define SCAN_MS 20
 #define MAX_NATIVE 256
-#define MAX_PYTHON 96
-#define RING_SLOTS 64 /* a drain every SCAN_MS keeps up with 64 / 20 ms = 3,200 Hz */
+#define MAX_PYTHON 256 /* import chains nest deep: importlib adds ~7 frames a level */
+#define RING_SLOTS 48 /* a drain every SCAN_MS keeps up with 48 / 20 ms = 2,400 Hz */
 #define THREAD_MAGIC 0x78707573616d706cull
 
 struct sample_slot {
