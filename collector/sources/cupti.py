@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -103,6 +104,16 @@ def stream_paths(directory: Path) -> list[Path]:
 
 def is_launch(api_name: str) -> bool:
     return api_name.startswith(_LAUNCH_PREFIXES)
+
+
+_API_VERSION_SUFFIX = re.compile(r"(_v\d+)?(_pt(sz|ds))?(_v\d+)?$")
+
+
+def api_name(cupti_name: str) -> str:
+    """The name users know: CUPTI's `cudaLaunchKernel_v7000` and `cuLaunchKernel_ptsz` are
+    `cudaLaunchKernel` and `cuLaunchKernel` (the version and per-thread-stream variants of
+    one API call)."""
+    return _API_VERSION_SUFFIX.sub("", cupti_name) or cupti_name
 
 
 def has_user_frame(stack: model.Stack | None) -> bool:
@@ -204,7 +215,7 @@ class CuptiSource:
         names = dict(zip(api_names["api_id"], api_names["name"], strict=True))
         api_id = np.asarray(api["api_id"], np.int64)
         ids, name_index = np.unique(api_id, return_inverse=True)
-        id_names = [names.get(i, f"cuda_api_{i:#x}") for i in ids.tolist()]
+        id_names = [api_name(names.get(i, f"cuda_api_{i:#x}")) for i in ids.tolist()]
         stacks = self._stacks(stream, strings)
         stack_ids = np.asarray(api["stack_id"], np.int64)
         known = np.array(sorted(stacks), np.int64)
@@ -369,7 +380,7 @@ class CuptiSource:
         gpu.set_args(gpu.arg_sets.index_of(arg_sets)[kind_index])
 
     def _stacks(self, stream: Stream, strings: dict[int, str]) -> dict[int, model.Stack]:
-        out = stream_stacks(stream, strings, self.symbolizer, counts=self.counts)
+        out = stream_stacks(stream, strings, self.symbolizer, counts=self.counts, launch=True)
         self.counts["stacks_unique"] += len(out)
         return out
 

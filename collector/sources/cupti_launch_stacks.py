@@ -134,6 +134,27 @@ def drop_interpreter_addresses(frames: list[Frame]) -> tuple[list[Frame], int]:
     return kept, len(frames) - len(kept)
 
 
+def _lib(frame: Frame) -> str:
+    return os.path.basename(frame.module)
+
+
+def drop_tracer_frames(frames: list[Frame]) -> tuple[list[Frame], int]:
+    """A launch stack is taken inside CUPTI's callback: its innermost frames are libcupti's
+    and the driver's dispatch to it, not the program's.  They go, so that the API call is the
+    innermost frame: every libcupti frame at the inner end, then the driver frames under it
+    (all of them when the runtime's entry point in libcudart comes next; else the outermost
+    one stays, being the driver API the program called)."""
+    i = 0
+    while i < len(frames) and _lib(frames[i]).startswith("libcupti"):
+        i += 1
+    j = i
+    while j < len(frames) and _lib(frames[j]).startswith("libcuda.so"):
+        j += 1
+    if j > i and not (j < len(frames) and _lib(frames[j]).startswith("libcudart")):
+        j -= 1  # the driver entry point the program called
+    return frames[j:], j
+
+
 def launch_stack(frames_innermost_first: list[Frame]) -> Stack:
     return Stack(tuple(reversed(frames_innermost_first)))
 
@@ -144,10 +165,12 @@ def stream_stacks(
     symbolizer: Symbolizer,
     first_exact: bool = False,
     counts: Counter[str] | None = None,
+    launch: bool = False,
 ) -> dict[int, Stack]:
     """Every STACK row of a stream (launch stacks, or CPU samples' stacks) by id, symbolized
     through the stream's own module map, Python frames spliced in; `counts` gets
-    `interpreter_frames_dropped` (per distinct stack)."""
+    `interpreter_frames_dropped` (per distinct stack).  launch: the stacks were taken in
+    CUPTI's callback, whose own frames are dropped (`tracer_frames_dropped`)."""
     t = stream.table("STACK")
     if not t.rows:
         return {}
@@ -171,7 +194,11 @@ def stream_stacks(
         native = symbolize_native(symbolizer, modules, t["native_pcs"][i], first_exact)
         python = [pyframes.get(fid) if fid else None for fid in t["python_frames"][i]]
         frames, dropped = drop_interpreter_addresses(merge_python(native, python))
+        tracer = 0
+        if launch:
+            frames, tracer = drop_tracer_frames(frames)
         if counts is not None:
             counts["interpreter_frames_dropped"] += dropped
+            counts["tracer_frames_dropped"] += tracer
         out[t["stack_id"][i]] = launch_stack(frames)
     return out
