@@ -254,3 +254,24 @@ def test_posix_timer_clock(c_programs: dict[str, Path], tmp_path: Path) -> None:
     assert full >= 0.95 and heavy > light > 0, (full, heavy, light)
     meta = run_cli("query", trace, "select * from xpu_metadata", "--format", "csv")
     assert "cpu_threads_posix_timer" in meta.stdout, meta.stdout
+
+
+def test_kernel_frames_on_top_as_root(tmp_path: Path) -> None:
+    """As root, the eBPF kernel-mode sampler signals the thread and its kernel stack is put on
+    top of the in-process user stack (CFI + Python frames) of the same sample."""
+    assert os.geteuid() == 0, "CI runs as root: the kernel-frame join needs eBPF"
+    trace = tmp_path / "sys.perfetto-trace"
+    script = NATIVE / "syscall_reader.py"
+    proc = run_cli("record", "--no-gpu", "-o", trace, "--", "/usr/bin/python3", script, "3")
+    assert proc.returncode == 0, proc.stderr
+    stacks = folded_samples(trace)
+    in_read = {s: n for s, n in stacks.items() if "<module>;read_zeros" in s}
+    with_kernel = sum(n for s, n in in_read.items() if "do_syscall_64" in s)
+    total = sum(stacks.values())
+    assert sum(in_read.values()) > 0.2 * total, stacks.most_common(5)
+    assert with_kernel >= 0.8 * sum(in_read.values()), stacks.most_common(5)
+    for s in in_read:  # the kernel frames are on top of the user ones, never between them
+        if "do_syscall_64" in s:
+            assert s.index("<module>;read_zeros") < s.index("do_syscall_64"), s
+    joined = re.search(r"(\d+) with kernel frames \(of (\d+) eBPF", proc.stderr)
+    assert joined and int(joined.group(1)) >= 0.9 * int(joined.group(2)), proc.stderr

@@ -31,7 +31,7 @@ from collector.errors import UserError
 from collector.inject_build import BuildError, build, build_sampler
 from collector.launch_join import EbpfLaunchStacks
 from collector.setup_check import Problem, check_ebpf
-from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ, BccCpuSampler
+from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ, BccCpuSampler, BccKernelModeSampler
 from collector.sources.bcc_uprobes import CUDA_LAUNCH_PROBES, BccLaunchUprobes, marker_probe
 from collector.sources.cpu_stream import UNWIND_ENDS, InprocessCpuSource
 from collector.sources.cupti import CuptiSource
@@ -128,10 +128,18 @@ class InprocessCpuRecording:
 
     name = "cpu"
 
-    def __init__(self, library: Path, freq: int, python_frames: bool = True) -> None:
+    def __init__(
+        self,
+        library: Path,
+        freq: int,
+        python_frames: bool = True,
+        kernel: BccKernelModeSampler | None = None,
+    ) -> None:
+        """kernel: as root, the eBPF sampler of kernel-mode time whose stacks go on top."""
         self.library = library
         self.freq = freq
         self.python_frames = python_frames
+        self.kernel = kernel
         self.directory = Path(tempfile.mkdtemp(prefix="xpu-perf-cpu-"))
         share_with_target(self.directory)
         self._source: InprocessCpuSource | None = None
@@ -146,27 +154,37 @@ class InprocessCpuRecording:
         preload = " ".join(p for p in (str(library), os.environ.get("LD_PRELOAD", "")) if p)
         return {
             "LD_PRELOAD": preload,
+            "XPU_PERF_CPU_KERNEL": "1" if self.kernel else "0",
             "XPU_PERF_CPU_HZ": str(self.freq),
             "XPU_PERF_CPU_OUT_DIR": str(self.directory),
             "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
         }
 
     def start(self) -> None:
-        pass
+        if self.kernel:
+            self.kernel.start()
 
     def target_started(self, pid: int) -> None:
-        pass
+        if self.kernel:
+            self.kernel.target_started(pid)
 
     def stop(self) -> None:
-        pass
+        if self.kernel:
+            self.kernel.stop()
 
     def events(self) -> Iterable[model.Event]:
-        self._source = InprocessCpuSource(self.directory)
+        kernel = self.kernel.kernel_samples() if self.kernel else None
+        self._source = InprocessCpuSource(self.directory, kernel_stacks=kernel)
         yield from self._source.events()
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def stats(self) -> Mapping[str, int]:
-        return dict(self._source.counts) if self._source else {}
+        counts = dict(self._source.counts) if self._source else {}
+        if self.kernel:
+            kernel = self.kernel.stats()
+            counts["kernel_samples"] = kernel.get("cpu_samples", 0)
+            counts["kernel_lost_ringbuf_full"] = kernel.get("lost_ringbuf_full", 0)
+        return counts
 
 
 def share_with_target(directory: Path) -> None:
@@ -185,6 +203,12 @@ def cpu_summary_lines(cpu: Mapping[str, int], freq: int) -> list[str]:
         f"cpu samples: {samples} at {freq} Hz from {cpu.get('streams', 0)} processes, "
         f"unwound to the root: {pct(cpu.get('unwind_complete', 0))}, "
         f"with Python frames: {pct(cpu.get('samples_with_python', 0))}",
+        (
+            f"cpu samples in the kernel: {cpu.get('kernel_joined', 0)} with kernel frames"
+            f" (of {cpu['kernel_samples']} eBPF kernel samples)"
+            if "kernel_samples" in cpu
+            else "cpu samples in the kernel: not sampled (not root, or no bcc)"
+        ),
         f"cpu samples stopped early: {stopped or 'none'}; lost: "
         f"ring_full={cpu.get('samples_ring_full', 0)} "
         f"transport={cpu.get('transport_dropped_rows', 0)} "
@@ -375,6 +399,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cpu", action="store_true", help="no CPU sampling (GPU recording only)")
     p.add_argument("--no-gpu", action="store_true", help="no GPU recording (CPU sampling only)")
     p.add_argument(
+        "--no-kernel-stacks",
+        action="store_true",
+        help="in-process CPU sampler: no eBPF sampling of kernel-mode time (which, as root, puts "
+        "kernel frames on top of the samples taken in system calls and faults)",
+    )
+    p.add_argument(
         "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
     )
     p.add_argument("--duration", type=float, help="stop recording (and the target) after S seconds")
@@ -425,7 +455,7 @@ def main(args: argparse.Namespace) -> int:
     gpu = not args.no_gpu
     requested = "off" if args.no_stacks else args.launch_stacks
     cpu_ebpf = cpu and args.cpu_sampler == "ebpf"
-    needs_ebpf = cpu_ebpf or requested in ("ebpf", "auto")
+    needs_ebpf = cpu or requested in ("ebpf", "auto")
     ebpf_problems = check_ebpf() if needs_ebpf else []
     stacks, note = resolve_launch_stacks(requested, gpu, ebpf_problems)
     if note:
@@ -459,7 +489,11 @@ def main(args: argparse.Namespace) -> int:
         except BuildError as exc:
             raise UserError(str(exc)) from None
         freq = args.freq
-        sources.append(InprocessCpuRecording(sampler, freq, python_frames=not args.no_python))
+        # As root with eBPF: kernel frames on top of the samples taken in the kernel.
+        kernel = None if ebpf_problems or args.no_kernel_stacks else BccKernelModeSampler(freq)
+        sources.append(
+            InprocessCpuRecording(sampler, freq, python_frames=not args.no_python, kernel=kernel)
+        )
     elif cpu:
         if ebpf_problems:
             print(

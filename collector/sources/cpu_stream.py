@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from collector import model
@@ -19,6 +19,9 @@ from collector.sources.cupti_stream import Stream, StreamError, read_stream
 from collector.symbolize import Symbolizer
 
 STREAM_GLOB = "cpu-*.xpstream"
+# A kernel sample and the user sample its signal triggered are this close (the signal is
+# handled when the thread next returns to user space; a blocking system call ends first).
+_JOIN_WINDOW_NS = 1_000_000_000
 # Why a walk stopped (enum xp_unwind_end of cupti_inject/src/unwind.h), index = value.
 UNWIND_ENDS = ("complete", "no_cfi", "bad_stack", "bad_pc", "max_depth", "no_stack")
 # Counters of the library summed over processes (the rest is derived here).
@@ -39,9 +42,17 @@ class InprocessCpuSource:
     """Reads every cpu-*.xpstream of a directory; `counts` holds the accounting after
     `events()` is consumed: samples, samples by unwind end, Python coverage, losses."""
 
-    def __init__(self, directory: Path, symbolizer: Symbolizer | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        symbolizer: Symbolizer | None = None,
+        kernel_stacks: Mapping[int, Sequence[tuple[int, tuple[model.Frame, ...]]]] | None = None,
+    ) -> None:
+        """kernel_stacks: tid -> [(ts, kernel frames root first)] in time order, from the eBPF
+        kernel-mode sampler (root), joined to the samples its signals triggered."""
         self.directory = directory
         self.symbolizer = symbolizer or Symbolizer()
+        self.kernel_stacks = kernel_stacks or {}
         self.counts: Counter[str] = Counter()
 
     def events(self) -> Iterator[model.Event]:
@@ -86,12 +97,37 @@ class InprocessCpuSource:
             counts["streams_without_counters"] += 1  # killed before its final flush
         samples = stream.table("CPU_SAMPLE")
         empty = model.Stack(())
+        triggers = samples["trigger"] if "trigger" in samples.columns else [0] * samples.rows
+        cursor: dict[int, int] = {}  # tid -> next unjoined kernel sample
         for i in range(samples.rows):
             end = samples["unwind_end"][i]
             reason = UNWIND_ENDS[end] if end < len(UNWIND_ENDS) else "other"
             counts[f"unwind_{reason}"] += 1
             stack = stacks.get(samples["stack_id"][i], empty)
+            if triggers[i]:
+                stack = self._with_kernel(stack, samples["tid"][i], samples["timestamp"][i], cursor)
             if any(f.module.endswith(".py") for f in stack.frames):
                 counts["samples_with_python"] += 1
             counts["samples"] += 1
             yield model.CpuSample(pid, samples["tid"][i], samples["timestamp"][i], stack)
+
+    def _with_kernel(
+        self, user: model.Stack, tid: int, ts: int, cursor: dict[int, int]
+    ) -> model.Stack:
+        """The user stack with the kernel stack of the eBPF sample whose signal triggered it:
+        the latest one of the thread at or before ts (the signal is handled on the way back
+        to user space, so it comes after), each used once."""
+        kernel = self.kernel_stacks.get(tid, ())
+        j = cursor.get(tid, 0)
+        best = None
+        while j < len(kernel) and kernel[j][0] <= ts:
+            best = j
+            j += 1
+        if best is None or ts - kernel[best][0] > _JOIN_WINDOW_NS:
+            self.counts["kernel_join_missed"] += 1
+            return user
+        if best > cursor.get(tid, 0):
+            self.counts["kernel_samples_unjoined"] += best - cursor.get(tid, 0)
+        cursor[tid] = best + 1
+        self.counts["kernel_joined"] += 1
+        return model.Stack(user.frames + kernel[best][1])

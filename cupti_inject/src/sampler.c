@@ -8,6 +8,11 @@
  *   XPU_PERF_CPU_OUT_DIR directory of the streams (required; the CUPTI library's
  *                        XPU_PERF_OUT_DIR is another source's directory)
  *   XPU_PERF_PYTHON     0: no Python frames (default 1)
+ *   XPU_PERF_CPU_KERNEL 1: also take a sample on each SIGURG the eBPF kernel-mode sampler
+ *                       sends (si_code SI_KERNEL; record sets this as root), marked so the
+ *                       collector puts that sample's kernel stack on top.  SIGURG because
+ *                       its default action is to ignore it: a process or thread without this
+ *                       handler is unharmed; the target's own SIGURG handler still runs.
  *   XPU_PERF_CPU_CLOCK  timer: POSIX CPU-time timers even where perf events are allowed
  *                       (what a paranoid-3 system gets; default: perf events when allowed)
  *
@@ -48,6 +53,7 @@
 #include "unwind.h"
 
 #define SAMPLE_SIGNAL SIGPROF
+#define KERNEL_SIGNAL SIGURG
 #define SCAN_MS 20
 #define MAX_NATIVE 256
 #define MAX_PYTHON 256 /* import chains nest deep: importlib adds ~7 frames a level */
@@ -58,6 +64,7 @@ struct sample_slot {
     uint64_t timestamp;
     uint16_t n_native, n_python;
     uint32_t unwind_end;
+    uint32_t trigger; /* 0: this thread's own clock; 1: the eBPF kernel-mode sampler */
     uint64_t pcs[MAX_NATIVE];
     struct xp_pyframe_key python[MAX_PYTHON];
 };
@@ -86,11 +93,24 @@ static struct sampled_thread *threads; /* scanner's list */
 static pthread_t scanner_thread;
 static atomic_int scanner_stop;
 static int scan_generation;
-static struct sigaction previous_action;
+static struct sigaction previous_action, previous_urg_action;
+
+static void chain(const struct sigaction *prev, int sig, siginfo_t *info, void *context) {
+    if (prev->sa_flags & SA_SIGINFO) {
+        if (prev->sa_sigaction) prev->sa_sigaction(sig, info, context);
+    } else if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+        prev->sa_handler(sig);
+    }
+}
 /* perf event fd -> its thread, for the handler (si_fd); filled before the event is enabled. */
 #define MAX_FDS 65536
 static struct sampled_thread *_Atomic *fd_threads;
 static uint64_t perf_clocks, timer_clocks;
+/* tid -> thread, for signals that carry no pointer (the eBPF sampler's); tid % TID_SLOTS. */
+#define TID_SLOTS 65536
+static struct sampled_thread *_Atomic *tid_threads;
+static int kernel_join;
+static _Atomic uint64_t kernel_signals_unmatched;
 static uint64_t timers_failed, threads_sampled, samples_total, ring_full_total, foreign_signals;
 static uint64_t unwind_ends[XP_END_COUNT];
 static uint64_t python_samples;
@@ -136,6 +156,21 @@ static uint64_t stack_top_of(uint64_t sp) {
     return top;
 }
 
+static void take_sample(struct sampled_thread *t, int trigger, void *context);
+
+/* SIGURG: the eBPF kernel-mode sampler's (SI_KERNEL), then whatever the target does with it. */
+static void on_kernel_signal(int sig, siginfo_t *info, void *context) {
+    if (info->si_code == SI_KERNEL && tid_threads) {
+        int saved_errno = errno;
+        pid_t tid = (pid_t)syscall(SYS_gettid);
+        struct sampled_thread *t = atomic_load_explicit(&tid_threads[tid % TID_SLOTS], memory_order_acquire);
+        if (t && t->tid == tid && t->magic == THREAD_MAGIC) take_sample(t, 1, context);
+        else atomic_fetch_add(&kernel_signals_unmatched, 1);
+        errno = saved_errno;
+    }
+    chain(&previous_urg_action, sig, info, context);
+}
+
 static void on_sample_signal(int sig, siginfo_t *info, void *context) {
     struct sampled_thread *t = NULL;
     if (info->si_code == SI_TIMER) t = info->si_value.sival_ptr;
@@ -144,16 +179,18 @@ static void on_sample_signal(int sig, siginfo_t *info, void *context) {
     if (!t || t->magic != THREAD_MAGIC) {
         /* Not one of our timers: the target's own SIGPROF use keeps working. */
         foreign_signals++;
-        if (previous_action.sa_flags & SA_SIGINFO) {
-            if (previous_action.sa_sigaction) previous_action.sa_sigaction(sig, info, context);
-        } else if (previous_action.sa_handler != SIG_DFL && previous_action.sa_handler != SIG_IGN) {
-            previous_action.sa_handler(sig);
-        }
+        chain(&previous_action, sig, info, context);
         return;
     }
     int saved_errno = errno;
-    if (info->si_overrun > 0) atomic_fetch_add_explicit(&timer_overruns, (uint64_t)info->si_overrun, memory_order_relaxed);
-    if (t->busy) { t->in_handler++; errno = saved_errno; return; }
+    if (info->si_code == SI_TIMER && info->si_overrun > 0)
+        atomic_fetch_add_explicit(&timer_overruns, (uint64_t)info->si_overrun, memory_order_relaxed);
+    take_sample(t, 0, context);
+    errno = saved_errno;
+}
+
+static void take_sample(struct sampled_thread *t, int trigger, void *context) {
+    if (t->busy) { t->in_handler++; return; }
     t->busy = 1;
     uint64_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&t->tail, memory_order_acquire);
@@ -166,6 +203,7 @@ static void on_sample_signal(int sig, siginfo_t *info, void *context) {
                                (uint64_t)uc->uc_mcontext.gregs[REG_RSP],
                                (uint64_t)uc->uc_mcontext.gregs[REG_RBP]};
         slot->timestamp = xp_now_ns();
+        slot->trigger = (uint32_t)trigger;
         if (!t->stack_hi && !t->stack_lookup_failed) {
             t->stack_hi = stack_top_of(regs.rsp);
             if (!t->stack_hi) t->stack_lookup_failed = 1;
@@ -184,7 +222,6 @@ static void on_sample_signal(int sig, siginfo_t *info, void *context) {
         atomic_store_explicit(&t->head, head + 1, memory_order_release);
     }
     t->busy = 0;
-    errno = saved_errno;
 }
 
 /* ---- threads and timers (scanner thread) ---- */
@@ -275,6 +312,7 @@ static struct sampled_thread *start_thread_sampling(pid_t tid) {
     timer_clocks++;
 started:
     threads_sampled++;
+    if (tid_threads) atomic_store_explicit(&tid_threads[tid % TID_SLOTS], t, memory_order_release);
     char path[64], name[32] = {0};
     snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -359,6 +397,7 @@ static void drain_thread(struct sampled_thread *t) {
         sample_batch->timestamp[r] = s->timestamp;
         sample_batch->stack_id[r] = stack_id_of(s);
         sample_batch->unwind_end[r] = s->unwind_end;
+        sample_batch->trigger[r] = s->trigger;
         if (s->unwind_end < XP_END_COUNT) unwind_ends[s->unwind_end]++;
         if (s->n_python) python_samples++;
         samples_total++;
@@ -408,6 +447,10 @@ static void scan_threads(void) {
         struct sampled_thread *t = *pp;
         if (t->seen == gen) { pp = &t->next; continue; }
         stop_clock(t);
+        if (tid_threads) {
+            struct sampled_thread *expected = t;
+            atomic_compare_exchange_strong(&tid_threads[t->tid % TID_SLOTS], &expected, NULL);
+        }
         drain_thread(t);
         *pp = t->next;
         munmap(t, sizeof *t);
@@ -422,6 +465,7 @@ static void *scanner_main(void *arg) {
     sigset_t block;
     sigemptyset(&block);
     sigaddset(&block, SAMPLE_SIGNAL);
+    sigaddset(&block, KERNEL_SIGNAL);
     pthread_sigmask(SIG_BLOCK, &block, NULL);
     while (!atomic_load(&scanner_stop)) {
         if (want_python && !xp_py_enabled) xp_py_init(); /* an interpreter loaded later */
@@ -443,6 +487,7 @@ static void emit_counters(void) {
     xp_emit_counter("cpu_threads_perf_clock", perf_clocks);
     xp_emit_counter("cpu_threads_posix_timer", timer_clocks);
     xp_emit_counter("cpu_foreign_signals", foreign_signals);
+    xp_emit_counter("cpu_kernel_signals_unmatched", atomic_load(&kernel_signals_unmatched));
     /* CPU-time timers expire on scheduler ticks: above the kernel's HZ, periods are merged. */
     xp_emit_counter("cpu_timer_overruns", atomic_load(&timer_overruns));
     static const char *const names[XP_END_COUNT] = {
@@ -494,6 +539,7 @@ static void fork_child(void) {
         t = n;
     }
     threads = NULL;
+    if (tid_threads) memset((void *)tid_threads, 0, TID_SLOTS * sizeof *tid_threads);
     pthread_mutex_init(&drain_lock, NULL);
     free(stack_hashes);
     free(stack_ids);
@@ -530,6 +576,11 @@ __attribute__((constructor)) static void sampler_init(void) {
     fd_threads = mmap(NULL, MAX_FDS * sizeof *fd_threads, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (fd_threads == MAP_FAILED) fd_threads = NULL;
+    tid_threads = mmap(NULL, TID_SLOTS * sizeof *tid_threads, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (tid_threads == MAP_FAILED) tid_threads = NULL;
+    const char *kernel = getenv("XPU_PERF_CPU_KERNEL");
+    kernel_join = kernel && strcmp(kernel, "1") == 0;
     xp_stream_set_flush_hook(flush_hook);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -537,6 +588,10 @@ __attribute__((constructor)) static void sampler_init(void) {
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SAMPLE_SIGNAL, &sa, &previous_action);
+    if (kernel_join) {
+        sa.sa_sigaction = on_kernel_signal;
+        sigaction(KERNEL_SIGNAL, &sa, &previous_urg_action);
+    }
     pthread_atfork(NULL, NULL, fork_child);
     atexit(at_exit);
     if (start_sampling() != 0) return;
