@@ -12,11 +12,9 @@ rounds=${1:-5}
 steps=${2:-300}
 out=${OUT:-/tmp/cpu-sampling}
 mkdir -p "$out"
-deps=/tmp/xpu-deps
-python3 -m pip install -q --no-index --find-links .whl --target "$deps" \
-    perfetto protobuf deflate pyelftools cxxfilt ijson rich py-spy >/dev/null 2>&1
-export PYTHONPATH="$deps:$PWD"
-export PATH="$deps/bin:$PATH"
+# .whl: pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
+#   -d .whl perfetto protobuf deflate pyelftools cxxfilt ijson rich py-spy  (on this machine)
+. bench/device_deps.sh
 python3 -m collector.inject_build >/dev/null
 workload=(python3 -m bench.workloads.launch_bound --steps "$steps" --warmup 30)
 step_ms() { grep -oE '[0-9.]+ ms/step' | tail -1 | cut -d' ' -f1; }
