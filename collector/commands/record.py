@@ -214,6 +214,12 @@ def cpu_summary_lines(cpu: Mapping[str, int], freq: int) -> list[str]:
         f"transport={cpu.get('transport_dropped_rows', 0)} "
         f"timers_failed={cpu.get('timers_failed', 0)}",
     ]
+    if cpu.get("process_ns", 0):
+        own = cpu.get("handler_ns", 0) + cpu.get("scanner_ns", 0)
+        lines.append(
+            f"sampler's own CPU time: {own / 1e6:.1f} ms = {100 * own / cpu['process_ns']:.2f}% "
+            f"of the sampled processes' {cpu['process_ns'] / 1e9:.1f} s"
+        )
     if cpu.get("timer_overruns", 0):
         lines.append(
             f"{cpu['timer_overruns']} sampling periods were merged by the kernel (CPU-time "

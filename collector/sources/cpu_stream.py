@@ -34,6 +34,10 @@ _SUMMED = (
     "cpu_threads_sampled",
     "cpu_python_guard_failures",
     "cpu_unwind_fp_steps",
+    "cpu_handler_ns",
+    "cpu_scanner_ns",
+    "cpu_process_ns",
+    "cpu_kernel_signals_unmatched",
     "transport_dropped_rows",
 )
 

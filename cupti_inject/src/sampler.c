@@ -115,6 +115,8 @@ static uint64_t timers_failed, threads_sampled, samples_total, ring_full_total, 
 static uint64_t unwind_ends[XP_END_COUNT];
 static uint64_t python_samples;
 static _Atomic uint64_t timer_overruns; /* periods the kernel folded into one signal */
+/* The sampler's own cost: time in the handler (all threads) and the scanner's CPU time. */
+static _Atomic uint64_t handler_ns;
 
 /* ---- the signal handler ---- */
 
@@ -191,6 +193,7 @@ static void on_sample_signal(int sig, siginfo_t *info, void *context) {
 
 static void take_sample(struct sampled_thread *t, int trigger, void *context) {
     if (t->busy) { t->in_handler++; return; }
+    uint64_t entered = xp_now_ns();
     t->busy = 1;
     uint64_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&t->tail, memory_order_acquire);
@@ -222,6 +225,7 @@ static void take_sample(struct sampled_thread *t, int trigger, void *context) {
         atomic_store_explicit(&t->head, head + 1, memory_order_release);
     }
     t->busy = 0;
+    atomic_fetch_add_explicit(&handler_ns, xp_now_ns() - entered, memory_order_relaxed);
 }
 
 /* ---- threads and timers (scanner thread) ---- */
@@ -490,6 +494,14 @@ static void emit_counters(void) {
     xp_emit_counter("cpu_kernel_signals_unmatched", atomic_load(&kernel_signals_unmatched));
     /* CPU-time timers expire on scheduler ticks: above the kernel's HZ, periods are merged. */
     xp_emit_counter("cpu_timer_overruns", atomic_load(&timer_overruns));
+    xp_emit_counter("cpu_handler_ns", atomic_load(&handler_ns));
+    struct timespec scanner_cpu = {0, 0};
+    clockid_t clock;
+    if (pthread_getcpuclockid(scanner_thread, &clock) == 0) clock_gettime(clock, &scanner_cpu);
+    xp_emit_counter("cpu_scanner_ns", (uint64_t)scanner_cpu.tv_sec * 1000000000ull + (uint64_t)scanner_cpu.tv_nsec);
+    struct timespec process_cpu;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &process_cpu);
+    xp_emit_counter("cpu_process_ns", (uint64_t)process_cpu.tv_sec * 1000000000ull + (uint64_t)process_cpu.tv_nsec);
     static const char *const names[XP_END_COUNT] = {
         "cpu_unwind_complete", "cpu_unwind_stopped_no_cfi", "cpu_unwind_stopped_bad_stack",
         "cpu_unwind_stopped_bad_pc", "cpu_unwind_stopped_max_depth", "cpu_unwind_stopped_no_stack"};
@@ -551,6 +563,7 @@ static void fork_child(void) {
     perf_clocks = timer_clocks = 0;
     foreign_signals = 0;
     atomic_store(&timer_overruns, 0);
+    atomic_store(&handler_ns, 0);
     memset(unwind_ends, 0, sizeof unwind_ends);
     xp_modules_reset();
     if (xp_stream_enabled()) {
