@@ -194,7 +194,10 @@ def load_baseline(rev: str, into: Path) -> Any:
                 capture_output=True,
                 text=True,
             ).stdout
-            source = source.replace("exporters.perfetto.", "baseline_perfetto.")
+            # Every spelling: `exporters.perfetto.x` and `from exporters.perfetto import x`
+            # (the second was missed before, so a baseline's writer ran the current
+            # tree's wire/batch_writer modules).
+            source = source.replace("exporters.perfetto", "baseline_perfetto")
             (package / Path(path).name).write_text(source)
     sys.path.insert(0, str(into))
     return importlib.import_module("baseline_perfetto.writer").TraceWriter
