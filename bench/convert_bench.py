@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import importlib
+import inspect
 import json
 import os
 import statistics
@@ -193,7 +194,10 @@ def load_baseline(rev: str, into: Path) -> Any:
                 capture_output=True,
                 text=True,
             ).stdout
-            source = source.replace("exporters.perfetto.", "baseline_perfetto.")
+            # Every spelling: `exporters.perfetto.x` and `from exporters.perfetto import x`
+            # (the second was missed before, so a baseline's writer ran the current
+            # tree's wire/batch_writer modules).
+            source = source.replace("exporters.perfetto", "baseline_perfetto")
             (package / Path(path).name).write_text(source)
     sys.path.insert(0, str(into))
     return importlib.import_module("baseline_perfetto.writer").TraceWriter
@@ -270,7 +274,11 @@ def bench_convert(src: Path, rounds: int, baseline: Any | None) -> dict[str, flo
         "current": (TraceWriter, {"compression_level": CONVERT_COMPRESSION_LEVEL})
     }
     if baseline:
-        runs["baseline"] = (baseline, {})
+        # The same level for both, where the baseline's writer takes one: comparing
+        # convert's level 10 with a baseline at its default 6 measured the level, not
+        # the code.
+        same = "compression_level" in inspect.signature(baseline).parameters
+        runs["baseline"] = (baseline, runs["current"][1] if same else {})
     times: dict[str, list[float]] = {label: [] for label in runs}
     sizes: dict[str, int] = {}
     kernels = 0

@@ -14,7 +14,10 @@ from collector.errors import UserError
 COMMANDS = ("record", "convert", "query", "folded", "view", "report", "flamegraph")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: with a command name first, only that command's module is
+    imported (`record` then never loads the query engine's wasmtime, nor `query` the
+    CUPTI source); without one (`--help`, a typo), every command's, for the listing."""
     parser = argparse.ArgumentParser(
         prog="xpu-perf",
         description="Perfetto-first CPU+GPU profiler and trace converter.",
@@ -22,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"xpu-perf {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    first = next(iter(argv), None) if argv is not None else None
+    for name in (first,) if first in COMMANDS else COMMANDS:
         try:
             module = importlib.import_module(f"collector.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -34,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

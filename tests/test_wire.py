@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
-from exporters.perfetto import wire, writer
+from exporters.perfetto import compression, producer, wire, writer
 from exporters.perfetto.writer import TraceWriter
 
 # -- wire helpers ----------------------------------------------------------------------
@@ -305,8 +305,8 @@ def test_packets_decode_to_the_upb_messages(
     """Hand-built BEGIN/END packets, read back with perfetto_trace_pb2, are the events;
     with small reorder windows many slices arrive late (absolute timestamps, new
     sequences, flows whose ends come first)."""
-    monkeypatch.setattr(writer, "REORDER_WINDOW", window)
-    monkeypatch.setattr(writer, "_LATE_SLICES", 2)
+    monkeypatch.setattr(producer, "REORDER_WINDOW", window)
+    monkeypatch.setattr(producer, "LATE_SLICES", 2)
     events = make_events(items)
     path = tmp_path / "w.perfetto-trace"
     with TraceWriter(path, compression_level=0) as w:
@@ -371,9 +371,9 @@ def test_one_interned_packet_per_sequence_and_chunk(
     """New names of a chunk go into one interned-data packet of the sequence (filled in
     as slices are encoded), which comes before every packet that uses them, also when a
     chunk ends in the middle of a window and when the producer starts a new sequence."""
-    monkeypatch.setattr(writer, "CHUNK_BYTES", 1 << 12)  # many chunks
-    monkeypatch.setattr(writer, "REORDER_WINDOW", 64)
-    monkeypatch.setattr(writer, "_LATE_SLICES", 2)
+    monkeypatch.setattr(compression, "CHUNK_BYTES", 1 << 12)  # many chunks
+    monkeypatch.setattr(producer, "REORDER_WINDOW", 64)
+    monkeypatch.setattr(producer, "LATE_SLICES", 2)
     items = [
         (i % 2 == 0, i % 3, (i * 7_919) % 20_000, 50 + i % 300, f"k{i % 97}", "kernel", {}, True)
         for i in range(2_000)

@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector import model
+from exporters.perfetto import compression
+from exporters.perfetto import producer as producer_module
 from exporters.perfetto import writer as writer_module
 from exporters.perfetto.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
@@ -85,8 +87,8 @@ def test_late_slices_round_trip(
 ) -> None:
     """Slices that arrive after their reorder window (absolute timestamps, new sequences,
     flow ends written before their starts) read back the same."""
-    monkeypatch.setattr(writer_module, "REORDER_WINDOW", window)
-    monkeypatch.setattr(writer_module, "_LATE_SLICES", 1)
+    monkeypatch.setattr(producer_module, "REORDER_WINDOW", window)
+    monkeypatch.setattr(producer_module, "LATE_SLICES", 1)
     path = tmp_path / "t.perfetto-trace"
     events = _write(path, items)
     _check_round_trip(path, events)
@@ -250,7 +252,7 @@ def test_monotonic_clock_domain(tmp_path: Path) -> None:
 def test_deflate_thread_writes_the_same_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(writer_module, "CHUNK_BYTES", 1 << 18)  # several chunks
+    monkeypatch.setattr(compression, "CHUNK_BYTES", 1 << 18)  # several chunks
     items = [
         (i % 3, 1_000 + i * 997 % 50_000, i * 31 % 4_000, i % 2 == 0, "k0") for i in range(40_000)
     ]

@@ -1,9 +1,9 @@
 """The writer's columnar path: a SliceBatch (one process's API calls, NVTX ranges and GPU
 ops in columns, from the CUPTI streams) encoded without a Python object per slice.
 
-It writes exactly what Producer's object path writes for the same slices (same tracks,
-lanes, interned names, args, flows, launch-stack samples; tests/test_batch_writer.py reads
-both back through trace_processor), with the work done per column:
+It writes exactly what the object path (object_path.py) writes for the same slices (same
+tracks, lanes, interned names, args, flows, launch-stack samples; tests/test_batch_writer.py
+reads both back through trace_processor), with the work done per column:
 - lanes: a track whose slices do not overlap (nearly all) goes on lane 0 in one check;
   otherwise LaneSet.place() per slice, as the object path does;
 - BEGIN heads (track, name, category, args) are encoded once per distinct combination and
@@ -18,8 +18,6 @@ both back through trace_processor), with the work done per column:
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,9 +34,8 @@ from exporters.perfetto.columnar import (
     total_length,
     varint_lengths,
 )
-
-if TYPE_CHECKING:
-    from exporters.perfetto.writer import Producer, _Sequence
+from exporters.perfetto.producer_state import ProducerState
+from exporters.perfetto.sequences import LAUNCH_STACK_TIMEBASE, Sequence
 
 # Packets per assembly block: the (packets x width) matrices of a block stay in the CPU
 # caches, and a block's bytes are well under a chunk.
@@ -106,9 +103,9 @@ class _Slices:
         return len(self.ts)
 
 
-def write_batch(prod: Producer, batch: model.SliceBatch) -> None:
-    """Encode `batch` on `prod`'s sequence (its object slices so far are written first)."""
-    prod.flush()
+def write_batch(prod: ProducerState, batch: model.SliceBatch) -> None:
+    """Encode `batch` on `prod`'s sequence (Producer.write has written the producer's
+    object slices so far first)."""
     cpu = _Slices(batch.cpu, False)
     gpu = _Slices(batch.gpu, True)
     if not cpu.rows and not gpu.rows:
@@ -118,27 +115,27 @@ def write_batch(prod: Producer, batch: model.SliceBatch) -> None:
         if part.rows:
             _place_on_lanes(prod, batch.pid, part)
     # CPU tracks first: an API call's flow begins before a GPU op of the same time ends it
-    # (these bytes reach the file in this order, see TraceWriter._flush_buffer).
+    # (these bytes reach the file in this order, see chunks.py).
     for part in (cpu, gpu):
         if part.rows:
             _write_slices(prod, part)
     if cpu.rows and batch.cpu.stack is not None:
         _write_launch_stacks(prod, batch, cpu)
-    writer = prod.writer
-    writer.counts["slices"] += cpu.rows + gpu.rows
+    trace = prod.trace
+    trace.counts["slices"] += cpu.rows + gpu.rows
     first = min(int(p.ts.min()) for p in (cpu, gpu) if p.rows)
     last = max(int(p.ts.max()) for p in (cpu, gpu) if p.rows)
-    writer.note_ts(first)
-    prod._latest = max(prod._latest, last)
+    trace.note_ts(first)
+    prod.latest = max(prod.latest, last)
 
 
-def _assign_flows(prod: Producer, batch: model.SliceBatch, cpu: _Slices, gpu: _Slices) -> None:
+def _assign_flows(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices, gpu: _Slices) -> None:
     src = _int64(batch.flow_from)
     dst = _int64(batch.flow_to)
     n = len(src)
     if not n:
         return
-    flows = prod._flows
+    flows = prod.flows
     begin = cpu.ts[src]
     end = gpu.ts[dst]
     ids = np.empty(n, np.int64)
@@ -164,10 +161,10 @@ def _assign_flows(prod: Producer, batch: model.SliceBatch, cpu: _Slices, gpu: _S
     gpu.flow_end[dst] = ids
 
 
-def _place_on_lanes(prod: Producer, pid: int, part: _Slices) -> None:
+def _place_on_lanes(prod: ProducerState, pid: int, part: _Slices) -> None:
     """The lane track uuid of every row, through the tracks' LaneSets (shared with the
     object path), rows of a track taken in start order, the longer of two first."""
-    tracks = prod.writer.tracks
+    tracks = prod.trace.tracks
     key = part.track if part.device is None else (part.device << 32) | part.track
     order = np.lexsort((-part.dur, part.ts, key))
     bounds = np.flatnonzero(np.diff(key[order])) + 1
@@ -204,19 +201,19 @@ def _place_on_lanes(prod: Producer, pid: int, part: _Slices) -> None:
         part.uuid[rows] = np.asarray(uuids, np.int64)[index]
 
 
-def _heads(prod: Producer, part: _Slices) -> tuple[list[bytes], np.ndarray]:
+def _heads(prod: ProducerState, part: _Slices) -> tuple[list[bytes], np.ndarray]:
     """Encoded BEGIN heads (type, track, device and stream, name, category, args) and the
     head of each row."""
-    seq = prod._seq
+    seq = prod.seq
     cols = part.cols
     group, firsts = _group(part.uuid, part.name, part.category, part.args)
     heads = []
     for row in firsts.tolist():
         uuid = int(part.uuid[row])
-        head = prod._begin_heads.get(uuid)
+        head = prod.begin_heads.get(uuid)
         if head is None:
             device = None if part.device is None else int(part.device[row])
-            head = prod._begin_head_of(uuid, device, int(part.track[row]))
+            head = prod.begin_head_of(uuid, device, int(part.track[row]))
         args = cols.arg_sets[int(part.args[row])]
         heads.append(
             b"".join(
@@ -231,16 +228,16 @@ def _heads(prod: Producer, part: _Slices) -> tuple[list[bytes], np.ndarray]:
     return heads, group
 
 
-def _write_slices(prod: Producer, part: _Slices) -> None:
+def _write_slices(prod: ProducerState, part: _Slices) -> None:
     """Every row's BEGIN and END, clock by clock (see the module doc)."""
-    seq = prod._seq
-    writer = prod.writer
+    seq = prod.seq
+    chunks = prod.trace.chunks
     heads, head_of_row = _heads(prod, part)
     corr_head = seq.annotation_name("correlation_id") + wire.ANNOTATION_INT_TAG
     corr_prefixes = ByteTable(
         [wire.ANNOTATION_PREFIX[len(corr_head) + k] + corr_head for k in range(11)]
     )
-    # Clocks: one per track uuid, shared by later tracks (see _Sequence.track_clock).
+    # Clocks: one per track uuid, shared by later tracks (see Sequence.track_clock).
     cells: list[list] = []
     cell_index: dict[int, int] = {}
     uuid_cell = {}
@@ -250,13 +247,13 @@ def _write_slices(prod: Producer, part: _Slices) -> None:
         if uuid_cell[uuid] == len(cells):
             cells.append(cell)
     if seq.dirty:  # ahead of the packets that use the entries (see intern_into_chunk)
-        writer._buffered += seq.intern_into_chunk()
+        chunks.size += seq.intern_into_chunk()
     # What fills the head slot: BEGIN heads, then each track's END packet (with its
     # clock id, and without it for a late END) followed by the timestamp tag.
     entries = list(heads)
     end_entry: dict[int, int] = {}
     for uuid, index in uuid_cell.items():
-        packet = prod._end_packets.get(uuid) or prod._end_packet(uuid)
+        packet = prod.end_packets.get(uuid) or prod.end_packet(uuid)
         clock_field = cells[index][1]
         end_entry[uuid] = len(entries)
         entries.append(packet + _TS_TAG)
@@ -302,8 +299,8 @@ def _packet_order(part: _Slices, rows: np.ndarray) -> np.ndarray:
 
 
 def _write_clock(
-    prod: Producer,
-    seq: _Sequence,
+    prod: ProducerState,
+    seq: Sequence,
     part: _Slices,
     rows: np.ndarray,
     cell: list,
@@ -313,7 +310,7 @@ def _write_clock(
     corr_prefixes: ByteTable,
 ) -> None:
     """The packets of the rows on one track clock."""
-    writer = prod.writer
+    chunks = prod.trace.chunks
     m = len(rows)
     packets = _packet_order(part, rows)
     is_begin = packets < m
@@ -360,29 +357,27 @@ def _write_clock(
         ]
         data = assemble(n, [Const(_FRAME_TAG, n), Varint(total_length(packet)), *packet])
         cell[3]((data,))
-        writer._buffered += len(data)
-        if writer._buffered >= writer.chunk_bytes:
-            writer._flush_buffer()
+        chunks.size += len(data)
+        if chunks.size >= chunks.chunk_bytes:
+            chunks.flush()
 
 
-def _write_launch_stacks(prod: Producer, batch: model.SliceBatch, cpu: _Slices) -> None:
+def _write_launch_stacks(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices) -> None:
     """A PerfSample per CPU row with a launch stack, on the launch-stack sequence."""
-    from exporters.perfetto.writer import LAUNCH_STACK_TIMEBASE
-
     assert batch.cpu.stack is not None
     stack = _int64(batch.cpu.stack)
     rows = np.flatnonzero(stack != _NONE)
     if not len(rows):
         return
     rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
-    seq = prod._sample_sequence(LAUNCH_STACK_TIMEBASE)
-    writer = prod.writer
+    seq = prod.sample_sequence(LAUNCH_STACK_TIMEBASE)
+    chunks = prod.trace.chunks
     used = np.unique(stack[rows])
     iid_of = np.zeros(int(used.max()) + 1, np.int64)
     for j in used.tolist():
         iid_of[j] = seq.callstack_iid(batch.cpu.stacks[j])
     if seq.dirty:  # ahead of the packets that use the entries (see intern_into_chunk)
-        writer._buffered += seq.intern_into_chunk()
+        chunks.size += seq.intern_into_chunk()
     times = cpu.ts[rows]
     late, stamp, seq.clock = _timestamps(times, seq.clock)
     pid_field = wire.varint_field(wire.SAMPLE_PID, batch.pid)
@@ -405,8 +400,8 @@ def _write_launch_stacks(prod: Producer, batch: model.SliceBatch, cpu: _Slices) 
             *sample,
         ]
         data = assemble(n, [Const(_FRAME_TAG, n), Varint(total_length(packet)), *packet])
-        writer._buffer.append(data)
-        writer._buffered += len(data)
-        if writer._buffered >= writer.chunk_bytes:
-            writer._flush_buffer()
-    writer.counts["launch_stacks"] += len(rows)
+        chunks.parts.append(data)
+        chunks.size += len(data)
+        if chunks.size >= chunks.chunk_bytes:
+            chunks.flush()
+    prod.trace.counts["launch_stacks"] += len(rows)

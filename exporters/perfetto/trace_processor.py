@@ -19,8 +19,6 @@ from perfetto.trace_processor.backend import TraceProcessorBackend
 from perfetto.trace_processor.protos import ProtoFactory
 from perfetto.trace_processor.rpc import TraceProcessorRpc
 
-from exporters.perfetto.wasm_engine import WasmEngineError, WasmTransport
-
 ENV_SHELL = "XPU_PERF_TRACE_PROCESSOR"
 # Traces are fed to the engine in chunks of this size (the engine's request buffer
 # must hold one chunk plus framing).
@@ -39,6 +37,10 @@ class _WasmRpcBackend(TraceProcessorRpc):
     """perfetto's RPC client, plus the two trace-loading calls it leaves out."""
 
     def __init__(self, protos: ProtoFactory) -> None:
+        # Imported here: wasmtime is only for the embedded engine (a native shell, and
+        # any command that never opens a trace, do without it).
+        from exporters.perfetto.wasm_engine import WasmTransport
+
         super().__init__(WasmTransport(), protos)
 
     def _call(self, fill: Any) -> Any:
@@ -202,14 +204,19 @@ def open_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | Non
     if trace_path.stat().st_size == 0:
         raise TraceOpenError(f"trace file is empty: {trace_path}")
     shell_path = resolve_shell(shell)
-    try:
-        if shell_path is not None:
+    if shell_path is not None:
+        try:
             tp: TraceProcessor = TraceProcessor(
                 trace=str(trace_path), config=TraceProcessorConfig(bin_path=str(shell_path))
             )
-        else:
-            framing = _FramingCheck() if _looks_like_proto(trace_path) else None
-            tp = _EmbeddedTraceProcessor(trace=_chunks(trace_path, framing))
+        except TraceProcessorException as exc:
+            raise TraceOpenError(f"cannot read {trace_path}: {_one_line(str(exc))}") from None
+        return Trace(tp)
+    from exporters.perfetto.wasm_engine import WasmEngineError  # see _WasmRpcBackend
+
+    try:
+        framing = _FramingCheck() if _looks_like_proto(trace_path) else None
+        tp = _EmbeddedTraceProcessor(trace=_chunks(trace_path, framing))
     except TraceProcessorException as exc:
         raise TraceOpenError(f"cannot read {trace_path}: {_one_line(str(exc))}") from None
     except WasmEngineError as exc:

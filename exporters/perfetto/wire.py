@@ -47,6 +47,10 @@ SAMPLE_PID = 2
 SAMPLE_TID = 3
 SAMPLE_CALLSTACK_IID = 4
 
+# The range of an int64 field (a DebugAnnotation's int_value); larger ints go as text.
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
 _SMALL_LIMIT = 1 << 14
 # Every varint below 2**14 (one or two bytes), ready-made: timestamp deltas, lengths,
 # iids and most argument values hit this table.
@@ -95,6 +99,11 @@ def len_field(field: int, payload: bytes) -> bytes:
 def frame(payload: bytes) -> bytes:
     """One serialized TracePacket framed as `Trace.packet`, as it goes into the file."""
     return len_field(TRACE_PACKET, payload)
+
+
+def event_head(kind: int, uuid: int) -> bytes:
+    """TrackEvent `type` and `track_uuid`: the constant head of every event on a track."""
+    return varint_field(EVENT_TYPE, kind) + varint_field(EVENT_TRACK_UUID, uuid)
 
 
 # Tag + length prefixes of length-delimited fields, indexed by length (short ones only).

@@ -1,0 +1,89 @@
+"""Compression: chunks of packets deflated into `compressed_packets` packets.
+
+trace_processor inflates `compressed_packets` transparently, so a trace is a run of such
+packets, each holding one chunk (about `chunk_bytes()` of packets).  The level and the chunk
+size are a trade between the time `record` adds to a run and the size of the file.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import BinaryIO
+
+import deflate
+
+from exporters.perfetto import wire
+
+# Uncompressed bytes per `compressed_packets` chunk.  Each track's packets of a chunk go
+# in together (see Sequence.track_clock), so longer chunks deflate better (4 MiB: 1.4%
+# smaller than 1 MiB on the convert inputs), but they are slower to write (the chunk's
+# pieces have left the CPU caches by the time they are joined and deflated): the longer
+# ones only for levels above the default, where size comes first.
+CHUNK_BYTES = 1 << 20
+LARGE_CHUNK_BYTES = 1 << 22
+# Deflate levels (libdeflate, 1..12; 0 writes the packets uncompressed).  The default is
+# what `record` writes: level 6 costs ~0.6 us per GPU op.  `convert` writes a file once
+# from a file, where size matters more: level 10 is 2-7% smaller than 6 and ~10% slower
+# to convert (docs/benchmarks.md).
+DEFAULT_COMPRESSION_LEVEL = 6
+CONVERT_COMPRESSION_LEVEL = 10
+
+
+def chunk_bytes(level: int) -> int:
+    """The chunk size for deflate level `level` (see CHUNK_BYTES)."""
+    return LARGE_CHUNK_BYTES if level > DEFAULT_COMPRESSION_LEVEL else CHUNK_BYTES
+
+
+class Deflater:
+    """Writes chunks of packets to the file, each deflated into one `compressed_packets`
+    packet, on the caller's thread or on a thread of its own.  Chunks are written in the
+    order they are given."""
+
+    def __init__(self, file: BinaryIO, level: int, threaded: bool) -> None:
+        self._file = file
+        self._level = level
+        self.bytes_written = 0
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[bytes | None] | None = None
+        if threaded:
+            self._queue = queue.Queue(maxsize=2)  # bounded: encoding waits for deflate
+            self._thread = threading.Thread(target=self._run, name="xpu-perf-deflate")
+            self._thread.daemon = True
+            self._thread.start()
+
+    def put(self, chunk: bytes) -> None:
+        if self._queue is None:
+            self._write(chunk)
+            return
+        if self._error is not None:
+            raise self._error
+        self._queue.put(chunk)
+
+    def finish(self, raise_error: bool = True) -> None:
+        """Wait until every chunk is in the file; re-raise a failure of the thread."""
+        if self._queue is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._queue = None
+        if self._error is not None and raise_error:
+            raise self._error
+
+    def _write(self, chunk: bytes) -> None:
+        if self._level > 0:
+            # libdeflate, not zlib: the same zlib stream (what trace_processor inflates)
+            # 3-4x faster at level 6, and 4-5% smaller than zlib can make at level 10+.
+            chunk = wire.frame(
+                wire.len_field(wire.PACKET_COMPRESSED, deflate.zlib_compress(chunk, self._level))
+            )
+        self._file.write(chunk)
+        self.bytes_written += len(chunk)
+
+    def _run(self) -> None:
+        assert self._queue is not None
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._write(chunk)
+                except BaseException as exc:  # re-raised on the writer's thread
+                    self._error = exc
