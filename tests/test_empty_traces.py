@@ -25,6 +25,8 @@ from tests.native.bpf_harness import requires_bpf
 
 from .conftest import REPO, run_cli
 
+RECORD_NO_GPU = [sys.executable, "-m", "collector.cli", "record", "--no-gpu"]
+
 
 def assert_metadata_kept(path: Path) -> dict[str, object]:
     with open_trace(path) as t:
@@ -70,8 +72,7 @@ def test_record_sleep_keeps_metadata(tmp_path: Path) -> None:
 def test_record_interrupted_in_first_second_keeps_metadata(tmp_path: Path) -> None:
     out = tmp_path / "int.perfetto-trace"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "record", "--no-gpu", "-o", str(out), "--",
-         "sleep", "30"],
+        [*RECORD_NO_GPU, "-o", str(out), "--", "sleep", "30"],
         cwd=REPO,
         stderr=subprocess.PIPE,
         text=True,
@@ -91,8 +92,7 @@ def test_record_interrupted_in_first_second_keeps_metadata(tmp_path: Path) -> No
 def test_record_interrupted_before_the_target_runs_leaves_nothing(tmp_path: Path) -> None:
     out = tmp_path / "early.perfetto-trace"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "record", "--no-gpu", "-o", str(out), "--",
-         "sleep", "30"],
+        [*RECORD_NO_GPU, "-o", str(out), "--", "sleep", "30"],
         cwd=REPO,
         stderr=subprocess.PIPE,
         text=True,
