@@ -89,6 +89,8 @@ DEFAULT_COMPRESSION_LEVEL = 6
 CONVERT_COMPRESSION_LEVEL = 10
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
+_INT32_MIN = -(1 << 31)
+_INT32_MAX = (1 << 31) - 1
 
 _FRAME = wire.FRAME_PREFIX
 _TRACK_EVENT = wire.TRACK_EVENT_PREFIX
@@ -1254,7 +1256,7 @@ class _Tracks:
         )
         # Keep GPUs and their streams in numeric order in the UI.
         desc.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
-        desc.sibling_order_rank = device
+        desc.sibling_order_rank = device if _INT32_MIN <= device <= _INT32_MAX else _INT32_MAX
         self._descriptor(desc)
         return uuid
 
@@ -1276,14 +1278,20 @@ class _Tracks:
         while index >= len(uuids):
             lane_uuid = self._uuid()
             desc = pb.TrackDescriptor(
-                uuid=lane_uuid, parent_uuid=self.gpu_device(device, None), name=f"Stream {stream}"
+                uuid=lane_uuid, parent_uuid=self.gpu_device(device, None), name=_stream_name(stream)
             )
-            desc.sibling_order_rank = stream
+            # The rank is an int32; ops on no stream (Kineto: 2**32-1 or -1) and other ids
+            # outside it sort last.
+            desc.sibling_order_rank = stream if _INT32_MIN <= stream <= _INT32_MAX else _INT32_MAX
             self._descriptor(desc)
             uuids.append(lane_uuid)
             if len(uuids) > 1:
                 self._writer.counts["extra_lanes"] += 1
         return uuids[index]
+
+
+def _stream_name(stream: int) -> str:
+    return "no stream" if stream in model.NO_STREAM_IDS else f"Stream {stream}"
 
 
 class TraceWriter:
