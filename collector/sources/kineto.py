@@ -25,6 +25,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
@@ -94,6 +95,7 @@ _GPU_LABEL = re.compile(r"^\s*((GPU|MTIA|XPU|HPU) \d+|stream \d+)\s*$", re.IGNOR
 # Times past 2**62 ns (146 years) or ids past int32 are not a profiler's: such an event is
 # skipped (times) or its id kept as a name (pid/tid), instead of overflowing the encoder.
 _MAX_NS = 1 << 62
+_FLOAT_EXACT_US = (1 << 53) / 1000  # below it, us * 1000.0 rounds to the exact ns
 _INT32 = range(-(1 << 31), 1 << 31)
 _CORRELATIONS = range(0, 1 << 32)
 _STREAMS = range(-(1 << 31), 1 << 32)  # int32 or uint32 (CUDA's no-stream 2**32-1)
@@ -159,7 +161,13 @@ def _time_ns(value: Any) -> int | None:
     ns = value * 1000.0
     if not -_MAX_NS < ns < _MAX_NS:  # also false for NaN
         return None
-    return round(ns)
+    if isinstance(value, int):
+        return value * 1000  # exact: epoch-based times (1.7e15 us) are past float precision
+    if -_FLOAT_EXACT_US < value < _FLOAT_EXACT_US:
+        return round(ns)
+    # A large time with decimals: its shortest text times 1000, not the float product
+    # (which is off by up to 64 ns at 1.7e15 us).
+    return round(Decimal(repr(value)) * 1000)
 
 
 def _event_key(ev: dict[str, Any], ids: _Ids) -> EndKey | None:
