@@ -28,6 +28,11 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCE_DIR = REPO / "cupti_inject" / "src"
 SCHEMA = REPO / "protos" / "cupti_stream.def"
 LIBRARY_NAME = "libxpu_perf_cupti.so"
+SAMPLER_NAME = "libxpu_perf_sampler.so"
+# The CPU sampler is its own library (LD_PRELOAD into every process of the recorded tree,
+# with or without CUDA): the stream, unwinder and Python reader without CUPTI.
+CUPTI_ONLY = ("inject.c",)
+SAMPLER_ONLY = ("sampler.c",)
 CFLAGS = (
     "-O2",
     "-g",
@@ -162,7 +167,7 @@ def build(cupti: Cupti | None = None, out_dir: Path | None = None, force: bool =
     if target.exists() and not force:
         return target
     target_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c"))
+    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c") if p.name not in SAMPLER_ONLY)
     with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
         tmp_lib = Path(tmp) / LIBRARY_NAME
         cmd = [
@@ -184,9 +189,46 @@ def build(cupti: Cupti | None = None, out_dir: Path | None = None, force: bool =
     return target
 
 
+def build_sampler(out_dir: Path | None = None, force: bool = False) -> Path:
+    """Return the path of the CPU sampler library, compiling it if the cache has none.
+
+    It needs only a C compiler and glibc (no CUPTI), so CPU sampling works on machines
+    without CUDA.  $XPU_PERF_SAMPLER_LIB names a library built elsewhere."""
+    prebuilt = os.environ.get("XPU_PERF_SAMPLER_LIB")
+    if prebuilt and out_dir is None:
+        if not Path(prebuilt).is_file():
+            raise BuildError(f"XPU_PERF_SAMPLER_LIB={prebuilt} does not exist")
+        return Path(prebuilt)
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise BuildError("no C compiler (cc/gcc) on PATH: install gcc to sample CPU stacks")
+    target_dir = out_dir or cache_dir().parent / "sampler" / _source_hash("sampler")
+    target = target_dir / SAMPLER_NAME
+    if out_dir is None:
+        # Preloaded into every process of the recorded tree: the injection library's rule.
+        untrusted = cache_trust.untrusted_reason(target, _cache_base())
+        if untrusted is not None:
+            target_dir = cache_trust.private_dir("xpu-perf-sampler-")
+            target = target_dir / SAMPLER_NAME
+            cache_trust.refuse("CPU sampler library", untrusted, f"building it in {target_dir}")
+    if target.exists() and not force:
+        return target
+    target_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c") if p.name not in CUPTI_ONLY)
+    with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
+        tmp_lib = Path(tmp) / SAMPLER_NAME
+        cmd = [compiler, *CFLAGS, *sources, "-o", str(tmp_lib), "-ldl"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"building {SAMPLER_NAME} failed:\n{' '.join(cmd)}\n{proc.stderr}")
+        os.replace(tmp_lib, target)
+    return target
+
+
 def main() -> int:
-    """`python -m collector.inject_build`: build (or find) the library and print its path."""
+    """`python -m collector.inject_build`: build (or find) the libraries and print their paths."""
     try:
+        print(build_sampler(force="--force" in sys.argv))
         print(build(force="--force" in sys.argv))
     except BuildError as exc:
         print(f"xpu-perf: {exc}", file=sys.stderr)

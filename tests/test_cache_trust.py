@@ -122,3 +122,25 @@ def test_injection_library_from_untrusted_cache_is_rebuilt_privately(
     assert len(err) == 1 and err[0].startswith("xpu-perf: not using the cached injection library")
     assert f"building it in {private.parent}" in err[0]
     shutil.rmtree(private.parent)
+
+
+@needs_root
+def test_sampler_library_from_untrusted_cache_is_rebuilt_privately(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XPU_PERF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("XPU_PERF_SAMPLER_LIB", raising=False)
+    (tmp_path / "cache").mkdir(mode=0o700)
+    good = inject_build.build_sampler()
+    assert good.is_relative_to(tmp_path / "cache")
+    assert inject_build.build_sampler() == good
+    capfd.readouterr()
+    os.chown(good, OTHER_UID, -1)
+    private = inject_build.build_sampler()
+    assert private.is_file() and not private.is_relative_to(tmp_path / "cache")
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == [
+        f"xpu-perf: not using the cached CPU sampler library ({good} is owned by uid "
+        f"{OTHER_UID}); building it in {private.parent}"
+    ]
+    shutil.rmtree(private.parent)

@@ -39,6 +39,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--title", help="title (default: the trace file name and mode)")
     p.add_argument("--width", type=int, default=1200, help="width in px (default: 1200)")
+    p.add_argument(
+        "--full-names",
+        action="store_true",
+        help="C++ frames with their parameter lists and template arguments (default: "
+        "at::native::copy_impl; the trace always keeps the full signatures)",
+    )
     add_trace_processor_flag(p)
     p.set_defaults(func=main)
 
@@ -48,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--width must be at least 200")
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
-            stacks = fold(trace, args.mode, args.unit)
+            stacks = fold(trace, args.mode, args.unit, full_names=args.full_names)
     except (TraceOpenError, QueryError, FoldedError) as exc:
         raise UserError(str(exc)) from None
     if not stacks.lines:

@@ -31,6 +31,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="with --unit samples: samples per second used to turn time into samples "
         "(default: the recorded sampling frequency, else 99)",
     )
+    p.add_argument(
+        "--full-names",
+        action="store_true",
+        help="C++ frames with their parameter lists and template arguments (default: "
+        "at::native::copy_impl; the trace always keeps the full signatures)",
+    )
     add_trace_processor_flag(p)
     p.set_defaults(func=main)
 
@@ -40,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--freq must be positive")
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
-            stacks = fold(trace, args.mode, args.unit, args.freq)
+            stacks = fold(trace, args.mode, args.unit, args.freq, full_names=args.full_names)
     except (TraceOpenError, QueryError, FoldedError) as exc:
         raise UserError(str(exc)) from None
     text = stacks.render()

@@ -28,11 +28,12 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
 from collector.errors import UserError
-from collector.inject_build import BuildError, build
+from collector.inject_build import BuildError, build, build_sampler
 from collector.launch_join import EbpfLaunchStacks
 from collector.setup_check import Problem, check_ebpf
-from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ, BccCpuSampler
+from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ, BccCpuSampler, BccKernelModeSampler
 from collector.sources.bcc_uprobes import CUDA_LAUNCH_PROBES, BccLaunchUprobes, marker_probe
+from collector.sources.cpu_stream import UNWIND_ENDS, InprocessCpuSource
 from collector.sources.cupti import CuptiSource
 from exporters.perfetto.writer import TraceWriter
 
@@ -40,6 +41,9 @@ from exporters.perfetto.writer import TraceWriter
 _STOP_GRACE_S = 2.0
 KINDS = ("kernel", "memcpy", "memset", "sync", "marker")
 LAUNCH_STACK_MODES = ("auto", "inprocess", "ebpf", "off")
+# CPU samplers: the in-process one (CFI + Python frames, no privilege) is the default; the eBPF
+# one (root) walks frame pointers but has kernel frames.  docs/ARCHITECTURE.md has the numbers.
+CPU_SAMPLERS = ("inprocess", "ebpf")
 # What `--launch-stacks auto` picks when the GPU is recorded: the in-process unwinder, from the
 # H100 comparison in docs/benchmarks.md (eBPF's frame-pointer walk stops in libraries built
 # without frame pointers, such as libcupti and libtorch_cuda).
@@ -80,6 +84,7 @@ class CuptiRecording:
         self.kinds = kinds
         self.keep_streams = keep_streams
         self.directory = Path(tempfile.mkdtemp(prefix="xpu-perf-cupti-"))
+        share_with_target(self.directory)
         self._source: CuptiSource | None = None
 
     def target_env(self) -> Mapping[str, str]:
@@ -115,6 +120,117 @@ class CuptiRecording:
 
     def stats(self) -> Mapping[str, int]:
         return dict(self._source.counts) if self._source else {}
+
+
+class InprocessCpuRecording:
+    """The CPU source: the sampler library LD_PRELOAD'ed into every process of the target's
+    tree (children inherit the environment), streams read after the target exits."""
+
+    name = "cpu"
+
+    def __init__(
+        self,
+        library: Path,
+        freq: int,
+        python_frames: bool = True,
+        kernel: BccKernelModeSampler | None = None,
+    ) -> None:
+        """kernel: as root, the eBPF sampler of kernel-mode time whose stacks go on top."""
+        self.library = library
+        self.freq = freq
+        self.python_frames = python_frames
+        self.kernel = kernel
+        self.directory = Path(tempfile.mkdtemp(prefix="xpu-perf-cpu-"))
+        share_with_target(self.directory)
+        self._source: InprocessCpuSource | None = None
+
+    def target_env(self) -> Mapping[str, str]:
+        library = self.library
+        if target_credentials():
+            # Under sudo the target runs as the user, who may not reach root's cache.
+            library = self.directory / self.library.name
+            shutil.copy2(self.library, library)
+            library.chmod(0o755)
+        preload = " ".join(p for p in (str(library), os.environ.get("LD_PRELOAD", "")) if p)
+        return {
+            "LD_PRELOAD": preload,
+            "XPU_PERF_CPU_KERNEL": "1" if self.kernel else "0",
+            "XPU_PERF_CPU_HZ": str(self.freq),
+            "XPU_PERF_CPU_OUT_DIR": str(self.directory),
+            "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
+        }
+
+    def start(self) -> None:
+        if self.kernel:
+            self.kernel.start()
+
+    def target_started(self, pid: int) -> None:
+        if self.kernel:
+            self.kernel.target_started(pid)
+
+    def stop(self) -> None:
+        if self.kernel:
+            self.kernel.stop()
+
+    def events(self) -> Iterable[model.Event]:
+        kernel = self.kernel.kernel_samples() if self.kernel else None
+        self._source = InprocessCpuSource(self.directory, kernel_stacks=kernel)
+        yield from self._source.events()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def stats(self) -> Mapping[str, int]:
+        counts = dict(self._source.counts) if self._source else {}
+        if self.kernel:
+            kernel = self.kernel.stats()
+            counts["kernel_samples"] = kernel.get("cpu_samples", 0)
+            counts["kernel_lost_ringbuf_full"] = kernel.get("lost_ringbuf_full", 0)
+        return counts
+
+
+def share_with_target(directory: Path) -> None:
+    """A stream directory the target can write to: under sudo the target is the user."""
+    creds = target_credentials()
+    if creds:
+        os.chown(directory, int(creds["user"]), int(creds["group"]))  # type: ignore[call-overload]
+
+
+def cpu_summary_lines(cpu: Mapping[str, int], freq: int) -> list[str]:
+    """The in-process CPU sampler's part of the end-of-record summary."""
+    samples = cpu.get("samples", 0)
+    stopped = {r: cpu.get(f"unwind_{r}", 0) for r in UNWIND_ENDS[1:] if cpu.get(f"unwind_{r}", 0)}
+    pct = (lambda n: f"{100.0 * n / samples:.1f}%") if samples else (lambda n: "-")
+    lines = [
+        f"cpu samples: {samples} at {freq} Hz from {cpu.get('streams', 0)} processes, "
+        f"unwound to the root: {pct(cpu.get('unwind_complete', 0))}, "
+        f"with Python frames: {pct(cpu.get('samples_with_python', 0))}",
+        (
+            f"cpu samples in the kernel: {cpu.get('kernel_joined', 0)} with kernel frames"
+            f" (of {cpu['kernel_samples']} eBPF kernel samples)"
+            if "kernel_samples" in cpu
+            else "cpu samples in the kernel: not sampled (not root, or no bcc)"
+        ),
+        f"cpu samples stopped early: {stopped or 'none'}; lost: "
+        f"ring_full={cpu.get('samples_ring_full', 0)} "
+        f"transport={cpu.get('transport_dropped_rows', 0)} "
+        f"timers_failed={cpu.get('timers_failed', 0)}",
+    ]
+    if cpu.get("timer_overruns", 0):
+        lines.append(
+            f"{cpu['timer_overruns']} sampling periods were merged by the kernel (CPU-time "
+            f"timers fire on scheduler ticks): {freq} Hz is above this kernel's tick rate"
+        )
+    if cpu.get("streams_python_unsupported", 0):
+        lines.append(
+            f"cpu samples of {cpu['streams_python_unsupported']} processes have no Python "
+            f"frames: CPython 3.{cpu.get('python_unsupported_minor', 0)}'s layout was not "
+            "recognised (3.11-3.14 are read); their native frames are there"
+        )
+    if cpu.get("streams_without_counters", 0):
+        lines.append(
+            f"{cpu['streams_without_counters']} of {cpu.get('streams', 0)} sampled processes "
+            "ended without their final flush (killed): their last samples are missing"
+        )
+    return lines
 
 
 class _Interrupt:
@@ -283,9 +399,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cpu", action="store_true", help="no CPU sampling (GPU recording only)")
     p.add_argument("--no-gpu", action="store_true", help="no GPU recording (CPU sampling only)")
     p.add_argument(
+        "--no-kernel-stacks",
+        action="store_true",
+        help="in-process CPU sampler: no eBPF sampling of kernel-mode time (which, as root, puts "
+        "kernel frames on top of the samples taken in system calls and faults)",
+    )
+    p.add_argument(
         "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
     )
     p.add_argument("--duration", type=float, help="stop recording (and the target) after S seconds")
+    p.add_argument(
+        "--cpu-sampler",
+        choices=CPU_SAMPLERS,
+        default="inprocess",
+        help="inprocess (default): a sampler loaded into the target (LD_PRELOAD), native "
+        "frames unwound by CFI plus Python frames, no root needed; ebpf: bcc perf-event "
+        "sampler (root), frame-pointer user stacks plus kernel frames",
+    )
     p.add_argument(
         "--launch-stacks",
         choices=LAUNCH_STACK_MODES,
@@ -295,7 +425,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "else ebpf uprobes on cudaLaunchKernel/cuLaunchKernel when eBPF is available",
     )
     p.add_argument("--no-stacks", action="store_true", help="same as --launch-stacks off")
-    p.add_argument("--no-python", action="store_true", help="launch stacks without Python frames")
+    p.add_argument(
+        "--no-python", action="store_true", help="stacks (launch and CPU) without Python frames"
+    )
     p.add_argument(
         "--kinds",
         default=",".join(KINDS),
@@ -322,6 +454,7 @@ def main(args: argparse.Namespace) -> int:
     cpu = not args.no_cpu
     gpu = not args.no_gpu
     requested = "off" if args.no_stacks else args.launch_stacks
+    cpu_ebpf = cpu and args.cpu_sampler == "ebpf"
     needs_ebpf = cpu or requested in ("ebpf", "auto")
     ebpf_problems = check_ebpf() if needs_ebpf else []
     stacks, note = resolve_launch_stacks(requested, gpu, ebpf_problems)
@@ -348,7 +481,20 @@ def main(args: argparse.Namespace) -> int:
     elif stacks == "ebpf":
         sources.append(BccLaunchUprobes(CUDA_LAUNCH_PROBES))
     freq = 0
-    if cpu:
+    if cpu and not cpu_ebpf:
+        if not 1 <= args.freq <= 10_000:
+            raise UserError(f"--freq {args.freq}: give 1..10000 samples per second")
+        try:
+            sampler = build_sampler()
+        except BuildError as exc:
+            raise UserError(str(exc)) from None
+        freq = args.freq
+        # As root with eBPF: kernel frames on top of the samples taken in the kernel.
+        kernel = None if ebpf_problems or args.no_kernel_stacks else BccKernelModeSampler(freq)
+        sources.append(
+            InprocessCpuRecording(sampler, freq, python_frames=not args.no_python, kernel=kernel)
+        )
+    elif cpu:
         if ebpf_problems:
             print(
                 "xpu-perf record: CPU sampling skipped: " + "; ".join(map(str, ebpf_problems)),
@@ -372,6 +518,9 @@ def main(args: argparse.Namespace) -> int:
                     "injection support); the trace has no GPU tracks",
                     file=sys.stderr,
                 )
+        if "cpu" in stats:
+            for line in cpu_summary_lines(stats["cpu"], freq):
+                print(f"xpu-perf record: {line}", file=sys.stderr)
         if "ebpf_launch" in stats:
             launch = stats["ebpf_launch"]
             lost = {

@@ -37,6 +37,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_BINS,
         help=f"time bins of the utilisation timeline (default: {DEFAULT_BINS})",
     )
+    p.add_argument(
+        "--full-names",
+        action="store_true",
+        help="C++ frames with their parameter lists and template arguments (default: "
+        "at::native::copy_impl; the trace always keeps the full signatures)",
+    )
     add_trace_processor_flag(p)
     p.set_defaults(func=main)
 
@@ -51,7 +57,9 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"cannot write {args.output}: no directory {args.output.parent}")
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
-            report = collect(trace, args.trace.name, top=args.top, bins=args.bins)
+            report = collect(
+                trace, args.trace.name, top=args.top, bins=args.bins, full_names=args.full_names
+            )
     except (TraceOpenError, QueryError, FoldedError) as exc:
         raise UserError(str(exc)) from None
     # The page first: a run that cannot write it fails with one line and shows nothing.

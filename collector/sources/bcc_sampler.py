@@ -105,3 +105,31 @@ class BccCpuSampler(BccSource):
 def _words(raw: bytes) -> list[int]:
     words = struct.unpack(f"<{len(raw) // 8}Q", raw) if raw else ()
     return list(words)
+
+
+class BccKernelModeSampler(BccCpuSampler):
+    """As root, beside the in-process sampler: the kernel stacks of the samples that
+    interrupted the kernel (bpf/cpu_sampler.bpf.c with XP_KERNEL_MODE_ONLY), each followed
+    by SIGPROF to the thread, whose handler in the target takes the user stack.  Its events
+    are not written on their own: `kernel_samples()` hands them to the join
+    (collector.sources.cpu_stream)."""
+
+    name = "ebpf_kernel"
+    cflags = ("-DXP_KERNEL_MODE_ONLY",)
+
+    def kernel_samples(self) -> dict[int, list[tuple[int, tuple[Frame, ...]]]]:
+        """tid -> [(ts, kernel frames root first)], in time order (call after stop())."""
+        out: dict[int, list[tuple[int, tuple[Frame, ...]]]] = {}
+        frames: dict[bytes, tuple[Frame, ...]] = {}
+        for _pid, tid, ts, _cpu, _maps, _ustack, kstack in self._samples:
+            stack = frames.get(kstack)
+            if stack is None:
+                kernel = self._symbolizer.kernel_frames(_words(kstack))
+                stack = frames[kstack] = tuple(reversed(kernel))
+            out.setdefault(tid, []).append((ts, stack))
+        for samples in out.values():
+            samples.sort(key=lambda s: s[0])
+        return out
+
+    def events(self) -> Iterator[Event]:
+        return iter(())

@@ -82,6 +82,7 @@ class BccSource:
     name = "ebpf"  # metadata prefix: counters are written as `<name>.<counter>`
     program = ""  # file in bpf/
     ringbuf_pages = 1024  # power of two
+    cflags: tuple[str, ...] = ()  # extra -D switches of the program
 
     def __init__(self) -> None:
         self.bpf: Any = None
@@ -105,7 +106,11 @@ class BccSource:
         try:
             self.bpf = bcc.BPF(
                 text=program_text(self.program),
-                cflags=[f"-DXP_RINGBUF_PAGES={self.ringbuf_pages}", "-Wno-macro-redefined"],
+                cflags=[
+                    f"-DXP_RINGBUF_PAGES={self.ringbuf_pages}",
+                    "-Wno-macro-redefined",
+                    *self.cflags,
+                ],
             )
         except Exception as exc:  # bcc raises bare Exception on compile errors
             raise BccUnavailable(f"bcc could not compile bpf/{self.program}: {exc}") from exc

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -20,14 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from collector import model
-from collector.sources.cupti_launch_stacks import (
-    Module,
-    ModuleMap,
-    PythonFrame,
-    launch_stack,
-    merge_python,
-    symbolize_native,
-)
+from collector.sources.cupti_launch_stacks import stream_stacks
 from collector.sources.cupti_stream import Stream, StreamError, read_stream
 from collector.symbolize import Symbolizer, demangle
 
@@ -110,6 +104,16 @@ def stream_paths(directory: Path) -> list[Path]:
 
 def is_launch(api_name: str) -> bool:
     return api_name.startswith(_LAUNCH_PREFIXES)
+
+
+_API_VERSION_SUFFIX = re.compile(r"(_v\d+)?(_pt(sz|ds))?(_v\d+)?$")
+
+
+def api_name(cupti_name: str) -> str:
+    """The name users know: CUPTI's `cudaLaunchKernel_v7000` and `cuLaunchKernel_ptsz` are
+    `cudaLaunchKernel` and `cuLaunchKernel` (the version and per-thread-stream variants of
+    one API call)."""
+    return _API_VERSION_SUFFIX.sub("", cupti_name) or cupti_name
 
 
 def has_user_frame(stack: model.Stack | None) -> bool:
@@ -211,7 +215,7 @@ class CuptiSource:
         names = dict(zip(api_names["api_id"], api_names["name"], strict=True))
         api_id = np.asarray(api["api_id"], np.int64)
         ids, name_index = np.unique(api_id, return_inverse=True)
-        id_names = [names.get(i, f"cuda_api_{i:#x}") for i in ids.tolist()]
+        id_names = [api_name(names.get(i, f"cuda_api_{i:#x}")) for i in ids.tolist()]
         stacks = self._stacks(stream, strings)
         stack_ids = np.asarray(api["stack_id"], np.int64)
         known = np.array(sorted(stacks), np.int64)
@@ -376,36 +380,8 @@ class CuptiSource:
         gpu.set_args(gpu.arg_sets.index_of(arg_sets)[kind_index])
 
     def _stacks(self, stream: Stream, strings: dict[int, str]) -> dict[int, model.Stack]:
-        t = stream.table("STACK")
-        if not t.rows:
-            return {}
-        mods = stream.table("MODULE")
-        modules = ModuleMap(
-            [
-                Module(
-                    mods["lo"][i],
-                    mods["hi"][i],
-                    mods["load_bias"][i],
-                    mods["path"][i],
-                    mods["build_id"][i],
-                )
-                for i in range(mods.rows)
-            ]
-        )
-        pyt = stream.table("PYFRAME")
-        pyframes: dict[int, PythonFrame] = {}
-        for i in range(pyt.rows):
-            pyframes[pyt["pyframe_id"][i]] = PythonFrame(
-                strings.get(pyt["filename_id"][i], "?"),
-                strings.get(pyt["function_id"][i], "?"),
-                pyt["line"][i],
-            )
-        out: dict[int, model.Stack] = {}
-        for i in range(t.rows):
-            native = symbolize_native(self.symbolizer, modules, t["native_pcs"][i])
-            python = [pyframes.get(fid) if fid else None for fid in t["python_frames"][i]]
-            out[t["stack_id"][i]] = launch_stack(merge_python(native, python))
-        self.counts["stacks_unique"] += t.rows
+        out = stream_stacks(stream, strings, self.symbolizer, counts=self.counts, launch=True)
+        self.counts["stacks_unique"] += len(out)
         return out
 
     def _markers(

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from collector.model import Frame, Stack
+from collector.sources.cupti_stream import Stream
 from collector.symbolize import Symbolizer
 
 PYTHON_EVAL_FUNCTIONS = ("_PyEval_EvalFrameDefault",)
@@ -46,10 +49,15 @@ class ModuleMap:
         return None
 
 
-def symbolize_native(symbolizer: Symbolizer, modules: ModuleMap, pcs: Sequence[int]) -> list[Frame]:
-    """Frames for return addresses, innermost first; each is looked up at pc - 1 (the call)."""
+def symbolize_native(
+    symbolizer: Symbolizer, modules: ModuleMap, pcs: Sequence[int], first_exact: bool = False
+) -> list[Frame]:
+    """Frames for return addresses, innermost first; each is looked up at pc - 1 (the call).
+    first_exact: pcs[0] is an interrupted instruction (a CPU sample), looked up as it is."""
     frames = []
-    for pc in pcs:
+    for i, pc in enumerate(pcs):
+        if i == 0 and first_exact:
+            pc += 1  # so that pc - 1 below is the instruction itself
         module = modules.find(pc - 1)
         if module is None:
             frames.append(Frame(f"0x{pc:x}", _UNKNOWN, pc))
@@ -103,5 +111,94 @@ def merge_python(native: list[Frame], python: Sequence[PythonFrame | None]) -> l
     return merged
 
 
+# The interpreter's own objects: their static functions have no symbols in distribution builds
+# (Debian's and Ubuntu's python3.x keep only dynamic symbols).
+_INTERPRETER = re.compile(r"^(python\d[\d.]*|libpython\d[\d.]*\.so[\d.]*)$")
+
+
+def drop_interpreter_addresses(frames: list[Frame]) -> tuple[list[Frame], int]:
+    """In a stack that has Python frames, the interpreter's unnamed frames
+    (`python3.12+0x6bcf22`) only repeat what the Python frames say, the way py-spy's native
+    mode leaves them out; they go, and the caller counts them.  Named interpreter frames
+    (`PyObject_Vectorcall`) and every frame of other objects stay."""
+    if not any(f.module.endswith(".py") for f in frames):
+        return frames, 0
+    kept = [
+        f
+        for f in frames
+        if not (
+            f.function.startswith(os.path.basename(f.module) + "+0x")
+            and _INTERPRETER.match(os.path.basename(f.module))
+        )
+    ]
+    return kept, len(frames) - len(kept)
+
+
+def _lib(frame: Frame) -> str:
+    return os.path.basename(frame.module)
+
+
+def drop_tracer_frames(frames: list[Frame]) -> tuple[list[Frame], int]:
+    """A launch stack is taken inside CUPTI's callback: its innermost frames are libcupti's
+    and the driver's dispatch to it, not the program's.  They go, so that the API call is the
+    innermost frame: every libcupti frame at the inner end, then the driver frames under it
+    (all of them when the runtime's entry point in libcudart comes next; else the outermost
+    one stays, being the driver API the program called)."""
+    i = 0
+    while i < len(frames) and _lib(frames[i]).startswith("libcupti"):
+        i += 1
+    j = i
+    while j < len(frames) and _lib(frames[j]).startswith("libcuda.so"):
+        j += 1
+    if j > i and not (j < len(frames) and _lib(frames[j]).startswith("libcudart")):
+        j -= 1  # the driver entry point the program called
+    return frames[j:], j
+
+
 def launch_stack(frames_innermost_first: list[Frame]) -> Stack:
     return Stack(tuple(reversed(frames_innermost_first)))
+
+
+def stream_stacks(
+    stream: Stream,
+    strings: dict[int, str],
+    symbolizer: Symbolizer,
+    first_exact: bool = False,
+    counts: Counter[str] | None = None,
+    launch: bool = False,
+) -> dict[int, Stack]:
+    """Every STACK row of a stream (launch stacks, or CPU samples' stacks) by id, symbolized
+    through the stream's own module map, Python frames spliced in; `counts` gets
+    `interpreter_frames_dropped` (per distinct stack).  launch: the stacks were taken in
+    CUPTI's callback, whose own frames are dropped (`tracer_frames_dropped`)."""
+    t = stream.table("STACK")
+    if not t.rows:
+        return {}
+    mods = stream.table("MODULE")
+    modules = ModuleMap(
+        [
+            Module(*(mods[c][i] for c in ("lo", "hi", "load_bias", "path", "build_id")))
+            for i in range(mods.rows)
+        ]
+    )
+    pyt = stream.table("PYFRAME")
+    pyframes: dict[int, PythonFrame] = {}
+    for i in range(pyt.rows):
+        pyframes[pyt["pyframe_id"][i]] = PythonFrame(
+            strings.get(pyt["filename_id"][i], "?"),
+            strings.get(pyt["function_id"][i], "?"),
+            pyt["line"][i],
+        )
+    out: dict[int, Stack] = {}
+    for i in range(t.rows):
+        native = symbolize_native(symbolizer, modules, t["native_pcs"][i], first_exact)
+        python = [pyframes.get(fid) if fid else None for fid in t["python_frames"][i]]
+        frames, dropped = drop_interpreter_addresses(merge_python(native, python))
+        tracer = 0
+        if launch:
+            frames, tracer = drop_tracer_frames(frames)
+        if counts is not None:
+            counts["interpreter_frames_dropped"] += dropped
+            counts["tracer_frames_dropped"] += tracer
+        out[t["stack_id"][i]] = launch_stack(frames)
+    return out

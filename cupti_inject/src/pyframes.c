@@ -1,9 +1,13 @@
-/* See pyframes.h.  Offsets come from CPython's headers (Include/internal/pycore_frame.h,
- * Include/cpython/code.h, Include/cpython/pystate.h) of each supported minor version. */
+/* See pyframes.h.  For 3.11 and 3.12 the offsets come from CPython's headers
+ * (Include/internal/pycore_frame.h, Include/cpython/code.h, Include/cpython/pystate.h); from
+ * 3.13 on they are read from the runtime's own _Py_DebugOffsets (the first member of the
+ * exported _PyRuntime), which CPython publishes for out-of-process debuggers. */
 #define _GNU_SOURCE
 #include "pyframes.h"
 
 #include <dlfcn.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +21,8 @@ unsigned xp_py_minor;
 uint64_t xp_py_guard_failures;
 
 struct py_layout {
-    unsigned tstate_cframe;      /* PyThreadState.cframe */
-    unsigned cframe_current;     /* _PyCFrame.current_frame */
+    unsigned tstate_cframe;      /* PyThreadState.cframe (3.13+: current_frame itself) */
+    int cframe_current;          /* _PyCFrame.current_frame; -1: no cframe (3.13+) */
     unsigned frame_code;         /* _PyInterpreterFrame.f_code */
     unsigned frame_previous;
     unsigned frame_prev_instr;
@@ -28,10 +32,30 @@ struct py_layout {
     unsigned ascii_header;       /* sizeof(PyASCIIObject) */
     unsigned compact_header;     /* sizeof(PyCompactUnicodeObject) */
     unsigned compact_utf8;       /* offsetof(PyCompactUnicodeObject, utf8) */
+    unsigned unicode_state, unicode_length;
+    uint64_t executable_mask;    /* 3.14: f_executable is a tagged _PyStackRef */
+    int cstack_owner;            /* owner value of the C-stack entry frames */
+    unsigned code_adaptive;      /* offsetof(PyCodeObject, co_code_adaptive); 0: tp_basicsize */
 };
 
-static const struct py_layout layout_311 = {56, 8, 32, 48, 56, 69, 68, 112, 128, 48, 72, 56};
-static const struct py_layout layout_312 = {56, 0, 0, 8, 56, 70, -1, 112, 128, 40, 56, 48};
+static const struct py_layout layout_311 = {56, 8, 32, 48, 56, 69, 68, 112, 128, 48, 72, 56,
+                                            32, 16, ~0ull, 3, 0};
+static const struct py_layout layout_312 = {56, 0, 0, 8, 56, 70, -1, 112, 128, 40, 56, 48,
+                                            32, 16, ~0ull, 3, 0};
+
+/* Where the members this reader needs sit inside _Py_DebugOffsets, in 8-byte words: the
+ * struct gains members between minors, so each minor's positions are listed once (3.13 from
+ * its Include/internal/pycore_runtime.h, 3.14 from pycore_debug_offsets.h).  A minor not
+ * listed is tried with the newest positions and accepted only if the values pass the same
+ * checks (cookie, version, sizes that bound every offset). */
+struct debug_positions {
+    unsigned minor;
+    unsigned thread_state, interpreter_frame, code_object, unicode_object;
+};
+static const struct debug_positions debug_positions[] = {
+    {13, 19, 28, 34, 67},
+    {14, 20, 29, 36, 73},
+};
 static struct py_layout L;
 
 static void *(*get_tstate)(void);
@@ -39,7 +63,68 @@ static int (*addr2line)(void *code, int offset);
 static const void *code_type;
 static const void *unicode_type;
 static long code_basicsize;
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int (*is_initialized)(void);
+static int (*is_finalizing)(void);
+
+/* The interpreter's objects may be read: initialized and not tearing down (finalization
+ * frees frames and code objects under a reader that runs without the GIL). */
+static int runtime_usable(void) {
+    return is_initialized() && !(is_finalizing && is_finalizing());
+}
+
+/* Copy n bytes from p, asked of the kernel: 0 on success, -1 where p is not mapped. */
+static int safe_copy(void *dst, const void *p, size_t n) {
+    struct iovec local = {dst, n}, remote = {(void *)p, n};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
+}
+
+/* Whether [p, p + n) can be read, asked of the kernel (process_vm_readv on ourselves fails
+ * with EFAULT instead of faulting): for pointers kept past the moment they were sampled. */
+static int readable(const void *p, size_t n) {
+    char buf[64];
+    if (n > sizeof buf) n = sizeof buf;
+    struct iovec local = {buf, n}, remote = {(void *)p, n};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n;
+}
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int init_done;
+
+static int layout_from_debug_offsets(unsigned minor) {
+    const uint64_t *d = dlsym(RTLD_DEFAULT, "_PyRuntime");
+    if (!d || memcmp(d, "xdebugpy", 8) != 0) return -1;
+    if (((d[1] >> 24) & 0xff) != 3 || ((d[1] >> 16) & 0xff) != minor) return -1;
+    if (d[2] != 0) return -1; /* free-threaded build: other object layouts */
+    const struct debug_positions *pos = &debug_positions[0];
+    for (size_t i = 0; i < sizeof debug_positions / sizeof *debug_positions; i++)
+        if (debug_positions[i].minor <= minor) pos = &debug_positions[i];
+    const uint64_t *ts = d + pos->thread_state, *fr = d + pos->interpreter_frame;
+    const uint64_t *co = d + pos->code_object, *un = d + pos->unicode_object;
+    /* Every offset lies inside its struct, and the sizes are those of the real structs. */
+    if (ts[0] < 64 || ts[0] > 4096 || ts[4] >= ts[0]) return -1;
+    if (fr[0] < 40 || fr[0] > 256 || fr[1] >= fr[0] || fr[2] >= fr[0] || fr[3] >= fr[0] || fr[5] >= fr[0]) return -1;
+    if (co[0] < 96 || co[0] > 1024 || co[1] >= co[0] || co[3] >= co[0] || co[9] > co[0]) return -1;
+    if (un[0] < 32 || un[0] > 128 || un[1] >= un[0] || un[2] >= un[0] || un[3] > un[0]) return -1;
+    L.tstate_cframe = (unsigned)ts[4];
+    L.cframe_current = -1;
+    L.frame_previous = (unsigned)fr[1];
+    L.frame_code = (unsigned)fr[2];
+    L.frame_prev_instr = (unsigned)fr[3];
+    L.frame_owner = (int)fr[5];
+    L.frame_is_entry = -1;
+    L.code_filename = (unsigned)co[1];
+    L.code_qualname = (unsigned)co[3];
+    L.code_adaptive = (unsigned)co[9];
+    L.unicode_state = (unsigned)un[1];
+    L.unicode_length = (unsigned)un[2];
+    L.ascii_header = (unsigned)un[3];
+    L.compact_utf8 = L.ascii_header + 8;     /* PyCompactUnicodeObject: utf8_length, utf8 */
+    L.compact_header = L.ascii_header + 16;
+    /* 3.14: f_executable is a _PyStackRef whose low bit tags a deferred reference; the
+     * C-stack entry frames moved from owner 3 to 4 (3 is FRAME_OWNED_BY_INTERPRETER). */
+    L.executable_mask = minor >= 14 ? ~(uint64_t)3 : ~(uint64_t)0;
+    L.cstack_owner = minor >= 14 ? 4 : 3;
+    return 0;
+}
 
 static void do_init(void) {
     const unsigned long *version = dlsym(RTLD_DEFAULT, "Py_Version");
@@ -52,43 +137,125 @@ static void do_init(void) {
         const char *(*get_version)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
         if (!get_version || sscanf(get_version(), "%u.%u", &major, &minor) != 2) return;
     }
+    init_done = 1; /* an interpreter is here: its verdict is final */
     if (major != 3) return;
     xp_py_minor = minor;
     if (minor == 11) L = layout_311;
     else if (minor == 12) L = layout_312;
-    else return;
+    else if (minor < 11 || layout_from_debug_offsets(minor) != 0) return;
     get_tstate = (void *(*)(void))dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
     addr2line = (int (*)(void *, int))dlsym(RTLD_DEFAULT, "PyCode_Addr2Line");
+    is_initialized = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+    is_finalizing = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsFinalizing"); /* 3.13+ */
+    if (!is_finalizing) is_finalizing = (int (*)(void))dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
     code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
     unicode_type = dlsym(RTLD_DEFAULT, "PyUnicode_Type");
-    if (!get_tstate || !addr2line || !code_type || !unicode_type) return;
+    if (!get_tstate || !addr2line || !code_type || !unicode_type || !is_initialized) return;
     /* co_code_adaptive ends the variable-size code object: its offset is tp_basicsize. */
-    code_basicsize = *(const long *)((const char *)code_type + 32);
+    code_basicsize = L.code_adaptive ? (long)L.code_adaptive : *(const long *)((const char *)code_type + 32);
     xp_py_enabled = 1;
 }
 
-void xp_py_init(void) { pthread_once(&init_once, do_init); }
+/* Until an interpreter is found this may be called again (the CPU sampler is loaded before
+ * an embedding program loads libpython); once found, the first answer stands. */
+void xp_py_init(void) {
+    pthread_mutex_lock(&init_lock);
+    if (!init_done) do_init();
+    pthread_mutex_unlock(&init_lock);
+}
 
 static inline const void *type_of(const void *obj) { return *(const void *const *)((const char *)obj + 8); }
 static inline const void *field(const void *base, unsigned off) { return *(const void *const *)((const char *)base + off); }
 
-int xp_py_walk(struct xp_pyframe_key *keys, int max) {
-    if (!xp_py_enabled) return 0;
+/* A pointer the walk may follow: non-null, 8-aligned, in user space.  The signal-handler walk
+ * additionally relies on the type guards: a frame chain caught mid-update ends the walk. */
+static inline int plausible(const void *p) {
+    uint64_t a = (uint64_t)p;
+    return a >= 4096 && (a & 7) == 0 && a < (1ull << 47);
+}
+
+/* The CPU sampler's walk.  A signal can land while the interpreter pushes or pops a frame,
+ * when a `previous` or code pointer may be stale: every read of the chain goes through
+ * safe_copy (process_vm_readv, async-signal-safe), so a stale pointer ends the walk (counted
+ * as a guard failure) instead of faulting in the target.  Each frame's line is computed now,
+ * while its code object is held by the live frame; names are read later
+ * (xp_py_frame_id_at_line). */
+int xp_py_walk_lines(struct xp_pyframe_key *keys, int max) {
+    if (!xp_py_enabled || !runtime_usable()) return 0;
     const char *tstate = get_tstate();
-    if (!tstate) return 0;
-    const char *cframe = field(tstate, L.tstate_cframe);
-    if (!cframe) return 0;
-    const char *frame = field(cframe, L.cframe_current);
+    if (!plausible(tstate)) return 0;
+    const char *frame = NULL;
+    if (L.cframe_current >= 0) {
+        const char *cframe = NULL;
+        if (safe_copy(&cframe, tstate + L.tstate_cframe, 8) != 0 || !plausible(cframe)) return 0;
+        if (safe_copy(&frame, cframe + L.cframe_current, 8) != 0) return 0;
+    } else if (safe_copy(&frame, tstate + L.tstate_cframe, 8) != 0) {
+        return 0;
+    }
+    unsigned need = L.frame_previous > L.frame_code ? L.frame_previous : L.frame_code;
+    if (L.frame_prev_instr > need) need = L.frame_prev_instr;
+    need += 8;
+    if (L.frame_owner >= 0 && (unsigned)L.frame_owner + 1 > need) need = (unsigned)L.frame_owner + 1;
+    if (L.frame_is_entry >= 0 && (unsigned)L.frame_is_entry + 1 > need) need = (unsigned)L.frame_is_entry + 1;
+    char buf[256];
+    if (need > sizeof buf) return 0;
     int n = 0;
     while (frame && n < max) {
-        const char *code = field(frame, L.frame_code);
-        if (!code || type_of(code) != code_type) { xp_py_guard_failures++; break; }
-        int is_shim = L.frame_owner >= 0 && L.frame_is_entry < 0 && frame[L.frame_owner] == 3;
+        if (!plausible(frame) || safe_copy(buf, frame, need) != 0) { xp_py_guard_failures++; break; }
+        const char *code = (const char *)((uint64_t)field(buf, L.frame_code) & L.executable_mask);
+        int owner = L.frame_owner >= 0 ? buf[L.frame_owner] : -1;
+        if (L.frame_owner >= 0 && L.frame_is_entry < 0 && owner == L.cstack_owner) {
+            keys[n].code = 0;
+            keys[n].offset = 0;
+            n++;
+        } else if (!(L.cstack_owner == 4 && owner == 3)) {
+            const void *type = NULL;
+            if (!plausible(code) || safe_copy(&type, code + 8, 8) != 0 || type != code_type) {
+                xp_py_guard_failures++;
+                break;
+            }
+            const char *instr = field(buf, L.frame_prev_instr);
+            keys[n].code = (uint64_t)code;
+            keys[n].offset = (uint64_t)(int64_t)addr2line((void *)code, (int)(instr - (code + code_basicsize)));
+            n++;
+            if (L.frame_is_entry >= 0 && buf[L.frame_is_entry] && n < max) {
+                keys[n].code = 0;
+                keys[n].offset = 0;
+                n++;
+            }
+        }
+        frame = field(buf, L.frame_previous);
+    }
+    return n;
+}
+
+int xp_py_walk(struct xp_pyframe_key *keys, int max) {
+    if (!xp_py_enabled) return 0;
+    /* Before Py_Initialize (and after finalization) the thread-state key is not a key. */
+    if (!runtime_usable()) return 0;
+    const char *tstate = get_tstate();
+    if (!plausible(tstate)) return 0;
+    const char *frame;
+    if (L.cframe_current >= 0) {
+        const char *cframe = field(tstate, L.tstate_cframe);
+        if (!plausible(cframe)) return 0;
+        frame = field(cframe, (unsigned)L.cframe_current);
+    } else {
+        frame = field(tstate, L.tstate_cframe);
+    }
+    int n = 0;
+    while (frame && n < max) {
+        if (!plausible(frame)) { xp_py_guard_failures++; break; }
+        const char *code = (const char *)((uint64_t)field(frame, L.frame_code) & L.executable_mask);
+        int is_shim = L.frame_owner >= 0 && L.frame_is_entry < 0 && frame[L.frame_owner] == L.cstack_owner;
         if (is_shim) {
             keys[n].code = 0;
             keys[n].offset = 0;
             n++;
+        } else if (L.frame_owner >= 0 && L.cstack_owner == 4 && frame[L.frame_owner] == 3) {
+            /* 3.14's interpreter-owned frames run no user code: skipped. */
         } else {
+            if (!plausible(code) || type_of(code) != code_type) { xp_py_guard_failures++; break; }
             const char *instr = field(frame, L.frame_prev_instr);
             int64_t off = instr - (code + code_basicsize);
             keys[n].code = (uint64_t)code;
@@ -110,8 +277,8 @@ int xp_py_walk(struct xp_pyframe_key *keys, int max) {
 static void unicode_text(const char *obj, char *buf, size_t cap) {
     buf[0] = 0;
     if (!obj || type_of(obj) != unicode_type) { strcpy(buf, "<?>"); return; }
-    int64_t length = *(const int64_t *)(obj + 16);
-    uint32_t state = *(const uint32_t *)(obj + 32);
+    int64_t length = *(const int64_t *)(obj + L.unicode_length);
+    uint32_t state = *(const uint32_t *)(obj + L.unicode_state);
     unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
     if (!compact || length < 0) { strcpy(buf, "<?>"); return; }
     size_t n = (size_t)length < cap - 1 ? (size_t)length : cap - 1;
@@ -127,6 +294,23 @@ static void unicode_text(const char *obj, char *buf, size_t cap) {
     buf[n] = 0;
 }
 
+/* unicode_text for an object that may be gone: every read through safe_copy. */
+static void unicode_text_safe(const char *obj, char *buf, size_t cap) {
+    char head[128];
+    size_t head_len = L.compact_header + 8 <= sizeof head ? L.compact_header + 8 : sizeof head;
+    if (!plausible(obj) || safe_copy(head, obj, head_len) != 0) { strcpy(buf, "<?>"); return; }
+    if (*(const void *const *)(head + 8) != unicode_type) { strcpy(buf, "<?>"); return; }
+    int64_t length = *(const int64_t *)(head + L.unicode_length);
+    uint32_t state = *(const uint32_t *)(head + L.unicode_state);
+    unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+    if (!compact || length < 0 || (!ascii && kind != 1)) { strcpy(buf, "<?>"); return; }
+    size_t n = (size_t)length < cap - 1 ? (size_t)length : cap - 1;
+    const char *data = obj + (ascii ? L.ascii_header : L.compact_header);
+    if (safe_copy(buf, data, n) != 0) { strcpy(buf, "<?>"); return; }
+    for (size_t i = 0; i < n; i++) if ((unsigned char)buf[i] >= 128) buf[i] = '?';
+    buf[n] = 0;
+}
+
 /* (code, line) -> PYFRAME id; cold path under a lock. */
 struct pyframe_entry { uint64_t code; int32_t line; uint32_t id; };
 static struct pyframe_entry *table;
@@ -135,10 +319,27 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct xp_batch_PYFRAME pyframe_batch;
 
+static uint32_t frame_id_for(uint64_t code_addr, int line, int safe);
+
 uint32_t xp_py_frame_id(struct xp_pyframe_key key) {
     if (key.code == 0) return 0;
     const char *code = (const char *)key.code;
-    int line = addr2line((void *)code, (int)key.offset);
+    if (!runtime_usable() || !readable(code, 64) || type_of(code) != code_type) return 0;
+    return frame_id_for(key.code, addr2line((void *)code, (int)key.offset), 0);
+}
+
+uint32_t xp_py_frame_id_at_line(struct xp_pyframe_key key) {
+    if (key.code == 0 || !xp_py_enabled) return 0;
+    /* Sampled up to a scan period ago: the code object may be freed since, so the names are
+     * read with safe copies and checked for their types (a reused block gives "<?>"). */
+    const void *type = NULL;
+    if (safe_copy(&type, (const char *)key.code + 8, sizeof type) != 0 || type != code_type) return 0;
+    return frame_id_for(key.code, (int)(int64_t)key.offset, 1);
+}
+
+static uint32_t frame_id_for(uint64_t code_addr, int line, int safe) {
+    const char *code = (const char *)code_addr;
+    struct xp_pyframe_key key = {code_addr, 0};
     pthread_mutex_lock(&table_lock);
     if (table_used * 2 >= table_cap) {
         uint32_t ncap = table_cap ? table_cap * 2 : 4096;
@@ -169,8 +370,16 @@ uint32_t xp_py_frame_id(struct xp_pyframe_key key) {
     table[j] = (struct pyframe_entry){key.code, line, id};
     table_used++;
     char filename[1024], qualname[512];
-    unicode_text(field(code, L.code_filename), filename, sizeof filename);
-    unicode_text(field(code, L.code_qualname), qualname, sizeof qualname);
+    if (safe) {
+        const char *names[2] = {NULL, NULL};
+        if (safe_copy(&names[0], code + L.code_filename, 8) != 0) names[0] = NULL;
+        if (safe_copy(&names[1], code + L.code_qualname, 8) != 0) names[1] = NULL;
+        unicode_text_safe(names[0], filename, sizeof filename);
+        unicode_text_safe(names[1], qualname, sizeof qualname);
+    } else {
+        unicode_text(field(code, L.code_filename), filename, sizeof filename);
+        unicode_text(field(code, L.code_qualname), qualname, sizeof qualname);
+    }
     pyframe_batch.rows = 1;
     pyframe_batch.pyframe_id[0] = id;
     pyframe_batch.filename_id[0] = xp_intern(filename);

@@ -14,6 +14,10 @@ struct xp_pyframe_key { uint64_t code; uint64_t offset; };
 void xp_py_init(void);
 /* Innermost first; returns the count (0 when the thread runs no Python). */
 int xp_py_walk(struct xp_pyframe_key *keys, int max);
+/* The walk, with each key's offset replaced by its line (the CPU sampler: computed while
+ * the frame is alive, resolved to names later by xp_py_frame_id_at_line). */
+int xp_py_walk_lines(struct xp_pyframe_key *keys, int max);
+uint32_t xp_py_frame_id_at_line(struct xp_pyframe_key key);
 /* Cold path: the PYFRAME id for a key, emitting PYFRAME/STRING chunks on first sight. */
 uint32_t xp_py_frame_id(struct xp_pyframe_key key);
 extern int xp_py_enabled;

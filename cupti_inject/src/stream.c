@@ -38,6 +38,8 @@ static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
 static int closed;
 static int enabled;
 uint64_t xp_dropped_rows;
+const char *xp_stream_prefix = "cupti";
+const char *xp_stream_dir_env = "XPU_PERF_OUT_DIR";
 static uint64_t written_bytes;
 static uint64_t dropped_chunks;
 
@@ -228,12 +230,20 @@ static void *writer_main(void *arg) {
 }
 
 static void open_stream_file(void) {
-    const char *dir = getenv("XPU_PERF_OUT_DIR");
+    const char *dir = getenv(xp_stream_dir_env);
     if (!dir || !*dir) return;
     char path[4096];
     stream_pid = getpid();
-    snprintf(path, sizeof path, "%s/cupti-%d.xpstream", dir, (int)stream_pid);
-    out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A process that exec()s keeps its pid: each image gets a file of its own (the image
+     * before the exec may have written one already), cpu-PID.xpstream, cpu-PID.1.xpstream... */
+    for (int n = 0; n < 1000; n++) {
+        if (n == 0)
+            snprintf(path, sizeof path, "%s/%s-%d.xpstream", dir, xp_stream_prefix, (int)stream_pid);
+        else
+            snprintf(path, sizeof path, "%s/%s-%d.%d.xpstream", dir, xp_stream_prefix, (int)stream_pid, n);
+        out_fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (out_fd >= 0 || errno != EEXIST) break;
+    }
     if (out_fd < 0) {
         fprintf(stderr, "xpu-perf: cannot open %s: %s\n", path, strerror(errno));
         return;

@@ -54,6 +54,10 @@ void xp_emit_string(uint32_t id, const char *text);
 void xp_emit_counter(const char *name, uint64_t value);
 void xp_emit_thread(uint32_t tid, const char *name);
 
+/* File name prefix: <prefix>-<pid>.xpstream ("cupti" unless the library sets another). */
+extern const char *xp_stream_prefix;
+/* The environment variable naming the output directory (XPU_PERF_OUT_DIR unless set). */
+extern const char *xp_stream_dir_env;
 /* Open the stream for this process (directory from XPU_PERF_OUT_DIR) and start the writer. */
 int xp_stream_start(void);
 /* Called before the flush at exit/signal/period to pull in data that sits elsewhere. */

@@ -14,7 +14,11 @@ int xp_unwind_prefetch = 1;
 
 /* CFA_END: the CFI says this frame has no caller (DW_CFA_undefined of the return address, as
  * in _start and clone): the walk stops here instead of reading a stack word as a pc. */
-enum { CFA_RSP = 0, CFA_RBP = 1, CFA_DEREF_RBP = 2, CFA_DEREF_RSP = 3, CFA_END = 6, CFA_INVALID = 7 };
+/* CFA_SIGNAL: the frame is a signal trampoline (__restore_rt, CIE augmentation 'S'): the
+ * interrupted registers are in the ucontext at rsp.  CFA_PLT: a PLT stub, whose CFA is
+ * rsp + 8, or rsp + 16 once the stub's push has run (pc & 15 >= rbp_off). */
+enum { CFA_RSP = 0, CFA_RBP = 1, CFA_DEREF_RBP = 2, CFA_DEREF_RSP = 3, CFA_SIGNAL = 4,
+       CFA_PLT = 5, CFA_END = 6, CFA_INVALID = 7 };
 enum { RBP_SAME = 0, RBP_AT_CFA = 1, RBP_AT_RBP = 2 };
 
 /* How to step from a frame at one pc to its caller. */
@@ -186,9 +190,31 @@ struct cfa_state {
     uint8_t ra_undefined; /* DW_CFA_undefined of the return address is in force */
 };
 
+/* The linker's CFA expression for .plt entries: rsp + 8, plus 8 once pc & 15 >= k
+ * (DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and; DW_OP_lit<k>; DW_OP_ge;
+ * DW_OP_lit3; DW_OP_shl; DW_OP_plus).  Returns k, or -1 for any other expression. */
+static int plt_expression(const uint8_t *e, uint64_t len) {
+    static const uint8_t head[] = {0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a};
+    static const uint8_t tail[] = {0x2a, 0x33, 0x24, 0x22};
+    if (len != sizeof head + 1 + sizeof tail) return -1;
+    if (memcmp(e, head, sizeof head) != 0 || memcmp(e + sizeof head + 1, tail, sizeof tail) != 0)
+        return -1;
+    uint8_t lit = e[sizeof head];
+    if (lit < 0x30 || lit > 0x4f) return -1;
+    return lit - 0x30;
+}
+
 static int set_cfa_expression(struct cfa_state *st, const uint8_t *e, uint64_t len) {
-    /* Supports the stack-realignment form: DW_OP_breg{6,7} off; DW_OP_deref. */
+    /* Supports the stack-realignment form: DW_OP_breg{6,7} off; DW_OP_deref; and PLT stubs. */
     const uint8_t *end = e + len;
+    int plt_k = plt_expression(e, len);
+    if (plt_k >= 0) {
+        st->cfa_kind = CFA_PLT;
+        st->cfa_off = 8;
+        st->rbp_kind = RBP_SAME;
+        st->rbp_off = plt_k;
+        return 0;
+    }
     if (len < 3) return -1;
     uint8_t op = *e++;
     if (op != 0x76 && op != 0x77) return -1;
@@ -344,7 +370,7 @@ static int compute_rule(uint64_t pc, struct rule *out) {
             if (*a == 'R') fde_enc = *c++;
             else if (*a == 'L') lsda_enc = *c++;
             else if (*a == 'P') { uint8_t e = *c++; uint64_t dummy; if (read_encoded(&c, aug_end, e & 0x7f, 0, &dummy) != 0) return -1; }
-            else if (*a == 'S') return -1; /* signal frame: stop */
+            else if (*a == 'S') { out->cfa_kind = CFA_SIGNAL; out->cfa_off = 0; out->rbp_kind = RBP_SAME; out->rbp_off = 0; return 0; }
         }
         c = aug_end;
     }
@@ -368,6 +394,10 @@ static int compute_rule(uint64_t pc, struct rule *out) {
     if (st.cfa_kind == CFA_INVALID) return -1;
     if (st.ra_undefined) {
         out->cfa_kind = CFA_END;
+        return 0;
+    }
+    if (st.cfa_kind == CFA_PLT) {
+        *out = (struct rule){8, (int16_t)st.rbp_off, CFA_PLT, RBP_SAME};
         return 0;
     }
     if (st.cfa_kind == CFA_DEREF_RBP || st.cfa_kind == CFA_DEREF_RSP) out->cfa_kind = st.cfa_kind;
@@ -433,6 +463,9 @@ __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
             usable = r.cfa_kind != CFA_INVALID;
         } else {
             usable = lookup_rule(t, lookup_pc, &r) == 0;
+            /* A launch stack is taken by a call, never across a signal frame or from inside
+             * a PLT stub: those rules are for the sampler's walk (xp_unwind_regs). */
+            if (usable && (r.cfa_kind == CFA_SIGNAL || r.cfa_kind == CFA_PLT)) usable = 0;
             if (!usable) r.cfa_kind = CFA_INVALID;
         }
         if (f < MEMO_FRAMES) {
@@ -484,5 +517,104 @@ done:
     cur->n = f;
     t->next_memo = t->memo;
     t->memo = cur;
+    return n;
+}
+
+/* ---- the sampler's walk: from interrupted registers, inside a signal handler ---- */
+
+/* Offsets in the kernel's x86-64 ucontext_t: uc_mcontext.gregs starts at 40; REG_RBP 10,
+ * REG_RSP 15, REG_RIP 16. */
+enum { UC_RBP = 40 + 8 * 10, UC_RSP = 40 + 8 * 15, UC_RIP = 40 + 8 * 16, UC_SIZE = 40 + 8 * 23 };
+
+static int cached_rule(struct xp_rule_cache *cache, uint64_t pc, struct rule *out) {
+    uint64_t h = (pc * 0x9E3779B97F4A7C15ull) >> (64 - XP_RULE_CACHE_BITS);
+    struct xp_rule_slot *e = &cache->slot[h];
+#ifndef DLFO_EH_SEGMENT_TYPE
+    /* Without _dl_find_object the lookup takes the loader's lock: not in a signal handler. */
+    (void)e;
+    out->cfa_kind = CFA_INVALID;
+    return -1;
+#endif
+    if (e->pc == pc) {
+        memcpy(out, &e->rule, sizeof *out);
+    } else {
+        cache->misses++;
+        if (compute_rule(pc, out) != 0) out->cfa_kind = CFA_INVALID;
+        e->pc = pc;
+        memcpy(&e->rule, out, sizeof *out);
+    }
+    return out->cfa_kind == CFA_INVALID ? -1 : 0;
+}
+
+int xp_unwind_regs(const struct xp_regs *regs, uint64_t stack_hi, struct xp_rule_cache *cache,
+                   uint64_t *pcs, int max, enum xp_unwind_end *end) {
+    _Static_assert(sizeof(struct rule) == 8, "rule slot");
+    uint64_t rip = regs->rip, rsp = regs->rsp, rbp = regs->rbp;
+    uint64_t lo = rsp;
+    /* Reads are only of this thread's stack, between the interrupted rsp and its top. */
+#define ON_STACK(a) ((a) >= lo && (a) + 8 <= stack_hi && ((a) & 7) == 0)
+    int n = 0;
+    int exact = 1; /* rip is the interrupted instruction, not a return address */
+    *end = XP_END_MAX_DEPTH;
+    if (rip < 4096) { *end = XP_END_BAD_PC; return 0; }
+    pcs[n++] = rip;
+    while (n < max) {
+        struct rule r;
+        uint64_t lookup_pc = exact ? rip : rip - 1;
+        int usable = cached_rule(cache, lookup_pc, &r) == 0;
+        uint64_t cfa, ra, new_rbp = rbp;
+        if (usable && r.cfa_kind == CFA_END) { *end = XP_END_ROOT; return n; }
+        if (usable && r.cfa_kind == CFA_SIGNAL) {
+            /* Entered through a signal: the frame below is the interrupted one. */
+            if (!ON_STACK(rsp + UC_RBP) || !ON_STACK(rsp + UC_RIP)) { *end = XP_END_BAD_STACK; return n; }
+            uint64_t uc = rsp;
+            rip = *(const uint64_t *)(uc + UC_RIP);
+            rbp = *(const uint64_t *)(uc + UC_RBP);
+            uint64_t next_rsp = *(const uint64_t *)(uc + UC_RSP);
+            if (next_rsp < lo || next_rsp >= stack_hi) { *end = XP_END_BAD_STACK; return n; }
+            rsp = next_rsp;
+            exact = 1;
+            if (rip < 4096) { *end = XP_END_BAD_PC; return n; }
+            pcs[n++] = rip;
+            continue;
+        }
+        if (usable) {
+            switch (r.cfa_kind) {
+            case CFA_RSP: cfa = rsp + (int64_t)r.cfa_off; break;
+            case CFA_RBP: cfa = rbp + (int64_t)r.cfa_off; break;
+            case CFA_PLT: cfa = rsp + 8 + ((lookup_pc & 15) >= (uint64_t)r.rbp_off ? 8 : 0); break;
+            case CFA_DEREF_RBP:
+                if (!ON_STACK(rbp + (int64_t)r.cfa_off)) { *end = XP_END_BAD_STACK; return n; }
+                cfa = *(const uint64_t *)(rbp + (int64_t)r.cfa_off); break;
+            default:
+                if (!ON_STACK(rsp + (int64_t)r.cfa_off)) { *end = XP_END_BAD_STACK; return n; }
+                cfa = *(const uint64_t *)(rsp + (int64_t)r.cfa_off); break;
+            }
+            if (cfa <= rsp || !ON_STACK(cfa - 8)) { *end = XP_END_BAD_STACK; return n; }
+            ra = *(const uint64_t *)(cfa - 8);
+            if (r.cfa_kind != CFA_PLT && r.rbp_kind == RBP_AT_CFA) {
+                if (!ON_STACK(cfa + r.rbp_off)) { *end = XP_END_BAD_STACK; return n; }
+                new_rbp = *(const uint64_t *)(cfa + r.rbp_off);
+            } else if (r.cfa_kind != CFA_PLT && r.rbp_kind == RBP_AT_RBP) {
+                if (!ON_STACK(rbp + r.rbp_off)) { *end = XP_END_BAD_STACK; return n; }
+                new_rbp = *(const uint64_t *)(rbp + r.rbp_off);
+            }
+            rsp = cfa;
+        } else {
+            /* No CFI for this pc (JIT code, stripped asm): the frame-pointer chain, as perf
+             * does; counted, since it skips the caller of a frame that set up no rbp. */
+            if (!ON_STACK(rbp) || rbp < rsp || !ON_STACK(rbp + 8)) { *end = XP_END_NO_CFI; return n; }
+            cache->fp_steps++;
+            ra = *(const uint64_t *)(rbp + 8);
+            rsp = rbp + 16;
+            new_rbp = *(const uint64_t *)rbp;
+        }
+        rbp = new_rbp;
+        rip = ra;
+        exact = 0;
+        if (rip < 4096) { *end = rip == 0 ? XP_END_ROOT : XP_END_BAD_PC; return n; }
+        pcs[n++] = rip;
+    }
+#undef ON_STACK
     return n;
 }

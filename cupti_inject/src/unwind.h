@@ -16,4 +16,28 @@ extern uint64_t xp_unwind_fp_fallbacks;
 /* Prefetch the stack lines the previous unwind read (default 1; XPU_PERF_UNWIND_PREFETCH). */
 extern int xp_unwind_prefetch;
 
+/* The CPU sampler's walk, from the registers a signal interrupted (async-signal-safe: no
+ * locks, no allocation; _dl_find_object is async-signal-safe).  pcs[0] is the interrupted
+ * pc itself, later entries are return addresses.  Reads only [regs->rsp, stack_hi). */
+struct xp_regs { uint64_t rip, rsp, rbp; };
+#define XP_RULE_CACHE_BITS 12
+struct xp_rule_slot { uint64_t pc; uint64_t rule; };
+/* Per-thread rule cache of the sampler (the launch path keeps its own). */
+struct xp_rule_cache {
+    struct xp_rule_slot slot[1u << XP_RULE_CACHE_BITS];
+    uint64_t misses, fp_steps;
+};
+/* Why a walk stopped: at the root (CFI says no caller: _start, clone), or early. */
+enum xp_unwind_end {
+    XP_END_ROOT = 0,       /* complete */
+    XP_END_NO_CFI = 1,     /* a pc without CFI whose frame-pointer chain did not hold */
+    XP_END_BAD_STACK = 2,  /* a rule pointed outside the thread's stack */
+    XP_END_BAD_PC = 3,     /* a return address that is no code address */
+    XP_END_MAX_DEPTH = 4,  /* deeper than the buffer */
+    XP_END_NO_STACK = 5,   /* the thread's stack bounds are unknown */
+    XP_END_COUNT = 6
+};
+int xp_unwind_regs(const struct xp_regs *regs, uint64_t stack_hi, struct xp_rule_cache *cache,
+                   uint64_t *pcs, int max, enum xp_unwind_end *end);
+
 #endif

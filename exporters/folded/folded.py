@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from importlib import resources
 
+from exporters.folded.names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import load_views
 
@@ -60,8 +61,14 @@ def recorded_frequency(trace: Trace) -> float | None:
 
 
 def fold(
-    trace: Trace, mode: str = "merge", unit: str = "ns", freq: float | None = None
+    trace: Trace,
+    mode: str = "merge",
+    unit: str = "ns",
+    freq: float | None = None,
+    full_names: bool = False,
 ) -> FoldedStacks:
+    """Folded stacks of a trace; C++ frames read without parameters and template arguments
+    unless full_names (stacks that become equal are added up)."""
     if mode not in MODES:
         raise FoldedError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     if unit not in UNITS:
@@ -92,6 +99,11 @@ def fold(
                 weights[row["stack"]] += n * (out_freq / sample_hz if sample_hz else 1.0)
             else:
                 weights[row["stack"]] += _from_ns(n * 1e9 / sample_hz, unit, out_freq)  # type: ignore[operator]
+    if not full_names:
+        short: dict[str, float] = defaultdict(float)
+        for stack, weight in weights.items():
+            short[shorten_stack(stack)] += weight
+        weights = short
     lines = sorted(weights.items())
     return FoldedStacks(lines, unit, gpu_ns, cpu_samples)
 

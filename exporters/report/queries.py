@@ -5,12 +5,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from exporters.folded.folded import FoldedError, FoldedStacks, fold
+from exporters.folded.names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import load_views
 from exporters.report import units
@@ -141,15 +143,16 @@ _SPECS = (
             Column("samples", "samples", "count"),
             Column("pct", "% samples", "pct"),
         ),
-        "no CPU samples in this trace (record as root, without --no-cpu)",
+        "no CPU samples in this trace (recorded with --no-cpu, or converted)",
     ),
     _Spec(
         "launch_stacks",
         "Where GPU time is launched from",
         "launch_stacks.sql",
         (
-            Column("stack", "CPU context (thread;...;caller)", "stack"),
+            Column("launched_from", "launched from", "name"),
             Column("api", "API call"),
+            Column("stack", "CPU context (thread;...;caller)", "stack"),
             Column("gpu_ns", "GPU time", "ns"),
             Column("pct", "% GPU", "pct"),
             Column("ops", "GPU ops", "count"),
@@ -187,8 +190,34 @@ def _load_tables(trace: Trace) -> None:
         trace.execute(sql_text("gpu_busy.sql"))
 
 
+# Frames of the CUDA libraries and of PyTorch's dispatch, which launch on behalf of the code
+# that users wrote: "launched from" is the innermost frame that is neither.
+_DISPATCH = re.compile(
+    r"^(cuda|cu[A-Z]|lib(cuda|cudart|cupti|cublas|cudnn|nccl|torch|c10)\w*\.so|at::|c10::|"
+    r"torch::|std::|void at::|void c10::|_Py|Py[A-Z]|_?PyEval|\[)"
+)
+_PYTHON_FRAME = re.compile(r" \([^()]*:\d+\)$")
+
+
+def launched_from(stack: str) -> str:
+    """The code that launched: the innermost Python frame of a launch stack if it has one,
+    else its innermost frame outside the CUDA libraries and framework dispatch."""
+    frames = stack.split(";")
+    for frame in reversed(frames):
+        if _PYTHON_FRAME.search(frame):
+            return frame
+    for frame in reversed(frames[1:]):
+        if not _DISPATCH.match(frame):
+            return frame
+    return frames[-1] if frames else ""
+
+
 def collect(
-    trace: Trace, trace_name: str | Path, top: int = DEFAULT_TOP, bins: int = DEFAULT_BINS
+    trace: Trace,
+    trace_name: str | Path,
+    top: int = DEFAULT_TOP,
+    bins: int = DEFAULT_BINS,
+    full_names: bool = False,
 ) -> Report:
     _load_tables(trace)
     launch_stacks = trace.scalar("select count(*) from xpu_launch_stack")
@@ -204,8 +233,16 @@ def collect(
                 else "context = the CPU slices enclosing each API call (no launch stacks)"
             )
         rows = trace.query(sql_text(spec.sql, top=top, bins=bins))
+        if not full_names:
+            for row in rows:
+                for column in spec.columns:
+                    if column.kind == "stack" and isinstance(row.get(column.key), str):
+                        row[column.key] = shorten_stack(row[column.key])
+        if spec.key == "launch_stacks":
+            for row in rows:
+                row["launched_from"] = launched_from(row["stack"] or "")
         sections.append(Section(spec.key, spec.title, spec.columns, rows, spec.empty, note))
-    flame, flame_note = _flame_stacks(trace)
+    flame, flame_note = _flame_stacks(trace, full_names)
     return Report(
         trace=str(trace_name),
         facts=_facts(trace),
@@ -216,13 +253,13 @@ def collect(
     )
 
 
-def _flame_stacks(trace: Trace) -> tuple[FoldedStacks | None, str]:
+def _flame_stacks(trace: Trace, full_names: bool = False) -> tuple[FoldedStacks | None, str]:
     try:
-        stacks = fold(trace, "merge", "ns")
+        stacks = fold(trace, "merge", "ns", full_names=full_names)
         note = "GPU ops weighted by GPU time, CPU samples by sampled CPU time"
     except FoldedError as exc:
         # CPU samples without a recorded frequency cannot be put in ns: GPU side only.
-        stacks = fold(trace, "gpu", "ns")
+        stacks = fold(trace, "gpu", "ns", full_names=full_names)
         note = f"GPU stacks only: {exc}"
     if not stacks.lines:
         return None, "no GPU ops and no CPU samples: nothing to draw"

@@ -1,0 +1,133 @@
+"""CPU samples of the in-process sampler (cupti_inject/src/sampler.c, LD_PRELOAD'ed into
+every process of the recorded tree): cpu-<pid>.xpstream files -> model.CpuSample.
+
+Stacks are symbolized like launch stacks (the process's own module map, ELF symbols,
+demangled) with Python frames spliced in where the interpreter ran them; the first native pc
+of a sample is the interrupted instruction itself, not a return address.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from collector import model
+from collector.sources.cupti_launch_stacks import stream_stacks
+from collector.sources.cupti_stream import Stream, StreamError, read_stream
+from collector.symbolize import Symbolizer
+
+STREAM_GLOB = "cpu-*.xpstream"
+# A kernel sample and the user sample its signal triggered are this close (the signal is
+# handled when the thread next returns to user space; a blocking system call ends first).
+_JOIN_WINDOW_NS = 1_000_000_000
+# Why a walk stopped (enum xp_unwind_end of cupti_inject/src/unwind.h), index = value.
+UNWIND_ENDS = ("complete", "no_cfi", "bad_stack", "bad_pc", "max_depth", "no_stack")
+# Counters of the library summed over processes (the rest is derived here).
+_SUMMED = (
+    "cpu_samples_ring_full",
+    "cpu_timers_failed",
+    "cpu_threads_perf_clock",
+    "cpu_threads_posix_timer",
+    "cpu_timer_overruns",
+    "cpu_threads_sampled",
+    "cpu_python_guard_failures",
+    "cpu_unwind_fp_steps",
+    "transport_dropped_rows",
+)
+
+
+class InprocessCpuSource:
+    """Reads every cpu-*.xpstream of a directory; `counts` holds the accounting after
+    `events()` is consumed: samples, samples by unwind end, Python coverage, losses."""
+
+    def __init__(
+        self,
+        directory: Path,
+        symbolizer: Symbolizer | None = None,
+        kernel_stacks: Mapping[int, Sequence[tuple[int, tuple[model.Frame, ...]]]] | None = None,
+    ) -> None:
+        """kernel_stacks: tid -> [(ts, kernel frames root first)] in time order, from the eBPF
+        kernel-mode sampler (root), joined to the samples its signals triggered."""
+        self.directory = directory
+        self.symbolizer = symbolizer or Symbolizer()
+        self.kernel_stacks = kernel_stacks or {}
+        self.counts: Counter[str] = Counter()
+
+    def events(self) -> Iterator[model.Event]:
+        for path in sorted(self.directory.glob(STREAM_GLOB)):
+            try:
+                stream = read_stream(path)
+            except StreamError:
+                self.counts["streams_unreadable"] += 1
+                continue
+            self.counts["streams"] += 1
+            if stream.truncated:
+                self.counts["streams_truncated"] += 1
+            yield from self._process(stream)
+
+    def _process(self, stream: Stream) -> Iterator[model.Event]:
+        counts = self.counts
+        proc = stream.table("PROCESS")
+        if proc.rows == 0:
+            counts["streams_without_process"] += 1
+            return
+        pid = proc["pid"][0]
+        cmdline = tuple(a for a in proc["cmdline"][0].split("\0") if a)
+        exe = proc["exe"][0]
+        yield model.ProcessInfo(pid, os.path.basename(cmdline[0] if cmdline else exe), cmdline)
+        threads = stream.table("THREAD")
+        for tid, name in zip(threads["tid"], threads["name"], strict=True):
+            yield model.ThreadInfo(pid, tid, name)
+        strings = dict(
+            zip(stream.table("STRING")["string_id"], stream.table("STRING")["text"], strict=True)
+        )
+        stacks = stream_stacks(stream, strings, self.symbolizer, first_exact=True, counts=counts)
+        counters = stream.table("COUNTER")
+        if counters.rows:
+            last = dict(zip(counters["name"], counters["value"], strict=True))
+            for key in _SUMMED:
+                counts[key.removeprefix("cpu_")] += last.get(key, 0)
+            minor = last.get("cpu_python_unsupported_minor", 0)
+            if minor:
+                counts["streams_python_unsupported"] += 1
+                counts["python_unsupported_minor"] = max(counts["python_unsupported_minor"], minor)
+        else:
+            counts["streams_without_counters"] += 1  # killed before its final flush
+        samples = stream.table("CPU_SAMPLE")
+        empty = model.Stack(())
+        triggers = samples["trigger"] if "trigger" in samples.columns else [0] * samples.rows
+        cursor: dict[int, int] = {}  # tid -> next unjoined kernel sample
+        for i in range(samples.rows):
+            end = samples["unwind_end"][i]
+            reason = UNWIND_ENDS[end] if end < len(UNWIND_ENDS) else "other"
+            counts[f"unwind_{reason}"] += 1
+            stack = stacks.get(samples["stack_id"][i], empty)
+            if triggers[i]:
+                stack = self._with_kernel(stack, samples["tid"][i], samples["timestamp"][i], cursor)
+            if any(f.module.endswith(".py") for f in stack.frames):
+                counts["samples_with_python"] += 1
+            counts["samples"] += 1
+            yield model.CpuSample(pid, samples["tid"][i], samples["timestamp"][i], stack)
+
+    def _with_kernel(
+        self, user: model.Stack, tid: int, ts: int, cursor: dict[int, int]
+    ) -> model.Stack:
+        """The user stack with the kernel stack of the eBPF sample whose signal triggered it:
+        the latest one of the thread at or before ts (the signal is handled on the way back
+        to user space, so it comes after), each used once."""
+        kernel = self.kernel_stacks.get(tid, ())
+        j = cursor.get(tid, 0)
+        best = None
+        while j < len(kernel) and kernel[j][0] <= ts:
+            best = j
+            j += 1
+        if best is None or ts - kernel[best][0] > _JOIN_WINDOW_NS:
+            self.counts["kernel_join_missed"] += 1
+            return user
+        if best > cursor.get(tid, 0):
+            self.counts["kernel_samples_unjoined"] += best - cursor.get(tid, 0)
+        cursor[tid] = best + 1
+        self.counts["kernel_joined"] += 1
+        return model.Stack(user.frames + kernel[best][1])

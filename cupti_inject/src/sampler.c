@@ -1,0 +1,599 @@
+/* In-process CPU sampler (libxpu_perf_sampler.so, loaded by LD_PRELOAD into every process of
+ * the recorded tree): CPU-time timers per thread, native stacks walked by CFI from the
+ * interrupted registers, Python frames read from the interpreter, written to
+ * <XPU_PERF_CPU_OUT_DIR>/cpu-<pid>.xpstream.  Needs no privilege: POSIX timers on the process's
+ * own thread CPU clocks work at any perf_event_paranoid.
+ *
+ *   XPU_PERF_CPU_HZ      samples per second of each thread's CPU time (unset or 0: off)
+ *   XPU_PERF_CPU_OUT_DIR directory of the streams (required; the CUPTI library's
+ *                        XPU_PERF_OUT_DIR is another source's directory)
+ *   XPU_PERF_PYTHON     0: no Python frames (default 1)
+ *   XPU_PERF_CPU_KERNEL 1: also take a sample on each SIGURG the eBPF kernel-mode sampler
+ *                       sends (si_code SI_KERNEL; record sets this as root), marked so the
+ *                       collector puts that sample's kernel stack on top.  SIGURG because
+ *                       its default action is to ignore it: a process or thread without this
+ *                       handler is unharmed; the target's own SIGURG handler still runs.
+ *   XPU_PERF_CPU_CLOCK  timer: POSIX CPU-time timers even where perf events are allowed
+ *                       (what a paranoid-3 system gets; default: perf events when allowed)
+ *
+ * Threads: a scanner thread lists /proc/self/task every SCAN_MS, gives each new thread a
+ * sample clock and a sample ring.  The clock is a perf task-clock event of that thread (user
+ * space only, so perf_event_paranoid 2 allows it for one's own threads), whose overflow
+ * signals the thread (F_SETOWN_EX): hrtimer-precise, any frequency.  Where perf events are
+ * refused (paranoid 3, seccomp), a POSIX timer on the thread's CPU clock (SIGEV_THREAD_ID)
+ * instead: always allowed, but it expires on scheduler ticks, so above the kernel's HZ
+ * periods merge and a program whose loop is a multiple of the tick is sampled at fixed
+ * phases.  The scanner deletes the timers of threads that are gone, and drains the rings into the stream.
+ * The signal handler only walks and copies into its own thread's ring (single producer,
+ * single consumer, no locks, no allocation), so it is async-signal-safe; deduplication,
+ * Python names and the stream are the scanner's work.  SA_RESTART: the target's system calls
+ * are restarted, not failed with EINTR. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "modules.h"
+#include "pyframes.h"
+#include "stream.h"
+#include "unwind.h"
+
+#define SAMPLE_SIGNAL SIGPROF
+#define KERNEL_SIGNAL SIGURG
+#define SCAN_MS 20
+#define MAX_NATIVE 256
+#define MAX_PYTHON 256 /* import chains nest deep: importlib adds ~7 frames a level */
+#define RING_SLOTS 48 /* a drain every SCAN_MS keeps up with 48 / 20 ms = 2,400 Hz */
+#define THREAD_MAGIC 0x78707573616d706cull
+
+struct sample_slot {
+    uint64_t timestamp;
+    uint16_t n_native, n_python;
+    uint32_t unwind_end;
+    uint32_t trigger; /* 0: this thread's own clock; 1: the eBPF kernel-mode sampler */
+    uint64_t pcs[MAX_NATIVE];
+    struct xp_pyframe_key python[MAX_PYTHON];
+};
+
+/* One per sampled thread, mmap'ed by the scanner (the handler never allocates). */
+struct sampled_thread {
+    uint64_t magic;
+    pid_t tid;
+    timer_t timer;
+    int has_timer;
+    int perf_fd; /* -1: the POSIX timer is the clock */
+    int seen; /* scan generation that last listed this thread */
+    struct sampled_thread *next;
+    _Atomic uint64_t head, tail; /* slots written by the handler / read by the scanner */
+    uint64_t stack_hi;           /* top of the thread's stack; 0: not looked up yet */
+    int stack_lookup_failed;
+    uint64_t ring_full, in_handler;
+    int busy;
+    struct xp_rule_cache rules;
+    struct sample_slot ring[RING_SLOTS];
+};
+
+static int sample_hz;
+static int want_python = 1;
+static struct sampled_thread *threads; /* scanner's list */
+static pthread_t scanner_thread;
+static atomic_int scanner_stop;
+static int scan_generation;
+static struct sigaction previous_action, previous_urg_action;
+
+static void chain(const struct sigaction *prev, int sig, siginfo_t *info, void *context) {
+    if (prev->sa_flags & SA_SIGINFO) {
+        if (prev->sa_sigaction) prev->sa_sigaction(sig, info, context);
+    } else if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+        prev->sa_handler(sig);
+    }
+}
+/* perf event fd -> its thread, for the handler (si_fd); filled before the event is enabled. */
+#define MAX_FDS 65536
+static struct sampled_thread *_Atomic *fd_threads;
+static uint64_t perf_clocks, timer_clocks;
+/* tid -> thread, for signals that carry no pointer (the eBPF sampler's); tid % TID_SLOTS. */
+#define TID_SLOTS 65536
+static struct sampled_thread *_Atomic *tid_threads;
+static int kernel_join;
+static _Atomic uint64_t kernel_signals_unmatched;
+static uint64_t timers_failed, threads_sampled, samples_total, ring_full_total, foreign_signals;
+static uint64_t unwind_ends[XP_END_COUNT];
+static uint64_t python_samples;
+static _Atomic uint64_t timer_overruns; /* periods the kernel folded into one signal */
+
+/* ---- the signal handler ---- */
+
+/* The top of the stack that holds sp: the end of its mapping in /proc/self/maps, read with
+ * plain system calls (async-signal-safe), once per thread. */
+static uint64_t stack_top_of(uint64_t sp) {
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char buf[4096];
+    size_t have = 0;
+    uint64_t top = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + have, sizeof buf - have);
+        if (r <= 0) break;
+        have += (size_t)r;
+        size_t line_start = 0;
+        for (size_t i = 0; i < have; i++) {
+            if (buf[i] != '\n') continue;
+            uint64_t lo = 0, hi = 0;
+            size_t k = line_start;
+            while (k < i && buf[k] != '-') {
+                char c = buf[k++];
+                lo = lo * 16 + (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+            }
+            k++;
+            while (k < i && buf[k] != ' ') {
+                char c = buf[k++];
+                hi = hi * 16 + (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+            }
+            if (sp >= lo && sp < hi) { top = hi; break; }
+            line_start = i + 1;
+        }
+        if (top) break;
+        memmove(buf, buf + line_start, have - line_start);
+        have -= line_start;
+        if (have == sizeof buf) have = 0; /* a line longer than the buffer: skip it */
+    }
+    close(fd);
+    return top;
+}
+
+static void take_sample(struct sampled_thread *t, int trigger, void *context);
+
+/* SIGURG: the eBPF kernel-mode sampler's (SI_KERNEL), then whatever the target does with it. */
+static void on_kernel_signal(int sig, siginfo_t *info, void *context) {
+    if (info->si_code == SI_KERNEL && tid_threads) {
+        int saved_errno = errno;
+        pid_t tid = (pid_t)syscall(SYS_gettid);
+        struct sampled_thread *t = atomic_load_explicit(&tid_threads[tid % TID_SLOTS], memory_order_acquire);
+        if (t && t->tid == tid && t->magic == THREAD_MAGIC) take_sample(t, 1, context);
+        else atomic_fetch_add(&kernel_signals_unmatched, 1);
+        errno = saved_errno;
+    }
+    chain(&previous_urg_action, sig, info, context);
+}
+
+static void on_sample_signal(int sig, siginfo_t *info, void *context) {
+    struct sampled_thread *t = NULL;
+    if (info->si_code == SI_TIMER) t = info->si_value.sival_ptr;
+    else if (info->si_code == POLL_IN && fd_threads && info->si_fd >= 0 && info->si_fd < MAX_FDS)
+        t = atomic_load_explicit(&fd_threads[info->si_fd], memory_order_acquire);
+    if (!t || t->magic != THREAD_MAGIC) {
+        /* Not one of our timers: the target's own SIGPROF use keeps working. */
+        foreign_signals++;
+        chain(&previous_action, sig, info, context);
+        return;
+    }
+    int saved_errno = errno;
+    if (info->si_code == SI_TIMER && info->si_overrun > 0)
+        atomic_fetch_add_explicit(&timer_overruns, (uint64_t)info->si_overrun, memory_order_relaxed);
+    take_sample(t, 0, context);
+    errno = saved_errno;
+}
+
+static void take_sample(struct sampled_thread *t, int trigger, void *context) {
+    if (t->busy) { t->in_handler++; return; }
+    t->busy = 1;
+    uint64_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&t->tail, memory_order_acquire);
+    if (head - tail >= RING_SLOTS) {
+        t->ring_full++;
+    } else {
+        struct sample_slot *slot = &t->ring[head % RING_SLOTS];
+        const ucontext_t *uc = context;
+        struct xp_regs regs = {(uint64_t)uc->uc_mcontext.gregs[REG_RIP],
+                               (uint64_t)uc->uc_mcontext.gregs[REG_RSP],
+                               (uint64_t)uc->uc_mcontext.gregs[REG_RBP]};
+        slot->timestamp = xp_now_ns();
+        slot->trigger = (uint32_t)trigger;
+        if (!t->stack_hi && !t->stack_lookup_failed) {
+            t->stack_hi = stack_top_of(regs.rsp);
+            if (!t->stack_hi) t->stack_lookup_failed = 1;
+        }
+        enum xp_unwind_end end = XP_END_NO_STACK;
+        int n = 0;
+        if (t->stack_hi > regs.rsp) {
+            n = xp_unwind_regs(&regs, t->stack_hi, &t->rules, slot->pcs, MAX_NATIVE, &end);
+        } else if (regs.rip >= 4096) {
+            slot->pcs[0] = regs.rip;
+            n = 1;
+        }
+        slot->n_native = (uint16_t)n;
+        slot->unwind_end = (uint32_t)end;
+        slot->n_python = (uint16_t)(want_python ? xp_py_walk_lines(slot->python, MAX_PYTHON) : 0);
+        atomic_store_explicit(&t->head, head + 1, memory_order_release);
+    }
+    t->busy = 0;
+}
+
+/* ---- threads and timers (scanner thread) ---- */
+
+static int perf_refused; /* once refused, not asked again for every thread */
+
+/* A task-clock perf event of thread tid that signals it every period of its CPU time. */
+static int start_perf_clock(struct sampled_thread *t, long period_ns) {
+    if (perf_refused || !fd_threads) return -1;
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = (uint64_t)period_ns;
+    attr.disabled = 1;
+    attr.exclude_kernel = 1;
+    attr.exclude_hv = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &attr, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EACCES || errno == EPERM || errno == ENOSYS) perf_refused = 1;
+        return -1;
+    }
+    struct f_owner_ex owner = {F_OWNER_TID, t->tid};
+    if (fd >= MAX_FDS || fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) != 0 ||
+        fcntl(fd, F_SETSIG, SAMPLE_SIGNAL) != 0 || fcntl(fd, F_SETOWN_EX, &owner) != 0) {
+        close(fd);
+        return -1;
+    }
+    atomic_store_explicit(&fd_threads[fd], t, memory_order_release);
+    /* Signal on each of the next 2^30 overflows (refreshed by the scanner long before). */
+    if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1 << 30) != 0) {
+        atomic_store(&fd_threads[fd], NULL);
+        close(fd);
+        return -1;
+    }
+    t->perf_fd = fd;
+    return 0;
+}
+
+static void stop_clock(struct sampled_thread *t) {
+    if (t->perf_fd >= 0) {
+        ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+        atomic_store(&fd_threads[t->perf_fd], NULL);
+        close(t->perf_fd);
+        t->perf_fd = -1;
+    }
+    if (t->has_timer) timer_delete(t->timer);
+    t->has_timer = 0;
+}
+
+static struct sampled_thread *start_thread_sampling(pid_t tid) {
+    struct sampled_thread *t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (t == MAP_FAILED) { timers_failed++; return NULL; }
+    t->magic = THREAD_MAGIC;
+    t->tid = tid;
+    t->perf_fd = -1;
+    long period_ns = 1000000000L / sample_hz;
+    if (start_perf_clock(t, period_ns) == 0) {
+        perf_clocks++;
+        goto started;
+    }
+    /* The CPU clock of another thread of this process: MAKE_THREAD_CPUCLOCK(tid, SCHED). */
+    clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6);
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD_ID;
+    ev.sigev_signo = SAMPLE_SIGNAL;
+    ev.sigev_value.sival_ptr = t;
+    ev._sigev_un._tid = tid;
+    if (timer_create(clock, &ev, &t->timer) != 0) {
+        timers_failed++;
+        munmap(t, sizeof *t);
+        return NULL;
+    }
+    t->has_timer = 1;
+    /* Threads start at a random phase so that sampling does not line up across threads. */
+    long first_ns = 1 + (long)((uint64_t)tid * 2654435761u % (uint64_t)period_ns);
+    struct itimerspec spec = {{period_ns / 1000000000L, period_ns % 1000000000L},
+                              {first_ns / 1000000000L, first_ns % 1000000000L}};
+    if (timer_settime(t->timer, 0, &spec, NULL) != 0) {
+        timer_delete(t->timer);
+        timers_failed++;
+        munmap(t, sizeof *t);
+        return NULL;
+    }
+    timer_clocks++;
+started:
+    threads_sampled++;
+    if (tid_threads) atomic_store_explicit(&tid_threads[tid % TID_SLOTS], t, memory_order_release);
+    char path[64], name[32] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t r = read(fd, name, sizeof name - 1);
+        close(fd);
+        if (r > 0 && name[r - 1] == '\n') name[r - 1] = 0;
+    }
+    xp_emit_thread((uint32_t)tid, name);
+    return t;
+}
+
+/* ---- draining rings into the stream ---- */
+
+/* Stack deduplication: 64-bit content hash -> STACK id, open addressing (scanner only). */
+static uint64_t *stack_hashes;
+static uint32_t *stack_ids;
+static uint32_t stack_cap, stack_used, next_stack_id = 1;
+static struct xp_batch_STACK *stack_batch;
+static struct xp_batch_CPU_SAMPLE *sample_batch;
+
+static uint64_t hash_slot(const struct sample_slot *s) {
+    uint64_t h = 1469598103934665603ull ^ ((uint64_t)s->n_native << 32 | s->n_python);
+    for (int i = 0; i < s->n_native; i++) h = (h ^ s->pcs[i]) * 0x100000001b3ull;
+    for (int i = 0; i < s->n_python; i++)
+        h = ((h ^ s->python[i].code) * 0x100000001b3ull ^ s->python[i].offset) * 0x100000001b3ull;
+    return h ? h : 1;
+}
+
+static int grow_stack_table(void) {
+    uint32_t ncap = stack_cap ? stack_cap * 2 : 1u << 14;
+    uint64_t *nh = calloc(ncap, sizeof *nh);
+    uint32_t *ni = calloc(ncap, sizeof *ni);
+    if (!nh || !ni) { free(nh); free(ni); return -1; }
+    for (uint32_t i = 0; i < stack_cap; i++) {
+        if (!stack_hashes[i]) continue;
+        uint32_t j = (uint32_t)(stack_hashes[i] >> 20) & (ncap - 1);
+        while (nh[j]) j = (j + 1) & (ncap - 1);
+        nh[j] = stack_hashes[i];
+        ni[j] = stack_ids[i];
+    }
+    free(stack_hashes);
+    free(stack_ids);
+    stack_hashes = nh;
+    stack_ids = ni;
+    stack_cap = ncap;
+    return 0;
+}
+
+static uint32_t stack_id_of(const struct sample_slot *s) {
+    if (s->n_native == 0 && s->n_python == 0) return 0;
+    if (stack_used * 2 >= stack_cap && grow_stack_table() != 0) return 0;
+    uint64_t h = hash_slot(s);
+    uint32_t j = (uint32_t)(h >> 20) & (stack_cap - 1);
+    while (stack_hashes[j]) {
+        if (stack_hashes[j] == h) return stack_ids[j];
+        j = (j + 1) & (stack_cap - 1);
+    }
+    uint32_t id = next_stack_id++;
+    stack_hashes[j] = h;
+    stack_ids[j] = id;
+    stack_used++;
+    static uint32_t pyids[MAX_PYTHON];
+    for (int i = 0; i < s->n_python; i++) pyids[i] = xp_py_frame_id_at_line(s->python[i]);
+    stack_batch->rows = 1;
+    stack_batch->stack_id[0] = id;
+    stack_batch->native_pcs[0] = (struct xp_u64list){s->pcs, s->n_native};
+    stack_batch->python_frames[0] = (struct xp_u32list){pyids, s->n_python};
+    xp_emit_STACK(stack_batch);
+    return id;
+}
+
+static void drain_thread(struct sampled_thread *t) {
+    uint64_t tail = atomic_load_explicit(&t->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&t->head, memory_order_acquire);
+    for (; tail != head; tail++) {
+        const struct sample_slot *s = &t->ring[tail % RING_SLOTS];
+        /* Modules first: a sample's pcs must be in the map written before it. */
+        if (sample_batch->rows == 0) xp_modules_emit_if_changed();
+        uint32_t r = sample_batch->rows++;
+        sample_batch->tid[r] = (uint32_t)t->tid;
+        sample_batch->timestamp[r] = s->timestamp;
+        sample_batch->stack_id[r] = stack_id_of(s);
+        sample_batch->unwind_end[r] = s->unwind_end;
+        sample_batch->trigger[r] = s->trigger;
+        if (s->unwind_end < XP_END_COUNT) unwind_ends[s->unwind_end]++;
+        if (s->n_python) python_samples++;
+        samples_total++;
+        if (sample_batch->rows == XP_BATCH_ROWS) xp_emit_CPU_SAMPLE(sample_batch);
+        atomic_store_explicit(&t->tail, tail + 1, memory_order_release);
+    }
+    ring_full_total += t->ring_full;
+    t->ring_full = 0;
+}
+
+static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void drain_all(void) {
+    pthread_mutex_lock(&drain_lock);
+    xp_modules_emit_if_changed();
+    for (struct sampled_thread *t = threads; t; t = t->next) drain_thread(t);
+    xp_emit_CPU_SAMPLE(sample_batch);
+    pthread_mutex_unlock(&drain_lock);
+}
+
+static void scan_threads(void) {
+    DIR *dir = opendir("/proc/self/task");
+    if (!dir) return;
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    int gen = ++scan_generation;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid <= 0 || tid == self) continue;
+        struct sampled_thread *t = threads;
+        while (t && t->tid != tid) t = t->next;
+        if (!t) {
+            if (atomic_load(&scanner_stop)) continue; /* the final flush has begun */
+            t = start_thread_sampling(tid);
+            if (!t) continue;
+            pthread_mutex_lock(&drain_lock);
+            t->next = threads;
+            threads = t;
+            pthread_mutex_unlock(&drain_lock);
+        }
+        t->seen = gen;
+    }
+    closedir(dir);
+    /* Threads that exited: drain what they left, then free. */
+    pthread_mutex_lock(&drain_lock);
+    for (struct sampled_thread **pp = &threads; *pp;) {
+        struct sampled_thread *t = *pp;
+        if (t->seen == gen) { pp = &t->next; continue; }
+        stop_clock(t);
+        if (tid_threads) {
+            struct sampled_thread *expected = t;
+            atomic_compare_exchange_strong(&tid_threads[t->tid % TID_SLOTS], &expected, NULL);
+        }
+        drain_thread(t);
+        *pp = t->next;
+        munmap(t, sizeof *t);
+    }
+    pthread_mutex_unlock(&drain_lock);
+}
+
+static void *scanner_main(void *arg) {
+    (void)arg;
+    prctl(PR_SET_NAME, "xpu-perf-sampler", 0, 0, 0);
+    /* This thread is the sampler's own: it is never sampled, and never interrupted. */
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SAMPLE_SIGNAL);
+    sigaddset(&block, KERNEL_SIGNAL);
+    pthread_sigmask(SIG_BLOCK, &block, NULL);
+    while (!atomic_load(&scanner_stop)) {
+        if (want_python && !xp_py_enabled) xp_py_init(); /* an interpreter loaded later */
+        scan_threads();
+        drain_all();
+        struct timespec ts = {0, SCAN_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void emit_counters(void) {
+    xp_emit_counter("cpu_sample_frequency_hz", (uint64_t)sample_hz);
+    xp_emit_counter("cpu_samples", samples_total);
+    xp_emit_counter("cpu_samples_with_python", python_samples);
+    xp_emit_counter("cpu_samples_ring_full", ring_full_total);
+    xp_emit_counter("cpu_threads_sampled", threads_sampled);
+    xp_emit_counter("cpu_timers_failed", timers_failed);
+    xp_emit_counter("cpu_threads_perf_clock", perf_clocks);
+    xp_emit_counter("cpu_threads_posix_timer", timer_clocks);
+    xp_emit_counter("cpu_foreign_signals", foreign_signals);
+    xp_emit_counter("cpu_kernel_signals_unmatched", atomic_load(&kernel_signals_unmatched));
+    /* CPU-time timers expire on scheduler ticks: above the kernel's HZ, periods are merged. */
+    xp_emit_counter("cpu_timer_overruns", atomic_load(&timer_overruns));
+    static const char *const names[XP_END_COUNT] = {
+        "cpu_unwind_complete", "cpu_unwind_stopped_no_cfi", "cpu_unwind_stopped_bad_stack",
+        "cpu_unwind_stopped_bad_pc", "cpu_unwind_stopped_max_depth", "cpu_unwind_stopped_no_stack"};
+    for (int i = 0; i < XP_END_COUNT; i++) xp_emit_counter(names[i], unwind_ends[i]);
+    uint64_t fp = 0;
+    for (struct sampled_thread *t = threads; t; t = t->next) fp += t->rules.fp_steps;
+    xp_emit_counter("cpu_unwind_fp_steps", fp);
+    xp_emit_counter("cpu_python_frames_enabled", (uint64_t)(want_python && xp_py_enabled));
+    xp_emit_counter("cpu_python_unsupported_minor", want_python && xp_py_minor && !xp_py_enabled ? xp_py_minor : 0);
+    xp_emit_counter("cpu_python_guard_failures", xp_py_guard_failures);
+}
+
+static void stop_timers(void) {
+    for (struct sampled_thread *t = threads; t; t = t->next) stop_clock(t);
+}
+
+static void flush_hook(int final) {
+    if (!final) return;
+    atomic_store(&scanner_stop, 1);
+    /* No new samples once the final flush begins; drain the rest. */
+    pthread_mutex_lock(&drain_lock);
+    stop_timers();
+    pthread_mutex_unlock(&drain_lock);
+    drain_all();
+    emit_counters();
+}
+
+static void at_exit(void) { xp_stream_flush(1); }
+
+static int start_sampling(void) {
+    stack_batch = malloc(sizeof *stack_batch);
+    sample_batch = malloc(sizeof *sample_batch);
+    if (!stack_batch || !sample_batch) return -1;
+    stack_batch->rows = sample_batch->rows = 0;
+    atomic_store(&scanner_stop, 0);
+    return pthread_create(&scanner_thread, NULL, scanner_main, NULL);
+}
+
+/* fork(): timers and the scanner are not inherited; the child samples its own threads into
+ * its own stream (stream.c opens it in its own fork handler, registered before this one). */
+static void fork_child(void) {
+    struct sampled_thread *t = threads;
+    while (t) {
+        struct sampled_thread *n = t->next;
+        if (t->perf_fd >= 0) { atomic_store(&fd_threads[t->perf_fd], NULL); close(t->perf_fd); }
+        munmap(t, sizeof *t);
+        t = n;
+    }
+    threads = NULL;
+    if (tid_threads) memset((void *)tid_threads, 0, TID_SLOTS * sizeof *tid_threads);
+    pthread_mutex_init(&drain_lock, NULL);
+    free(stack_hashes);
+    free(stack_ids);
+    stack_hashes = NULL;
+    stack_ids = NULL;
+    stack_cap = stack_used = 0;
+    next_stack_id = 1;
+    samples_total = python_samples = ring_full_total = threads_sampled = timers_failed = 0;
+    perf_clocks = timer_clocks = 0;
+    foreign_signals = 0;
+    atomic_store(&timer_overruns, 0);
+    memset(unwind_ends, 0, sizeof unwind_ends);
+    xp_modules_reset();
+    if (xp_stream_enabled()) {
+        free(stack_batch);
+        free(sample_batch);
+        start_sampling();
+    }
+}
+
+__attribute__((constructor)) static void sampler_init(void) {
+    const char *hz = getenv("XPU_PERF_CPU_HZ");
+    if (!hz || atoi(hz) <= 0 || !getenv("XPU_PERF_CPU_OUT_DIR")) return;
+    sample_hz = atoi(hz);
+    if (sample_hz > 10000) sample_hz = 10000;
+    const char *py = getenv("XPU_PERF_PYTHON");
+    want_python = !(py && strcmp(py, "0") == 0);
+    if (want_python) xp_py_init();
+    xp_stream_prefix = "cpu";
+    xp_stream_dir_env = "XPU_PERF_CPU_OUT_DIR";
+    const char *clock = getenv("XPU_PERF_CPU_CLOCK");
+    if (clock && strcmp(clock, "timer") == 0) perf_refused = 1;
+    if (xp_stream_start() != 0) return;
+    fd_threads = mmap(NULL, MAX_FDS * sizeof *fd_threads, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fd_threads == MAP_FAILED) fd_threads = NULL;
+    tid_threads = mmap(NULL, TID_SLOTS * sizeof *tid_threads, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (tid_threads == MAP_FAILED) tid_threads = NULL;
+    const char *kernel = getenv("XPU_PERF_CPU_KERNEL");
+    kernel_join = kernel && strcmp(kernel, "1") == 0;
+    xp_stream_set_flush_hook(flush_hook);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sample_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SAMPLE_SIGNAL, &sa, &previous_action);
+    if (kernel_join) {
+        sa.sa_sigaction = on_kernel_signal;
+        sigaction(KERNEL_SIGNAL, &sa, &previous_urg_action);
+    }
+    pthread_atfork(NULL, NULL, fork_child);
+    atexit(at_exit);
+    if (start_sampling() != 0) return;
+    /* The thread that loaded us (the main thread) is sampled from the first scan on. */
+}

@@ -1,0 +1,58 @@
+"""Readable frame names: C++ functions without parameter lists and template arguments.
+
+`at::native::copy_impl(at::Tensor&, at::Tensor const&, bool)` reads `at::native::copy_impl`;
+`void c10::function_ref<void (char**, long const*, long, long)>::callback_fn<...>(long, ...)`
+reads `c10::function_ref::callback_fn`.  Python frames (`name (file.py:12)`), `[GPU_Kernel]`
+names and unresolved addresses are left as they are.  The trace keeps the full signatures;
+`folded`, `report` and `flamegraph` show these by default (`--full-names` for the rest).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+_PYTHON_FRAME = re.compile(r" \([^()]*:\d+\)$")
+_RETURN_TYPE = re.compile(r"^(?:[\w:]+[\s*&]+)+(?=[\w~:]*(?:operator|\w)[^\s]*$)")
+_KEEP_PREFIXES = ("[", "0x")
+
+
+def _strip_balanced(text: str, open_ch: str, close_ch: str) -> str:
+    """Text with every outermost open_ch...close_ch group removed (nested groups included)."""
+    out = []
+    depth = 0
+    for ch in text:
+        if ch == open_ch:
+            depth += 1
+        elif ch == close_ch and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+@lru_cache(maxsize=65536)
+def short_name(name: str) -> str:
+    if not name or name.startswith(_KEEP_PREFIXES) or _PYTHON_FRAME.search(name):
+        return name
+    if "(" not in name and "<" not in name:
+        return name
+    text = name.replace("(anonymous namespace)", "{anon}")
+    # operator() / operator<< keep their own brackets.
+    text = text.replace("operator()", "operator\x00").replace("operator<<", "operator\x01")
+    text = text.replace("operator<", "operator\x02").replace("operator>", "operator\x03")
+    text = _strip_balanced(text, "<", ">")
+    # The parameter list is the last top-level group; lambdas' groups sit inside {...}.
+    text = _strip_balanced(text, "(", ")")
+    text = re.sub(r"\s+(const|volatile|&&|&|noexcept)\b", "", text).strip()
+    text = text.split(" [clone")[0]
+    if " " in text:  # a return type in front ("void c10::...")
+        text = text.rsplit(" ", 1)[-1]
+    text = text.replace("operator\x00", "operator()").replace("operator\x01", "operator<<")
+    text = text.replace("operator\x02", "operator<").replace("operator\x03", "operator>")
+    return text.replace("{anon}", "(anonymous namespace)") or name
+
+
+def shorten_stack(stack: str) -> str:
+    """A folded stack (frames joined by ';') with every frame's name shortened."""
+    return ";".join(short_name(frame) for frame in stack.split(";"))
