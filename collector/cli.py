@@ -34,7 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # imports every command: Ctrl-C may land here
+    except KeyboardInterrupt:
+        print("xpu-perf: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
