@@ -40,7 +40,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    parser = build_parser(argv)
+    try:
+        parser = build_parser(argv)  # imports the command's module: Ctrl-C may land here
+    except KeyboardInterrupt:
+        print("xpu-perf: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from collector import cache_trust
+
 REPO = Path(__file__).resolve().parent.parent
 SOURCE_DIR = REPO / "cupti_inject" / "src"
 SCHEMA = REPO / "protos" / "cupti_stream.def"
@@ -119,11 +121,15 @@ def _source_hash(extra: str) -> str:
     return h.hexdigest()[:16]
 
 
+def _cache_base() -> Path:
+    """The cache root whose directories down to the library must be trusted."""
+    return Path(os.environ.get("XPU_PERF_CACHE") or cache_trust.cache_root())
+
+
 def cache_dir() -> Path:
-    base = os.environ.get("XPU_PERF_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "xpu-perf"
-    )
-    return Path(base) / "cupti_inject"
+    if os.environ.get("XPU_PERF_CACHE"):
+        return Path(os.environ["XPU_PERF_CACHE"]) / "cupti_inject"
+    return cache_trust.cache_root() / "xpu-perf" / "cupti_inject"
 
 
 def _link_name(lib_dir: Path) -> str:
@@ -150,9 +156,17 @@ def build(cupti: Cupti | None = None, out_dir: Path | None = None, force: bool =
     key = f"cupti{cupti.version}-{_source_hash(str(cupti.lib_dir))}"
     target_dir = out_dir or cache_dir() / key
     target = target_dir / LIBRARY_NAME
+    if out_dir is None:
+        # The library is loaded into the target: only from a cache nobody else could have
+        # written (collector/cache_trust.py); else a build of our own, in a private dir.
+        untrusted = cache_trust.untrusted_reason(target, _cache_base())
+        if untrusted is not None:
+            target_dir = cache_trust.private_dir("xpu-perf-inject-")
+            target = target_dir / LIBRARY_NAME
+            cache_trust.refuse("injection library", untrusted, f"building it in {target_dir}")
     if target.exists() and not force:
         return target
-    target_dir.mkdir(parents=True, exist_ok=True)
+    target_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c") if p.name not in SAMPLER_ONLY)
     with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
         tmp_lib = Path(tmp) / LIBRARY_NAME
@@ -190,9 +204,16 @@ def build_sampler(out_dir: Path | None = None, force: bool = False) -> Path:
         raise BuildError("no C compiler (cc/gcc) on PATH: install gcc to sample CPU stacks")
     target_dir = out_dir or cache_dir().parent / "sampler" / _source_hash("sampler")
     target = target_dir / SAMPLER_NAME
+    if out_dir is None:
+        # Preloaded into every process of the recorded tree: the injection library's rule.
+        untrusted = cache_trust.untrusted_reason(target, _cache_base())
+        if untrusted is not None:
+            target_dir = cache_trust.private_dir("xpu-perf-sampler-")
+            target = target_dir / SAMPLER_NAME
+            cache_trust.refuse("CPU sampler library", untrusted, f"building it in {target_dir}")
     if target.exists() and not force:
         return target
-    target_dir.mkdir(parents=True, exist_ok=True)
+    target_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c") if p.name not in CUPTI_ONLY)
     with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
         tmp_lib = Path(tmp) / SAMPLER_NAME

@@ -23,6 +23,9 @@ CAT_SYNC = "sync"
 CAT_GPU_ANNOTATION = "gpu_user_annotation"
 CAT_CUDA_API = "cuda_api"
 GPU_OP_CATEGORIES = (CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_SYNC)
+# Stream ids of GPU ops on no stream (a context or event sync): CUDA's (uint32)-1, which
+# Kineto writes as 4294967295 or -1.  Their track is named "no stream".
+NO_STREAM_IDS = frozenset({0xFFFFFFFF, -1})
 
 
 def flow_id(pid: int, correlation_id: int, index: int = 0) -> int:

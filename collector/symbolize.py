@@ -6,7 +6,10 @@ holding that offset decides) → function from `.symtab`, else `.dynsym`, demang
 cxxfilt.  Per-file symbol tables are cached by build id, so a library that many processes map
 is read once.  What cannot be named keeps `module+0xoffset`, so nothing is ever dropped.
 Anonymous (JIT) code is named from `/tmp/perf-PID.map` when the process wrote one (CPython
-3.12+ with `-X perf`, Node, the JVM with perf-map-agent).  Kernel addresses use /proc/kallsyms.
+3.12+ with `-X perf`, Node, the JVM with perf-map-agent).  The map is read as root from a
+directory anyone can write, so (see read_perf_map): no symlink is followed, only a regular
+file is read, at most PERF_MAP_MAX_BYTES of it, and only when the target's uid or root owns
+it.  Kernel addresses use /proc/kallsyms.
 
 pyelftools parses the headers; the symbol tables themselves are unpacked with `struct`,
 because walking hundreds of thousands of symbols (libtorch) through pyelftools objects takes
@@ -16,7 +19,9 @@ seconds per library, and names are decoded only for the symbols that samples hit
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
+import stat
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +37,7 @@ KERNEL_MODULE = "[kernel]"
 UNKNOWN_MODULE = "[unknown]"
 PERF_MAP_MODULE = "[perf-map]"
 PYTHON_MODULE = "[python]"
+PERF_MAP_MAX_BYTES = 64 << 20  # a JIT's map is a few MB; beyond this the rest is skipped
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -83,6 +89,7 @@ class MapsSnapshot:
     pid: int
     mappings: list[Mapping] = field(default_factory=list)
     _starts: list[int] = field(default_factory=list)
+    uid: int | None = None  # the process's (effective) uid, while it lived
 
     @classmethod
     def read(cls, pid: int) -> MapsSnapshot:
@@ -98,6 +105,9 @@ class MapsSnapshot:
             return False
         if not text:
             return False  # a zombie: its address space is already gone
+        if self.uid is None:
+            with contextlib.suppress(OSError):
+                self.uid = os.stat(f"/proc/{self.pid}").st_uid
         known = {(m.start, m.end, m.path) for m in self.mappings}
         fresh = [m for m in parse_maps(text) if (m.start, m.end, m.path) not in known]
         if fresh:
@@ -255,6 +265,33 @@ class PerfMap:
         return None
 
 
+def read_perf_map(path: Path, owners: Iterable[int]) -> tuple[PerfMap | None, str | None]:
+    """The perf map at `path` and, when it is refused or cut, why (a counter name).
+
+    /tmp is writable by anyone, and the reader is root: a symlink there could point at any
+    file (O_NOFOLLOW), a FIFO would block and a device would never end (O_NONBLOCK on open,
+    then only a regular file, checked on the open descriptor), a huge file would fill memory
+    (only the first PERF_MAP_MAX_BYTES, up to the last whole line), and a map planted by
+    another user would name frames (only `owners`: the target's uid, and root; perf's rule).
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None, None
+    except OSError:
+        return None, "perf_maps_refused"  # ELOOP: a symlink; EACCES, ...
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in set(owners):
+            return None, "perf_maps_refused"
+        data = f.read(PERF_MAP_MAX_BYTES + 1)
+    if len(data) <= PERF_MAP_MAX_BYTES:
+        return PerfMap(data.decode(errors="replace")), None
+    data = data[: data.rfind(b"\n", 0, PERF_MAP_MAX_BYTES) + 1]
+    return PerfMap(data.decode(errors="replace")), "perf_maps_cut"
+
+
 class KernelSymbols:
     """Text symbols from /proc/kallsyms (addresses are real only for root)."""
 
@@ -296,6 +333,8 @@ class Symbolizer:
         self._perf_maps: dict[int, PerfMap | None] = {}
         self._kernel: KernelSymbols | None = None
         self.unresolved_frames = 0
+        # perf maps refused (symlink, not a regular file, foreign owner) or cut at the cap
+        self.perf_map_counts = {"perf_maps_refused": 0, "perf_maps_cut": 0}
 
     def elf(self, path: str) -> ElfSymbols | None:
         try:
@@ -314,12 +353,14 @@ class Symbolizer:
             self._by_file[key] = symbols
         return self._by_file[key]
 
-    def perf_map(self, pid: int) -> PerfMap | None:
+    def perf_map(self, pid: int, uid: int | None = None) -> PerfMap | None:
+        """The JIT map of `pid`, whose uid is `uid` (None: unknown, only root's map)."""
         if pid not in self._perf_maps:
-            try:
-                self._perf_maps[pid] = PerfMap(Path(f"/tmp/perf-{pid}.map").read_text())
-            except OSError:
-                self._perf_maps[pid] = None
+            owners = {0} if uid is None else {0, uid}
+            perf_map, problem = read_perf_map(Path(f"/tmp/perf-{pid}.map"), owners)
+            if problem:
+                self.perf_map_counts[problem] += 1
+            self._perf_maps[pid] = perf_map
         return self._perf_maps[pid]
 
     def user_frames(self, maps: MapsSnapshot | None, addrs: Sequence[int]) -> list[Frame]:
@@ -338,7 +379,7 @@ class Symbolizer:
         if mapping is None or not mapping.file_backed:
             name = None
             if maps is not None:
-                perf_map = self.perf_map(maps.pid)
+                perf_map = self.perf_map(maps.pid, maps.uid)
                 name = perf_map.lookup(lookup) if perf_map else None
             if name is not None:
                 module = PYTHON_MODULE if name.startswith("py::") else PERF_MAP_MODULE

@@ -145,4 +145,4 @@ def test_summary_reports_counts(tmp_path: Path) -> None:
     proc = run_cli("convert", EXAMPLE, "-o", tmp_path / "x.perfetto-trace", check=True)
     assert "311 kernels" in proc.stderr
     assert "events in 3876" in proc.stderr
-    assert "skipped 3: GPU process/stream labels" in proc.stderr
+    assert "skipped 5: GPU process/stream labels" in proc.stderr

@@ -3,12 +3,14 @@ headless Chromium (Debian's chromium; missing chromium fails these tests)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +76,44 @@ def test_server_stays_inside_its_web_build(served: str):
         assert b"root:" not in body
 
 
+def _get_with_host(url: str, path: str, host: str | None) -> tuple[int, bytes]:
+    parsed = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_server_refuses_foreign_host_headers(served: str, example_trace: Path):
+    """DNS rebinding: a foreign site's name resolving to 127.0.0.1 sends its own Host."""
+    port = urllib.parse.urlsplit(served).port
+    trace = example_trace.read_bytes()
+    for host in (
+        "evil.example.com",
+        f"evil.example.com:{port}",
+        "127.0.0.1",
+        f"127.0.0.1:{port + 1}",
+        f"localhost.evil.example.com:{port}",
+        None,
+    ):
+        for path in ("/localtrace", "/", "/vizviewer_info"):
+            status, body = _get_with_host(served, path, host)
+            assert status == 403, (host, path)
+            assert trace[:64] not in body and b"Perfetto" not in body
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}"):
+        status, body = _get_with_host(served, "/localtrace", host)
+        assert status == 200 and body == trace, host
+    # The page itself, asked for as localhost, moves to 127.0.0.1 (no analytics there).
+    status, _ = _get_with_host(served, "/", f"localhost:{port}")
+    assert status == 302
+
+
 def test_view_errors_are_one_line(tmp_path: Path, example_trace: Path):
     not_trace = tmp_path / "notes.txt"
     not_trace.write_text("hello\n")
@@ -116,7 +156,7 @@ def _kernel_to_find(trace: Path) -> tuple[str, str, str, set[int]]:
     return row["name"], row["device"], row["stream"], {int(i) for i in row["ids"].split(",")}
 
 
-def _view_in_chromium(trace: Path, shot: Path) -> None:
+def _view_in_chromium(trace: Path, shot: Path, host: str = "127.0.0.1") -> None:
     name, device, stream, ids = _kernel_to_find(trace)
     gpu_label = device.split(" (")[0] + " ("  # "GPU 0 (": the UI may wrap the rest
     proc = subprocess.Popen(
@@ -132,6 +172,7 @@ def _view_in_chromium(trace: Path, shot: Path) -> None:
         assert first.startswith("Perfetto UI with "), first + proc.stderr.read()
         url = first.rsplit(": ", 1)[1].strip()
         assert url.startswith("http://127.0.0.1:")
+        url = url.replace("127.0.0.1", host, 1)
         with Chromium(width=1600, height=1000) as browser:
             browser.navigate(url)
             # Track names come from the UI's own engine: they appear once the trace loaded.
@@ -219,6 +260,11 @@ def _press_enter(browser: Chromium) -> None:
 
 def test_view_kineto_trace_in_chromium(example_trace: Path, tmp_path: Path):
     _view_in_chromium(example_trace, tmp_path / "view_kineto.png")
+
+
+def test_view_on_localhost_in_chromium(example_trace: Path, tmp_path: Path):
+    """The Host check lets the UI load under its other loopback name too."""
+    _view_in_chromium(example_trace, tmp_path / "view_localhost.png", host="localhost")
 
 
 def test_view_recorded_trace_in_chromium(recorded: RecordedTrace, tmp_path: Path):

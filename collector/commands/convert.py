@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from rich.progress import (
 )
 
 from collector.errors import UserError
+from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
 from exporters.perfetto.writer import CONVERT_COMPRESSION_LEVEL, TraceWriter
 
 if TYPE_CHECKING:
@@ -95,6 +97,24 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def api_device_flows(stats: kineto.ConvertStats) -> int:
+    """API call -> device op flows: by correlation id, and from ac2g/async_gpu pairs."""
+    return stats.flows + sum(stats.flow_pairs.get(cat, 0) for cat in API_TO_DEVICE_FLOWS)
+
+
+def other_pair_flows(stats: kineto.ConvertStats) -> dict[str, int]:
+    """Flows of the input's other flow categories (not API->device, not fwdbwd)."""
+    return {
+        cat: n
+        for cat, n in sorted(stats.flow_pairs.items())
+        if cat not in API_TO_DEVICE_FLOWS and cat != "fwdbwd"
+    }
+
+
+def _slug(reason: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", reason.lower()).strip("_")[:80]
+
+
 def summary_counters(stats: kineto.ConvertStats) -> dict[str, int]:
     counters = {
         "events_in": stats.events_in,
@@ -107,14 +127,20 @@ def summary_counters(stats: kineto.ConvertStats) -> dict[str, int]:
         "api_calls": stats.api_calls,
         "cpu_slices": stats.cpu_slices,
         "instants": stats.instants,
-        "flows_api_to_gpu": stats.flows,
+        "flows_api_to_gpu": api_device_flows(stats),
         "flows_fwdbwd": stats.fwdbwd_flows,
+        "flows_from_pairs": sum(stats.flow_pairs.values()),
         "ac2g_links_in": stats.ac2g_links_in,
         "gpu_ops_with_api": stats.gpu_ops_with_api,
         "gpu_ops_without_api": stats.gpu_ops_without_api,
         "metadata_events": stats.metadata_events,
         "skipped": sum(stats.skipped.values()),
     }
+    for cat, n in other_pair_flows(stats).items():
+        counters[f"flows_{_slug(cat)}"] = n
+    # Every reason something was not converted, with its count (summary: the same lines).
+    for reason, n in stats.skipped.items():
+        counters[f"skipped_{_slug(reason)}"] = counters.get(f"skipped_{_slug(reason)}", 0) + n
     return counters
 
 
@@ -139,9 +165,11 @@ def print_summary(
         f"  CPU: {stats.cpu_slices} slices, {stats.api_calls} CUDA API calls, "
         f"{stats.instants} instants"
     )
+    others = "".join(f", {n} {cat}" for cat, n in other_pair_flows(stats).items())
     console.print(
-        f"  flows: {stats.flows} API->GPU (input had {stats.ac2g_links_in} ac2g links), "
-        f"{stats.fwdbwd_flows} fwd->bwd; GPU ops without an API call: {stats.gpu_ops_without_api}"
+        f"  flows: {api_device_flows(stats)} API->GPU (input had {stats.ac2g_links_in} ac2g "
+        f"flow ends), {stats.fwdbwd_flows} fwd->bwd{others}; "
+        f"GPU ops without an API call: {stats.gpu_ops_without_api}"
     )
     for reason, count in sorted(stats.skipped.items()):
         console.print(f"  skipped {count}: {reason}")

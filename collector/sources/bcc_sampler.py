@@ -95,6 +95,7 @@ class BccCpuSampler(BccSource):
             "untracked_forks": counters.get("untracked_forks", 0),
             "maps_missing": self.registry.maps_missing,
             "unresolved_frames": self._symbolizer.unresolved_frames,
+            **self._symbolizer.perf_map_counts,
             "decode_errors": self.decode_errors,
             "bpf_run_ns": counters.get("bpf_run_ns", 0),
             "bpf_runs": counters.get("bpf_runs", 0),

@@ -231,6 +231,7 @@ class BccLaunchUprobes(BccSource):
             "untracked_forks": counters.get("untracked_forks", 0),
             "maps_missing": self.registry.maps_missing,
             "unresolved_frames": self._symbolizer.unresolved_frames,
+            **self._symbolizer.perf_map_counts,
             "probe_attach_errors": len(self.attach_errors),
             "decode_errors": self.decode_errors,
         }

@@ -1,13 +1,19 @@
 """PyTorch profiler (Kineto) Chrome-JSON traces -> collector.model events.
 
 Streaming, two passes over the file (plain or .gz), both with ijson's C backend:
-1. a scan that learns the links: for every correlation id, how many GPU ops it caused
-   and whether its runtime/driver call is present; where `fwdbwd` flows start and end;
-   the GPU names from `deviceProperties`;
+1. a scan that learns the links: the flow pairs (`s`/`f` events of any category, see
+   kineto_flows.py) and the events they bind to; for every correlation id not linked by a
+   flow pair, how many device ops it caused and whether its API call is present; the
+   device names from `deviceProperties`;
 2. the conversion proper, which can then give each API slice the flow ids of all of its
-   GPU ops (a CUDA graph launch fans out to every kernel of the graph) even though Kineto
-   writes GPU ops before or after their API calls in no fixed order.
-Memory holds those link tables (a few ints per correlation), never the events.
+   device ops (a CUDA graph launch fans out to every kernel of the graph) even though
+   Kineto writes device ops before or after their API calls in no fixed order.
+Memory holds those link tables (a few ints per flow or correlation), never the events.
+
+Accelerators: Kineto names the categories after CUDA for ROCm/HIP too (`kernel`,
+`cuda_runtime`); MTIA has `mtia_runtime` and `mtia_ccp_events`; XPU `xpu_runtime`; other
+PrivateUse1 backends `privateuse1_runtime`/`_driver`; PyTorch 1.8-1.9 wrote `Kernel`,
+`Memcpy`, `Memset`, `Runtime`.  Device ops of all of them go on device -> stream tracks.
 """
 
 from __future__ import annotations
@@ -19,22 +25,46 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
 import ijson
 
 from collector import model
+from collector.sources.kineto_flows import EndKey, FlowScan, FlowTables
 
-# Kineto category -> contract category for ops on GPU stream tracks.
+# Kineto category -> contract category for ops on device stream tracks.
 GPU_CATEGORIES = {
     "kernel": model.CAT_KERNEL,
     "gpu_memcpy": model.CAT_MEMCPY,
     "gpu_memset": model.CAT_MEMSET,
     "cuda_sync": model.CAT_SYNC,
     "gpu_user_annotation": model.CAT_GPU_ANNOTATION,
+    "Kernel": model.CAT_KERNEL,
+    "Memcpy": model.CAT_MEMCPY,
+    "Memset": model.CAT_MEMSET,
+    "mtia_ccp_events": model.CAT_KERNEL,  # refined by name: see _device_category
 }
-API_CATEGORIES = ("cuda_runtime", "cuda_driver")
+# Host-side accelerator API calls (category `cuda_api` in the trace, whatever the device;
+# arg `kineto_category` keeps which).
+API_CATEGORIES = (
+    "cuda_runtime",
+    "cuda_driver",
+    "mtia_runtime",
+    "xpu_runtime",
+    "privateuse1_runtime",
+    "privateuse1_driver",
+    "Runtime",
+    "Driver",
+)
+# MTIA command-processor events are all one category: their names say what they are
+# (`dma_request` copies, `event_wait`/`event_record` order streams, the rest run code).
+_MTIA_NAME_CATEGORIES = (
+    (re.compile(r"dma|memcpy|copy", re.IGNORECASE), model.CAT_MEMCPY),
+    (re.compile(r"memset|fill", re.IGNORECASE), model.CAT_MEMSET),
+    (re.compile(r"event|wait|sync|barrier", re.IGNORECASE), model.CAT_SYNC),
+)
 # Kineto arg name -> our arg name, for GPU ops (the rest keep their Kineto names).
 _GPU_ARG_NAMES = {
     "registers per thread": "registers_per_thread",
@@ -61,8 +91,15 @@ DROPPED_ARGS = frozenset({"Ev Idx"})
 # of two matches around an id in the middle (docs/benchmarks.md).
 _ID_ARGS = ("External id", "Python id", "Python parent id")
 _GPU_ID_ARGS = ("external_id",)
-_GPU_LABEL = re.compile(r"^\s*(GPU \d+|stream \d+)\s*$", re.IGNORECASE)
-_FLOW_NAMESPACE_FWDBWD = 1 << 62  # keeps fwd->bwd flow ids apart from API->GPU ones
+_GPU_LABEL = re.compile(r"^\s*((GPU|MTIA|XPU|HPU) \d+|stream \d+)\s*$", re.IGNORECASE)
+# Times past 2**62 ns (146 years) or ids past int32 are not a profiler's: such an event is
+# skipped (times) or its id kept as a name (pid/tid), instead of overflowing the encoder.
+_MAX_NS = 1 << 62
+_FLOAT_EXACT_US = (1 << 53) / 1000  # below it, us * 1000.0 rounds to the exact ns
+_INT32 = range(-(1 << 31), 1 << 31)
+_CORRELATIONS = range(0, 1 << 32)
+_STREAMS = range(-(1 << 31), 1 << 32)  # int32 or uint32 (CUDA's no-stream 2**32-1)
+_NO_STREAM = 0xFFFFFFFF
 
 
 class KinetoFormatError(Exception):
@@ -81,9 +118,11 @@ class ConvertStats:
     api_calls: int = 0
     cpu_slices: int = 0
     instants: int = 0
-    flows: int = 0
+    flows: int = 0  # API -> device op, by correlation id (no flow pair in the input)
     fwdbwd_flows: int = 0
     ac2g_links_in: int = 0
+    # flow category -> flows made from the input's flow pairs (ac2g, fwdbwd, ...)
+    flow_pairs: Counter[str] = field(default_factory=Counter)
     gpu_ops_with_api: int = 0
     gpu_ops_without_api: int = 0
     metadata_events: int = 0
@@ -95,10 +134,10 @@ class ConvertStats:
 class _Links:
     gpu_ops_per_correlation: Counter[int] = field(default_factory=Counter)
     api_correlations: set[int] = field(default_factory=set)
-    # (pid, tid, ts_ns) -> fwdbwd flow ids starting / ending at that slice start
-    fwdbwd_out: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
-    fwdbwd_in: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
+    # (pid, tid, ts_ns) -> flow ids starting / ending at the event starting there
+    flows: FlowTables = field(default_factory=FlowTables)
     device_names: dict[int, str] = field(default_factory=dict)
+    device_pids: set[int] = field(default_factory=set)  # pids that hold device ops
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -115,6 +154,38 @@ def us_to_ns(value: Any) -> int:
     return round(float(value) * 1000.0)
 
 
+def _time_ns(value: Any) -> int | None:
+    """A Kineto time or duration in ns, or None where it is no number the trace can hold."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    ns = value * 1000.0
+    if not -_MAX_NS < ns < _MAX_NS:  # also false for NaN
+        return None
+    if isinstance(value, int):
+        return value * 1000  # exact: epoch-based times (1.7e15 us) are past float precision
+    if -_FLOAT_EXACT_US < value < _FLOAT_EXACT_US:
+        return round(ns)
+    # A large time with decimals: its shortest text times 1000, not the float product
+    # (which is off by up to 64 ns at 1.7e15 us).
+    return round(Decimal(repr(value)) * 1000)
+
+
+def _event_key(ev: dict[str, Any], ids: _Ids) -> EndKey | None:
+    ts = _time_ns(ev.get("ts"))
+    if ts is None:
+        return None
+    return (ids.get(ev.get("pid")), ids.get(ev.get("tid")), ts)
+
+
+def _device_category(cat: str, name: str) -> str:
+    category = GPU_CATEGORIES[cat]
+    if cat == "mtia_ccp_events":
+        for pattern, named in _MTIA_NAME_CATEGORIES:
+            if pattern.search(name):
+                return named
+    return category
+
+
 def _int_or_none(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
@@ -123,6 +194,18 @@ def _int_or_none(value: Any) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
+
+
+def _id_or_none(value: Any, valid: range) -> int | None:
+    """An integer id (also as text, decimal or 0x hex: ROCm writes `"stream": "0x0"`)
+    within `valid`, else None."""
+    if isinstance(value, str):
+        try:
+            value = int(value, 0)
+        except ValueError:
+            return None
+    as_int = _int_or_none(value)
+    return as_int if as_int is not None and as_int in valid else None
 
 
 class _Ids:
@@ -135,7 +218,7 @@ class _Ids:
 
     def get(self, value: Any) -> int:
         as_int = _int_or_none(value)
-        if as_int is not None:
+        if as_int is not None and as_int in _INT32:
             return as_int
         text = str(value)
         ident = self._synthetic.get(text)
@@ -199,44 +282,61 @@ def _device_names(path: Path) -> dict[int, str]:
     return names
 
 
+def _flow_ident(ident: int | float | str) -> int | str:
+    """A flow id as written: numbers that are integers as int, anything else as text."""
+    if isinstance(ident, str):
+        return ident
+    as_int = _int_or_none(ident)
+    return as_int if as_int is not None else repr(ident)
+
+
+def _category(ev: dict[str, Any]) -> str:
+    cat = ev.get("cat")
+    return cat if isinstance(cat, str) else ""
+
+
 def scan_links(path: Path, progress: Callable[[int], None] | None = None) -> _Links:
     links = _Links(device_names=_device_names(path))
     ids = _Ids()
+    flows = FlowScan()
     saw_events = False
     for ev in _events(path, progress):
         saw_events = True
-        cat = ev.get("cat")
+        cat = _category(ev)
         ph = ev.get("ph")
         if ph == "X":
+            key = _event_key(ev, ids)
+            if key is None:
+                continue  # not converted (the second pass says why)
+            flows.event(key)
+            if cat in GPU_CATEGORIES:
+                links.device_pids.add(key[0])
             args = ev.get("args")
-            corr = _int_or_none(args.get("correlation")) if isinstance(args, dict) else None
+            corr = (
+                _id_or_none(args.get("correlation"), _CORRELATIONS)
+                if isinstance(args, dict)
+                else None
+            )
             if corr is None:
                 continue
             if cat in GPU_CATEGORIES and cat != "gpu_user_annotation":
                 links.gpu_ops_per_correlation[corr] += 1
             elif cat in API_CATEGORIES:
                 links.api_correlations.add(corr)
-        elif cat == "fwdbwd" and ph in ("s", "f") and "ts" in ev and "id" in ev:
-            key = (ids.get(ev.get("pid")), ids.get(ev.get("tid")), us_to_ns(ev["ts"]))
-            table = links.fwdbwd_out if ph == "s" else links.fwdbwd_in
-            table.setdefault(key, []).append(
-                _FLOW_NAMESPACE_FWDBWD | (ids.get(ev["id"]) & 0xFFFFFFFF)
-            )
+        elif ph in ("s", "f"):
+            key = _event_key(ev, ids)
+            ident = ev.get("id")
+            if key is not None and isinstance(ident, (int, float, str)):
+                flows.flow(ph, cat, _flow_ident(ident), key)
     if not saw_events:
         raise KinetoFormatError(
             f"{path}: no 'traceEvents' array; is this a PyTorch profiler trace?"
         )
-    # A flow needs both ends: keep only fwd->bwd links whose start and end are present.
-    starts = {i for v in links.fwdbwd_out.values() for i in v}
-    ends = {i for v in links.fwdbwd_in.values() for i in v}
-    both = starts & ends
-    for table in (links.fwdbwd_out, links.fwdbwd_in):
-        for key in list(table):
-            kept = [i for i in table[key] if i in both]
-            if kept:
-                table[key] = kept
-            else:
-                del table[key]
+    links.flows = flows.finish()
+    # Correlations linked by a flow pair in the input are linked by that pair only.
+    for corr in links.flows.api_device_ids:
+        links.gpu_ops_per_correlation.pop(corr, None)
+        links.api_correlations.discard(corr)
     return links
 
 
@@ -306,34 +406,62 @@ def convert_events(
     ids = _Ids()
     seen_in_corr: Counter[int] = Counter()
     named_threads: set[tuple[int, int]] = set()
+    stats.flow_pairs.update(links.flows.flows)
+    stats.fwdbwd_flows = links.flows.flows.get("fwdbwd", 0)
+    stats.skipped.update(links.flows.skipped)
     for device, name in sorted(links.device_names.items()):
         yield model.GpuDevice(device, name)
     for ev in _events(path, progress):
         stats.events_in += 1
         ph = ev.get("ph")
-        cat = ev.get("cat") or ""
+        cat = _category(ev)
         if ph == "X":
             if "ts" not in ev:
                 stats.skipped["complete event without ts"] += 1
                 continue
-            ts = us_to_ns(ev["ts"])
-            dur = us_to_ns(ev.get("dur", 0))
+            ts = _time_ns(ev["ts"])
+            dur = _time_ns(ev.get("dur", 0))
+            if ts is None or ts < 0:
+                stats.skipped[
+                    "complete events with a ts that is no time (not a number, "
+                    "negative or past 2**62 ns)"
+                ] += 1
+                continue
+            if dur is None or dur < 0:
+                stats.skipped[
+                    "complete events with a duration that is no time (not a "
+                    "number, negative or past 2**62 ns)"
+                ] += 1
+                continue
             name = str(ev.get("name", ""))
             args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid"))
+            # One event per key takes the flow ends there (the first one met).
+            flow_out = tuple(links.flows.starts.pop((pid, tid, ts), ()))
+            flow_in = tuple(links.flows.ends.pop((pid, tid, ts), ()))
             if cat in GPU_CATEGORIES:
-                yield _gpu_op(ev, cat, ts, dur, name, args, links, seen_in_corr, stats, ids)
+                yield _gpu_op(
+                    ev,
+                    cat,
+                    ts,
+                    dur,
+                    name,
+                    args,
+                    links,
+                    seen_in_corr,
+                    stats,
+                    ids,
+                    flow_out,
+                    flow_in,
+                )
             else:
-                pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid"))
                 if (pid, tid) not in named_threads and (pid in ids.names or tid in ids.names):
                     named_threads.add((pid, tid))
                     if pid in ids.names:
                         yield model.ProcessInfo(pid, ids.names[pid])
                     yield model.ThreadInfo(pid, tid, ids.names.get(tid, str(tid)))
-                flow_out = tuple(links.fwdbwd_out.get((pid, tid, ts), ()))
-                flow_in = tuple(links.fwdbwd_in.get((pid, tid, ts), ()))
-                stats.fwdbwd_flows += len(flow_out)
                 category = cat
-                corr = _int_or_none(args.get("correlation"))
+                corr = _id_or_none(args.get("correlation"), _CORRELATIONS)
                 if cat in API_CATEGORIES:
                     category = model.CAT_CUDA_API
                     stats.api_calls += 1
@@ -365,11 +493,15 @@ def convert_events(
             if "ts" not in ev:
                 stats.skipped["instant event without ts"] += 1
                 continue
+            ts = _time_ns(ev["ts"])
+            if ts is None or ts < 0:
+                stats.skipped["instant events with a ts that is no time"] += 1
+                continue
             pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid", 0))
             yield model.Instant(
                 pid,
                 tid,
-                us_to_ns(ev["ts"]),
+                ts,
                 str(ev.get("name", "")),
                 cat,
                 _cpu_args(ev.get("args")),
@@ -378,14 +510,14 @@ def convert_events(
             stats.events_out += 1
         elif ph == "M":
             stats.metadata_events += 1
-            yield from _metadata(ev, ids, stats)
-        elif ph in ("s", "f", "t"):
+            yield from _metadata(ev, ids, stats, links.device_pids)
+        elif ph in ("s", "f"):
             if cat == "ac2g":
                 stats.ac2g_links_in += ph == "f"
-            # Flow events are links, not events: ac2g links become API->GPU flows via the
-            # correlation ids, fwdbwd links via the scan; both are counted in the summary.
+            # Flow events are links, not events: each pair became a flow (the scan), what
+            # could not is in `skipped` by reason.
         else:
-            stats.skipped[f"phase '{ph}' events are not converted"] += 1
+            stats.skipped[f"phase '{str(ph)[:20]}' events are not converted"] += 1
 
 
 def _gpu_op(
@@ -399,21 +531,28 @@ def _gpu_op(
     seen_in_corr: Counter[int],
     stats: ConvertStats,
     ids: _Ids,
+    flow_out: tuple[int, ...],
+    flow_in: tuple[int, ...],
 ) -> model.GpuOp:
-    device = _int_or_none(args.get("device"))
+    # Device: the op's `device` arg, else the pid (Kineto's device pseudo-process: MTIA
+    # ops have no device arg).  Stream: the `stream` arg, else the tid.
+    device = _id_or_none(args.get("device"), _INT32)
     if device is None:
         device = ids.get(ev.get("pid", 0))
-    stream = _int_or_none(args.get("stream"))
+    stream = _id_or_none(args.get("stream"), _STREAMS)
     if stream is None:
         stream = ids.get(ev.get("tid", 0))
-    corr = _int_or_none(args.get("correlation"))
-    category = GPU_CATEGORIES[cat]
-    terminating: tuple[int, ...] = ()
+    if stream in model.NO_STREAM_IDS:
+        stream = _NO_STREAM  # one "no stream" track for both spellings
+    corr = _id_or_none(args.get("correlation"), _CORRELATIONS)
+    category = _device_category(cat, name)
+    terminating = flow_in
     if category != model.CAT_GPU_ANNOTATION:
         if corr is not None and corr in links.api_correlations:
             index = seen_in_corr[corr]
             seen_in_corr[corr] += 1
-            terminating = (model.flow_id(0, corr, index),)
+            terminating += (model.flow_id(0, corr, index),)
+        if terminating:
             stats.gpu_ops_with_api += 1
         else:
             stats.gpu_ops_without_api += 1
@@ -436,18 +575,24 @@ def _gpu_op(
         category,
         _gpu_args(args),
         correlation_id=corr,
+        flow_ids=flow_out,
         terminating_flow_ids=terminating,
     )
 
 
-def _metadata(ev: dict[str, Any], ids: _Ids, stats: ConvertStats) -> Iterator[model.Event]:
+def _metadata(
+    ev: dict[str, Any], ids: _Ids, stats: ConvertStats, device_pids: set[int]
+) -> Iterator[model.Event]:
     name = ev.get("name")
     args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
     label = args.get("name")
     pid = ids.get(ev.get("pid", 0))
-    if name in ("process_name", "thread_name") and _GPU_LABEL.match(str(label or "")):
-        # Kineto names its GPU pseudo-processes "GPU N" and their threads "stream N"; GPU
-        # ops live on the encoder's own GPU/stream tracks, so these labels name nothing.
+    if name in ("process_name", "thread_name") and (
+        _GPU_LABEL.match(str(label or "")) or pid in device_pids
+    ):
+        # Kineto names its device pseudo-processes "GPU N" / "MTIA N" and their threads
+        # "stream N"; device ops live on the encoder's own device/stream tracks, so these
+        # labels name nothing.
         stats.skipped["GPU process/stream labels (GPU tracks are named by xpu-perf)"] += 1
     elif name == "process_name" and label is not None:
         yield model.ProcessInfo(pid, str(label))

@@ -13,8 +13,16 @@ from __future__ import annotations
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from collector import model
 from exporters.perfetto.chunks import ChunkBuffer
 from exporters.perfetto.lanes import LaneSet
+
+_INT32_MIN = -(1 << 31)
+_INT32_MAX = (1 << 31) - 1
+
+
+def _stream_name(stream: int) -> str:
+    return "no stream" if stream in model.NO_STREAM_IDS else f"Stream {stream}"
 
 
 class Tracks:
@@ -141,7 +149,7 @@ class Tracks:
         )
         # Keep GPUs and their streams in numeric order in the UI.
         desc.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
-        desc.sibling_order_rank = device
+        desc.sibling_order_rank = device if _INT32_MIN <= device <= _INT32_MAX else _INT32_MAX
         self._descriptor(desc)
         return uuid
 
@@ -163,9 +171,11 @@ class Tracks:
         while index >= len(uuids):
             lane_uuid = self._uuid()
             desc = pb.TrackDescriptor(
-                uuid=lane_uuid, parent_uuid=self.gpu_device(device, None), name=f"Stream {stream}"
+                uuid=lane_uuid, parent_uuid=self.gpu_device(device, None), name=_stream_name(stream)
             )
-            desc.sibling_order_rank = stream
+            # The rank is an int32; ops on no stream (Kineto: 2**32-1 or -1) and other ids
+            # outside it sort last.
+            desc.sibling_order_rank = stream if _INT32_MIN <= stream <= _INT32_MAX else _INT32_MAX
             self._descriptor(desc)
             uuids.append(lane_uuid)
             if len(uuids) > 1:

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import wasmtime
 
+from collector import cache_trust
+
 # Emscripten uses WASI errno numbering.
 _EBADF = 8
 _ENOENT = 44
@@ -57,8 +59,7 @@ def find_wasm() -> Path:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "xpu-perf" / "wasm"
+    return cache_trust.cache_root() / "xpu-perf" / "wasm"
 
 
 def load_module(engine: wasmtime.Engine, wasm_path: Path) -> wasmtime.Module:
@@ -72,6 +73,12 @@ def load_module(engine: wasmtime.Engine, wasm_path: Path) -> wasmtime.Module:
     wasmtime_version = importlib.metadata.version("wasmtime")
     key = hashlib.sha256(data + wasmtime_version.encode()).hexdigest()[:24]
     cached = _cache_dir() / f"trace_processor-{key}.cwasm"
+    # Deserializing is loading machine code: only from a file nobody else could have put
+    # or changed there (collector/cache_trust.py); else compile here and cache nothing.
+    untrusted = cache_trust.untrusted_reason(cached, cache_trust.cache_root())
+    if untrusted is not None:
+        cache_trust.refuse("trace_processor module", untrusted, "compiling it in memory")
+        return wasmtime.Module(engine, data)
     if cached.exists():
         try:
             return wasmtime.Module.deserialize_file(engine, str(cached))
@@ -79,7 +86,7 @@ def load_module(engine: wasmtime.Engine, wasm_path: Path) -> wasmtime.Module:
             cached.unlink(missing_ok=True)
     module = wasmtime.Module(engine, data)
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(module.serialize())
         tmp.replace(cached)

@@ -189,6 +189,9 @@ class TraceWriter:
                 snapshot = capture_clock_snapshot()
             else:
                 snapshot = {pb.BUILTIN_CLOCK_BOOTTIME: 0}
+        # The trace clock's reading at the snapshot: a time trace_processor can always
+        # convert (see _first_ts_hint).
+        self._snapshot_ts = snapshot.get(self.clock_id, 0)
         pkt = pb.TracePacket()
         pkt.trusted_packet_sequence_id = self.descriptor_seq_id
         pkt.clock_snapshot.primary_trace_clock = pb.BUILTIN_CLOCK_BOOTTIME
@@ -220,8 +223,11 @@ class TraceWriter:
         self._chunks.emit(pkt)
 
     def _first_ts_hint(self) -> int:
-        # The metadata instant only needs a timestamp inside the trace's time range.
-        return self.min_ts if self.min_ts is not None else 0
+        # The metadata instant only needs a timestamp inside the trace's time range.  With
+        # no event, not 0 but the snapshot's time: MONOTONIC 0 converts to a negative
+        # BOOTTIME time where the two clocks are equal (no suspend) and BOOTTIME was read
+        # first, and trace_processor drops negative times (and the metadata with them).
+        return self.min_ts if self.min_ts is not None else self._snapshot_ts
 
 
 def _set_annotation(annotation: pb.DebugAnnotation, value: model.ArgValue) -> None:

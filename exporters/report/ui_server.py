@@ -16,6 +16,11 @@ Kept on the machine:
   trace_processor RPC port (127.0.0.1:9001, which the UI probes for a native accelerator),
   so anything this release might still try to fetch is refused inside the browser.
 On 127.0.0.1 the UI itself skips its service worker.
+Only requests whose Host header is this server (`127.0.0.1:PORT` or `localhost:PORT`) are
+answered; any other gets a 403 and no data.  The page asked for as localhost is redirected
+to 127.0.0.1 (see above).  Binding to loopback does not stop a page on
+another site from reaching the server through DNS rebinding (its name made to resolve to
+127.0.0.1): the browser then sends that name as the Host, so the check refuses it.
 """
 
 from __future__ import annotations
@@ -82,7 +87,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     extensions_map: ClassVar[dict[str, str]] = {".wasm": "application/wasm"}
 
     def do_GET(self) -> None:
+        if not self._host_allowed():
+            self._send(b"forbidden: unexpected Host header", "text/plain", status=403)
+            return
         path = self.path.split("?", 1)[0].split("#", 1)[0]
+        if path in ("/", "/index.html") and self._host().startswith("localhost:"):
+            # The page moves to the 127.0.0.1 origin: on http://localhost: this Perfetto
+            # release turns Google Analytics on (and its service worker).
+            self.send_response(302)
+            self.send_header("Location", self.server.url + self.path.lstrip("/"))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if path == "/vizviewer_info":
             self._send(b"{}", "application/json")
         elif path == "/file_info":
@@ -97,6 +113,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(self.server.frontend_bundle, "text/javascript")
         else:
             self._send_static(path)
+
+    def _host(self) -> str:
+        return (self.headers.get("Host") or "").strip().lower()
+
+    def _host_allowed(self) -> bool:
+        port = self.server.server_address[1]
+        return self._host() in (f"127.0.0.1:{port}", f"localhost:{port}")
 
     def _send_static(self, url_path: str) -> None:
         root = self.server.web_dist

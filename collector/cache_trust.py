@@ -1,0 +1,77 @@
+"""Whether a file in a cache may be loaded as code.
+
+Two caches hold native code: the compiled trace_processor module (wasmtime deserializes it
+into machine code) and the built CUPTI injection library (loaded into the target).  Whoever
+can write such a file, or rename entries in a directory above it, runs code as the user of
+xpu-perf (often root).  So a cached file is used only when it and every directory from the
+cache root down to it are owned by the current user or root and writable by no one else;
+otherwise the caller rebuilds in a private directory and says so in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def cache_root() -> Path:
+    """$XDG_CACHE_HOME, else ~/.cache."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"))
+
+
+def _owner_ok(st: os.stat_result) -> bool:
+    return st.st_uid in (os.geteuid(), 0)
+
+
+def untrusted_reason(path: Path, root: Path) -> str | None:
+    """Why `path` (a file or directory inside `root`) must not be trusted, or None.
+
+    Checked: `path` itself (not a symlink; a file must be a regular file) and `root` and
+    every directory between them (owner, no group/other write).  A `path` outside `root`
+    is checked with its parent as the root.  Missing entries are the caller's business
+    (None for what does not exist yet)."""
+    path = Path(os.path.abspath(path))
+    root = Path(os.path.abspath(root))
+    if not path.is_relative_to(root) or path == root:
+        root = path.parent
+    dirs = [root, *(root / Path(*path.relative_to(root).parts[:i])
+                    for i in range(1, len(path.relative_to(root).parts)))]  # fmt: skip
+    for directory in dirs:
+        try:
+            st = os.stat(directory)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{directory} is not a directory"
+        if not _owner_ok(st):
+            return f"{directory} is owned by uid {st.st_uid}"
+        if st.st_mode & _OTHERS_WRITE:
+            return f"{directory} is writable by group or others"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symlink"
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        return f"{path} is not a regular file"
+    if not _owner_ok(st):
+        return f"{path} is owned by uid {st.st_uid}"
+    if st.st_mode & _OTHERS_WRITE:
+        return f"{path} is writable by group or others"
+    return None
+
+
+def private_dir(prefix: str) -> Path:
+    """A fresh directory only this user can use (mkdtemp: mode 0700)."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def refuse(what: str, reason: str, instead: str) -> None:
+    """The one line that says a cached file was not used."""
+    print(f"xpu-perf: not using the cached {what} ({reason}); {instead}", file=sys.stderr)
