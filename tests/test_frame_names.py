@@ -62,6 +62,14 @@ def test_tracer_frames_dropped_down_to_the_api_call() -> None:
     kept, dropped = drop_tracer_frames(runtime)
     assert [f.function for f in kept] == ["cudaLaunchKernel", "at::native::launch"]
     assert dropped == 3
+    # cudart linked statically into the caller (cuBLAS): the driver's unnamed frames go too.
+    static = _frames(
+        ("libcupti.so.13+0x7d163", "libcupti.so.13"),
+        ("libcuda.so.1+0x4cb046", "libcuda.so.1"),
+        ("libcublasLt.so.13+0x71ba5cd", "libcublasLt.so.13"),
+    )
+    kept, dropped = drop_tracer_frames(static)
+    assert [f.function for f in kept] == ["libcublasLt.so.13+0x71ba5cd"] and dropped == 2
     # A driver API call made by the program: the driver entry point stays innermost.
     driver = _frames(
         ("libcupti.so.13+0x7d163", "libcupti.so.13"),
@@ -98,3 +106,27 @@ def test_launched_from_names_the_users_code() -> None:
     assert launched_from(stack) == "forward (model.py:12)"
     native = "app;_start;main;run_solver;c10::Dispatcher::call;at::native::launch;cuLaunchKernel"
     assert launched_from(native) == "run_solver"
+    # The autograd thread runs no Python: the backward node that launched.
+    autograd = (
+        "pt_autograd_0;libc.so.6+0x129ecc;libstdc++.so.6+0xecdb4;torch::autograd::Engine::"
+        "thread_main;torch::autograd::generated::AddmmBackward0::apply;at::mm;"
+        "cublasLtSSSMatmul;libcublasLt.so.13+0x327676b;cuLaunchKernel"
+    )
+    assert launched_from(autograd) == "torch::autograd::generated::AddmmBackward0::apply"
+    framework_only = (
+        "pt_autograd_0;libc.so.6+0x129ecc;torch::autograd::Engine::thread_main;at::_sum_to;"
+        "at::native::gpu_reduce_kernel.isra.0;cudaLaunchKernel"
+    )
+    assert launched_from(framework_only) == "at::native::gpu_reduce_kernel.isra.0"
+
+
+def test_device_stub_names_are_demangled() -> None:
+    # From a PyTorch 2.11 launch stack (AdamW's foreach kernels).
+    stub = (
+        "__device_stub__ZN2at6native57_GLOBAL__N__e658eeb9_24_ForeachBinaryOpScalar_cu_"
+        "86b9896c25multi_tensor_apply_kernelINS1_18TensorListMetadataILi1EEENS1_21BinaryOp"
+        "ScalarFunctorIfLi1ELi1ELi0EEEJSt10multipliesIfEfEEEvT_T0_DpT1_(at::native::x&)"
+    )
+    assert short_name(stub) == (
+        "__device_stub__ at::native::(anonymous namespace)::multi_tensor_apply_kernel"
+    )

@@ -141,18 +141,19 @@ def _lib(frame: Frame) -> str:
 def drop_tracer_frames(frames: list[Frame]) -> tuple[list[Frame], int]:
     """A launch stack is taken inside CUPTI's callback: its innermost frames are libcupti's
     and the driver's dispatch to it, not the program's.  They go, so that the API call is the
-    innermost frame: every libcupti frame at the inner end, then the driver frames under it
-    (all of them when the runtime's entry point in libcudart comes next; else the outermost
-    one stays, being the driver API the program called)."""
+    innermost frame: every libcupti frame at the inner end, then the driver's unnamed frames
+    under it.  A named driver frame (`cuLaunchKernel`, exported) is the driver API the
+    program called, and stays."""
     i = 0
     while i < len(frames) and _lib(frames[i]).startswith("libcupti"):
         i += 1
-    j = i
-    while j < len(frames) and _lib(frames[j]).startswith("libcuda.so"):
-        j += 1
-    if j > i and not (j < len(frames) and _lib(frames[j]).startswith("libcudart")):
-        j -= 1  # the driver entry point the program called
-    return frames[j:], j
+    while (
+        i < len(frames)
+        and _lib(frames[i]).startswith("libcuda.so")
+        and frames[i].function.startswith(_lib(frames[i]) + "+0x")
+    ):
+        i += 1
+    return frames[i:], i
 
 
 def launch_stack(frames_innermost_first: list[Frame]) -> Stack:

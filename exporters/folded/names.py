@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+import cxxfilt
+
 _PYTHON_FRAME = re.compile(r" \([^()]*:\d+\)$")
 _RETURN_TYPE = re.compile(r"^(?:[\w:]+[\s*&]+)+(?=[\w~:]*(?:operator|\w)[^\s]*$)")
 _KEEP_PREFIXES = ("[", "0x")
@@ -31,10 +33,20 @@ def _strip_balanced(text: str, open_ch: str, close_ch: str) -> str:
     return "".join(out)
 
 
+_DEVICE_STUB = "__device_stub__"
+
+
 @lru_cache(maxsize=65536)
 def short_name(name: str) -> str:
     if not name or name.startswith(_KEEP_PREFIXES) or _PYTHON_FRAME.search(name):
         return name
+    if name.startswith(_DEVICE_STUB + "Z"):
+        # nvcc's host stub of a kernel carries the kernel's mangled name in its own.
+        mangled = "_" + name[len(_DEVICE_STUB) :].split("(", 1)[0]
+        try:
+            return f"{_DEVICE_STUB} {short_name(cxxfilt.demangle(mangled))}"
+        except cxxfilt.InvalidName:
+            return name
     if "(" not in name and "<" not in name:
         return name
     text = name.replace("(anonymous namespace)", "{anon}")

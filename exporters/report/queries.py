@@ -190,24 +190,29 @@ def _load_tables(trace: Trace) -> None:
         trace.execute(sql_text("gpu_busy.sql"))
 
 
-# Frames of the CUDA libraries and of PyTorch's dispatch, which launch on behalf of the code
-# that users wrote: "launched from" is the innermost frame that is neither.
-_DISPATCH = re.compile(
-    r"^(cuda|cu[A-Z]|lib(cuda|cudart|cupti|cublas|cudnn|nccl|torch|c10)\w*\.so|at::|c10::|"
-    r"torch::|std::|void at::|void c10::|_Py|Py[A-Z]|_?PyEval|\[)"
+# Frames of the CUDA libraries (and unnamed addresses), and of framework dispatch (PyTorch's
+# operator machinery, the interpreter), which launch on behalf of the code users wrote.
+_CUDA = re.compile(
+    r"^(cuda|cu[A-Z]|cublas|cudnn|nccl|cutlass|__device_stub__|lib[\w.+-]*\.so[\d.]*\+0x|0x|\[)"
 )
+_DISPATCH = re.compile(r"^(at::|c10::|std::|torch::(?!autograd::generated::)|void |_Py|Py[A-Z])")
 _PYTHON_FRAME = re.compile(r" \([^()]*:\d+\)$")
 
 
 def launched_from(stack: str) -> str:
     """The code that launched: the innermost Python frame of a launch stack if it has one,
-    else its innermost frame outside the CUDA libraries and framework dispatch."""
-    frames = stack.split(";")
+    else its innermost frame outside the CUDA libraries and framework dispatch, else (a
+    stack of framework frames only, such as the autograd thread's) the innermost frame
+    outside the CUDA libraries: the framework function that launched."""
+    frames = stack.split(";")[1:]  # [0] is the thread
     for frame in reversed(frames):
         if _PYTHON_FRAME.search(frame):
             return frame
-    for frame in reversed(frames[1:]):
-        if not _DISPATCH.match(frame):
+    for frame in reversed(frames):
+        if not _CUDA.match(frame) and not _DISPATCH.match(frame):
+            return frame
+    for frame in reversed(frames):
+        if not _CUDA.match(frame):
             return frame
     return frames[-1] if frames else ""
 
