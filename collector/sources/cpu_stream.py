@@ -33,6 +33,7 @@ _SUMMED = (
     "cpu_timer_overruns",
     "cpu_threads_sampled",
     "cpu_python_guard_failures",
+    "cpu_python_walk_faults",
     "cpu_unwind_fp_steps",
     "cpu_handler_ns",
     "cpu_scanner_ns",

@@ -175,56 +175,27 @@ static inline int plausible(const void *p) {
 }
 
 /* The CPU sampler's walk.  A signal can land while the interpreter pushes or pops a frame,
- * when a `previous` or code pointer may be stale: every read of the chain goes through
- * safe_copy (process_vm_readv, async-signal-safe), so a stale pointer ends the walk (counted
- * as a guard failure) instead of faulting in the target.  Each frame's line is computed now,
- * while its code object is held by the live frame; names are read later
+ * when a `previous` or code pointer may be stale: the caller runs this under its fault
+ * recovery (sampler.c: a SIGSEGV/SIGBUS in here returns to the caller, counted), so reads
+ * are plain loads.  Each frame's line is computed now, while the live frame holds its code
+ * object (cached per (code, offset) in `lines`); names are read later, by safe copies
  * (xp_py_frame_id_at_line). */
-int xp_py_walk_lines(struct xp_pyframe_key *keys, int max) {
+int xp_py_walk_lines(struct xp_pyframe_key *keys, int max, struct xp_line_cache *lines) {
     if (!xp_py_enabled || !runtime_usable()) return 0;
-    const char *tstate = get_tstate();
-    if (!plausible(tstate)) return 0;
-    const char *frame = NULL;
-    if (L.cframe_current >= 0) {
-        const char *cframe = NULL;
-        if (safe_copy(&cframe, tstate + L.tstate_cframe, 8) != 0 || !plausible(cframe)) return 0;
-        if (safe_copy(&frame, cframe + L.cframe_current, 8) != 0) return 0;
-    } else if (safe_copy(&frame, tstate + L.tstate_cframe, 8) != 0) {
-        return 0;
-    }
-    unsigned need = L.frame_previous > L.frame_code ? L.frame_previous : L.frame_code;
-    if (L.frame_prev_instr > need) need = L.frame_prev_instr;
-    need += 8;
-    if (L.frame_owner >= 0 && (unsigned)L.frame_owner + 1 > need) need = (unsigned)L.frame_owner + 1;
-    if (L.frame_is_entry >= 0 && (unsigned)L.frame_is_entry + 1 > need) need = (unsigned)L.frame_is_entry + 1;
-    char buf[256];
-    if (need > sizeof buf) return 0;
-    int n = 0;
-    while (frame && n < max) {
-        if (!plausible(frame) || safe_copy(buf, frame, need) != 0) { xp_py_guard_failures++; break; }
-        const char *code = (const char *)((uint64_t)field(buf, L.frame_code) & L.executable_mask);
-        int owner = L.frame_owner >= 0 ? buf[L.frame_owner] : -1;
-        if (L.frame_owner >= 0 && L.frame_is_entry < 0 && owner == L.cstack_owner) {
-            keys[n].code = 0;
-            keys[n].offset = 0;
-            n++;
-        } else if (!(L.cstack_owner == 4 && owner == 3)) {
-            const void *type = NULL;
-            if (!plausible(code) || safe_copy(&type, code + 8, 8) != 0 || type != code_type) {
-                xp_py_guard_failures++;
-                break;
-            }
-            const char *instr = field(buf, L.frame_prev_instr);
-            keys[n].code = (uint64_t)code;
-            keys[n].offset = (uint64_t)(int64_t)addr2line((void *)code, (int)(instr - (code + code_basicsize)));
-            n++;
-            if (L.frame_is_entry >= 0 && buf[L.frame_is_entry] && n < max) {
-                keys[n].code = 0;
-                keys[n].offset = 0;
-                n++;
-            }
+    int n = xp_py_walk(keys, max);
+    for (int i = 0; i < n; i++) {
+        if (!keys[i].code) continue;
+        uint64_t h = ((keys[i].code >> 4) ^ (keys[i].offset * 0x9E3779B97F4A7C15ull)) >> 54;
+        struct xp_line_slot *e = &lines->slot[h & (XP_LINE_CACHE_SLOTS - 1)];
+        if (e->code == keys[i].code && e->offset == keys[i].offset) {
+            keys[i].offset = (uint64_t)(int64_t)e->line;
+            continue;
         }
-        frame = field(buf, L.frame_previous);
+        int line = addr2line((void *)keys[i].code, (int)keys[i].offset);
+        e->code = keys[i].code;
+        e->offset = keys[i].offset;
+        e->line = line;
+        keys[i].offset = (uint64_t)(int64_t)line;
     }
     return n;
 }

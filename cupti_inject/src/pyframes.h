@@ -16,7 +16,10 @@ void xp_py_init(void);
 int xp_py_walk(struct xp_pyframe_key *keys, int max);
 /* The walk, with each key's offset replaced by its line (the CPU sampler: computed while
  * the frame is alive, resolved to names later by xp_py_frame_id_at_line). */
-int xp_py_walk_lines(struct xp_pyframe_key *keys, int max);
+#define XP_LINE_CACHE_SLOTS 1024
+struct xp_line_slot { uint64_t code, offset; int64_t line; };
+struct xp_line_cache { struct xp_line_slot slot[XP_LINE_CACHE_SLOTS]; };
+int xp_py_walk_lines(struct xp_pyframe_key *keys, int max, struct xp_line_cache *lines);
 uint32_t xp_py_frame_id_at_line(struct xp_pyframe_key key);
 /* Cold path: the PYFRAME id for a key, emitting PYFRAME/STRING chunks on first sight. */
 uint32_t xp_py_frame_id(struct xp_pyframe_key key);

@@ -44,6 +44,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <setjmp.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -84,6 +85,7 @@ struct sampled_thread {
     uint64_t ring_full, in_handler;
     int busy;
     struct xp_rule_cache rules;
+    struct xp_line_cache lines;
     struct sample_slot ring[RING_SLOTS];
 };
 
@@ -114,9 +116,53 @@ static _Atomic uint64_t kernel_signals_unmatched;
 static uint64_t timers_failed, threads_sampled, samples_total, ring_full_total, foreign_signals;
 static uint64_t unwind_ends[XP_END_COUNT];
 static uint64_t python_samples;
+
+/* Fault recovery for the Python walk: a stale frame pointer read in the handler faults; the
+ * fault handler jumps back to the walk's caller instead of letting the target die.  Faults
+ * anywhere else go to the handler that was there before (the target's, or the default). */
+static __thread sigjmp_buf *walk_recovery __attribute__((tls_model("initial-exec")));
+static struct sigaction previous_segv, previous_bus;
+static _Atomic uint64_t walk_faults;
+
+static void on_fault(int sig, siginfo_t *info, void *context) {
+    sigjmp_buf *recovery = walk_recovery;
+    if (recovery) {
+        walk_recovery = NULL;
+        siglongjmp(*recovery, 1);
+    }
+    struct sigaction *prev = sig == SIGSEGV ? &previous_segv : &previous_bus;
+    if ((prev->sa_flags & SA_SIGINFO) && prev->sa_sigaction) {
+        prev->sa_sigaction(sig, info, context);
+    } else if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+        prev->sa_handler(sig);
+    } else {
+        /* The default action: restored, the faulting instruction runs again and faults. */
+        sigaction(sig, prev, NULL);
+    }
+}
+
+/* Ours on top, with whatever the target installed since as the one to chain to. */
+static void keep_fault_handlers(void) {
+    int sigs[2] = {SIGSEGV, SIGBUS};
+    struct sigaction *prev[2] = {&previous_segv, &previous_bus};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction cur;
+        if (sigaction(sigs[i], NULL, &cur) != 0) continue;
+        if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault) continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_fault;
+        /* SA_NODEFER: the jump leaves the handler without sigreturn, so SIGSEGV must not
+         * stay blocked; SA_ONSTACK: a fault from stack overflow still gets a handler. */
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sigs[i], &sa, prev[i]) != 0) continue;
+    }
+}
 static _Atomic uint64_t timer_overruns; /* periods the kernel folded into one signal */
 /* The sampler's own cost: time in the handler (all threads) and the scanner's CPU time. */
 static _Atomic uint64_t handler_ns;
+static _Atomic uint64_t scanner_ns; /* the scanner's CPU time, updated by itself each round */
 
 /* ---- the signal handler ---- */
 
@@ -221,7 +267,19 @@ static void take_sample(struct sampled_thread *t, int trigger, void *context) {
         }
         slot->n_native = (uint16_t)n;
         slot->unwind_end = (uint32_t)end;
-        slot->n_python = (uint16_t)(want_python ? xp_py_walk_lines(slot->python, MAX_PYTHON) : 0);
+        int n_python = 0;
+        if (want_python) {
+            sigjmp_buf recovery;
+            if (sigsetjmp(recovery, 0) == 0) {
+                walk_recovery = &recovery;
+                n_python = xp_py_walk_lines(slot->python, MAX_PYTHON, &t->lines);
+                walk_recovery = NULL;
+            } else {
+                atomic_fetch_add_explicit(&walk_faults, 1, memory_order_relaxed);
+                n_python = 0;
+            }
+        }
+        slot->n_python = (uint16_t)n_python;
         atomic_store_explicit(&t->head, head + 1, memory_order_release);
     }
     t->busy = 0;
@@ -473,8 +531,12 @@ static void *scanner_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &block, NULL);
     while (!atomic_load(&scanner_stop)) {
         if (want_python && !xp_py_enabled) xp_py_init(); /* an interpreter loaded later */
+        if (want_python) keep_fault_handlers();
         scan_threads();
         drain_all();
+        struct timespec own;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &own);
+        atomic_store(&scanner_ns, (uint64_t)own.tv_sec * 1000000000ull + (uint64_t)own.tv_nsec);
         struct timespec ts = {0, SCAN_MS * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -495,10 +557,9 @@ static void emit_counters(void) {
     /* CPU-time timers expire on scheduler ticks: above the kernel's HZ, periods are merged. */
     xp_emit_counter("cpu_timer_overruns", atomic_load(&timer_overruns));
     xp_emit_counter("cpu_handler_ns", atomic_load(&handler_ns));
-    struct timespec scanner_cpu = {0, 0};
-    clockid_t clock;
-    if (pthread_getcpuclockid(scanner_thread, &clock) == 0) clock_gettime(clock, &scanner_cpu);
-    xp_emit_counter("cpu_scanner_ns", (uint64_t)scanner_cpu.tv_sec * 1000000000ull + (uint64_t)scanner_cpu.tv_nsec);
+    xp_emit_counter("cpu_python_walk_faults", atomic_load(&walk_faults));
+    /* Up to its last round; the final drain runs on the exiting thread, in process_ns. */
+    xp_emit_counter("cpu_scanner_ns", atomic_load(&scanner_ns));
     struct timespec process_cpu;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &process_cpu);
     xp_emit_counter("cpu_process_ns", (uint64_t)process_cpu.tv_sec * 1000000000ull + (uint64_t)process_cpu.tv_nsec);
@@ -564,6 +625,8 @@ static void fork_child(void) {
     foreign_signals = 0;
     atomic_store(&timer_overruns, 0);
     atomic_store(&handler_ns, 0);
+    atomic_store(&walk_faults, 0);
+    atomic_store(&scanner_ns, 0);
     memset(unwind_ends, 0, sizeof unwind_ends);
     xp_modules_reset();
     if (xp_stream_enabled()) {
@@ -580,7 +643,10 @@ __attribute__((constructor)) static void sampler_init(void) {
     if (sample_hz > 10000) sample_hz = 10000;
     const char *py = getenv("XPU_PERF_PYTHON");
     want_python = !(py && strcmp(py, "0") == 0);
-    if (want_python) xp_py_init();
+    if (want_python) {
+        xp_py_init();
+        keep_fault_handlers();
+    }
     xp_stream_prefix = "cpu";
     xp_stream_dir_env = "XPU_PERF_CPU_OUT_DIR";
     const char *clock = getenv("XPU_PERF_CPU_CLOCK");
