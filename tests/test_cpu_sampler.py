@@ -275,3 +275,21 @@ def test_kernel_frames_on_top_as_root(tmp_path: Path) -> None:
             assert s.index("<module>;read_zeros") < s.index("do_syscall_64"), s
     joined = re.search(r"(\d+) with kernel frames \(of (\d+) eBPF", proc.stderr)
     assert joined and int(joined.group(1)) >= 0.9 * int(joined.group(2)), proc.stderr
+
+
+@pytest.mark.parametrize("faulthandler", [False, True], ids=["default", "faulthandler"])
+def test_target_crash_is_untouched(tmp_path: Path, faulthandler: bool) -> None:
+    """The sampler keeps a SIGSEGV handler for its Python walk: a fault of the target's own
+    still ends it as before (exit 128+11, its own handler's report), with a trace written."""
+    trace = tmp_path / "crash.perfetto-trace"
+    flags = ["-X", "faulthandler"] if faulthandler else []
+    code = (
+        "import ctypes, time\n"
+        "t = time.process_time() + 0.5\n"
+        "while time.process_time() < t: pass\n"
+        "ctypes.string_at(0)"
+    )
+    proc = run_cli("record", "--no-gpu", "-o", trace, "--", "/usr/bin/python3", *flags, "-c", code)
+    assert proc.returncode == 128 + 11, proc.stderr
+    assert ("Fatal Python error: Segmentation fault" in proc.stderr) == faulthandler, proc.stderr
+    assert trace.exists()
