@@ -33,9 +33,11 @@ else
 fi
 
 if [ "$(id -u)" -eq 0 ]; then bash scripts/setup_browser.sh; fi  # headless chromium for the browser tests
+# CPythons newer than Debian 12's 3.11, for the Python-frame tests (cached after the first run).
+if [ "$(id -u)" -eq 0 ]; then bash scripts/build_cpythons.sh; fi
 
 if [ -f collector/inject_build.py ]; then
-    say "building the CUPTI injection library"
+    say "building the CUPTI injection library and the CPU sampler"
     .venv/bin/python -m collector.inject_build
 fi
 
