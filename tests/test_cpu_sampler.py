@@ -293,3 +293,20 @@ def test_target_crash_is_untouched(tmp_path: Path, faulthandler: bool) -> None:
     assert proc.returncode == 128 + 11, proc.stderr
     assert ("Fatal Python error: Segmentation fault" in proc.stderr) == faulthandler, proc.stderr
     assert trace.exists()
+
+
+def test_unwinds_through_signal_frames(tmp_path: Path) -> None:
+    """Work done in a signal handler: its samples unwind through the kernel's signal frame
+    (__restore_rt's CFI) to the interrupted function and on to main."""
+    exe = tmp_path / "signal_work"
+    subprocess.run(["gcc", "-O2", "-g", "-o", str(exe), str(NATIVE / "signal_work.c")], check=True)
+    trace = tmp_path / "signal.perfetto-trace"
+    proc = run_cli(
+        "record", "--no-gpu", "--no-kernel-stacks", "--freq", FREQ, "-o", trace, "--", exe, "2"
+    )
+    assert proc.returncode == 0, proc.stderr
+    stacks = folded_samples(trace)
+    in_handler = {s: n for s, n in stacks.items() if s.endswith(";handler_work")}
+    through = sum(n for s, n in in_handler.items() if ";main;main_loop;" in s)
+    assert sum(in_handler.values()) >= 50, stacks.most_common(5)
+    assert through >= 0.95 * sum(in_handler.values()), stacks.most_common(5)

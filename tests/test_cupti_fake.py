@@ -328,14 +328,15 @@ def test_killed_target_keeps_what_was_flushed_and_says_so(fake: FakeCupti, tmp_p
 
 
 def test_unsupported_python_is_reported(fake: FakeCupti, tmp_path: Path) -> None:
-    """A CPython whose frame layout the library does not read (3.13 here): launch stacks keep
+    """A CPython whose frame layout the library does not recognise (a stand-in that says 3.13
+    but publishes no _Py_DebugOffsets): launch stacks keep
     their native frames, and the summary and the trace say why there are no Python frames."""
     out = tmp_path / "py313.perfetto-trace"
     proc = record(fake, out, fake.app_py313, 50, 0, "two_devices")
     assert proc.returncode == 0, proc.stderr
     assert (
-        "launch stacks of 1 processes have no Python frames: CPython 3.13 is not a version "
-        "this build reads (3.11, 3.12)" in proc.stderr
+        "launch stacks of 1 processes have no Python frames: CPython 3.13's frame layout was "
+        "not recognised (this build reads 3.11-3.14)" in proc.stderr
     ), proc.stderr
     assert "launches without stack: 0 of 5" in proc.stderr
     with open_trace(out) as t:

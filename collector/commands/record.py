@@ -368,8 +368,8 @@ def summary_lines(cupti: Mapping[str, int]) -> list[str]:
     if no_python:
         lines.append(
             f"launch stacks of {no_python} processes have no Python frames: CPython "
-            f"3.{cupti.get('python_unsupported_minor', 0)} is not a version this build reads "
-            "(3.11-3.14); their native frames are there"
+            f"3.{cupti.get('python_unsupported_minor', 0)}'s frame layout was not recognised "
+            "(this build reads 3.11-3.14); their native frames are there"
         )
     # A stream cut inside a chunk also lacks its final counters: counted once, here.
     unflushed = cupti.get("streams_without_counters", 0)
