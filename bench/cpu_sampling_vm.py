@@ -124,33 +124,27 @@ def main() -> int:
         ("xpu-perf", "py-spy"),
     )
     tools = {"xpu-perf": xpu, "perf dwarf": perf_dwarf, "py-spy": pyspy}
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    results: dict[str, dict[str, dict[str, float | None]]] = {}
     for prog, (cmd, root, names) in programs.items():
-        walls: dict[str, list[float]] = {"plain": []}
-        last: dict[str, Counter[str]] = {}
+        splits: dict[str, list[tuple[float, float]]] = {}
+        OWN_PCT.clear()
         for _ in range(args.rounds):
-            walls["plain"].append(run_timed(cmd)[0])
             for name in names:
-                wall, stacks = tools[name](cmd, tmp)
-                walls.setdefault(name, []).append(wall)
-                last[name] = stacks
-        plain = statistics.median(walls["plain"])
+                _wall, stacks = tools[name](cmd, tmp)
+                splits.setdefault(name, []).append(folded_split(stacks, root))
         results[prog] = {}
         for name in names:
-            ratio, full = folded_split(last[name], root)
             results[prog][name] = {
-                "ratio": round(ratio, 3),
-                "full_stacks_pct": round(full, 1),
-                "wall_overhead_pct": round(100 * (statistics.median(walls[name]) / plain - 1), 1),
+                "ratio": round(statistics.median(r for r, _ in splits[name]), 3),
+                "full_stacks_pct": round(statistics.median(f for _, f in splits[name]), 1),
+                "own_cpu_pct": round(statistics.median(OWN_PCT), 2) if name == "xpu-perf" else None,
             }
-    print("| program | tool | heavy:light | % full stacks | wall overhead |")
+    print("| program | tool | heavy:light | % full stacks | own CPU |")
     print("| --- | --- | --- | --- | --- |")
     for prog, by_tool in results.items():
         for name, r in by_tool.items():
-            print(
-                f"| {prog} | {name} | {r['ratio']:.2f} | {r['full_stacks_pct']:.1f}% | "
-                f"{r['wall_overhead_pct']:+.1f}% |"
-            )
+            own = f"{r['own_cpu_pct']:.2f}%" if r["own_cpu_pct"] is not None else "other process"
+            print(f"| {prog} | {name} | {r['ratio']:.2f} | {r['full_stacks_pct']:.1f}% | {own} |")
     args.json.write_text(json.dumps(results, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
