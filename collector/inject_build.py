@@ -150,41 +150,50 @@ def build(cupti: Cupti | None = None, out_dir: Path | None = None, force: bool =
             raise BuildError(f"XPU_PERF_INJECT_LIB={prebuilt} does not exist")
         return Path(prebuilt)
     cupti = cupti or find_cupti()
+    key = f"cupti{cupti.version}-{_source_hash(str(cupti.lib_dir))}"
+    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c") if p.name not in SAMPLER_ONLY)
+    flags = [
+        *(f"-I{d}" for d in cupti.include_dirs),
+        *sources,
+        f"-L{cupti.lib_dir}",
+        _link_name(cupti.lib_dir),
+        f"-Wl,-rpath,{cupti.lib_dir}",
+    ]
+    return _build_library(
+        LIBRARY_NAME,
+        out_dir or cache_dir() / key,
+        out_dir is None,
+        "injection library",
+        flags,
+        force,
+    )
+
+
+def _build_library(
+    name: str, target_dir: Path, cached: bool, what: str, flags: list[str], force: bool
+) -> Path:
+    """The library `name` in target_dir, compiled with CFLAGS + flags unless it is there.
+    A library from the cache is loaded into the target: only from a cache nobody else could
+    have written (collector/cache_trust.py); else a build of our own, in a private dir."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
-        raise BuildError("no C compiler (cc/gcc) on PATH")
-    key = f"cupti{cupti.version}-{_source_hash(str(cupti.lib_dir))}"
-    target_dir = out_dir or cache_dir() / key
-    target = target_dir / LIBRARY_NAME
-    if out_dir is None:
-        # The library is loaded into the target: only from a cache nobody else could have
-        # written (collector/cache_trust.py); else a build of our own, in a private dir.
+        raise BuildError(f"no C compiler (cc/gcc) on PATH: install gcc to build the {what}")
+    target = target_dir / name
+    if cached:
         untrusted = cache_trust.untrusted_reason(target, _cache_base())
         if untrusted is not None:
-            target_dir = cache_trust.private_dir("xpu-perf-inject-")
-            target = target_dir / LIBRARY_NAME
-            cache_trust.refuse("injection library", untrusted, f"building it in {target_dir}")
+            target_dir = cache_trust.private_dir(f"xpu-perf-{name.removesuffix('.so')}-")
+            target = target_dir / name
+            cache_trust.refuse(what, untrusted, f"building it in {target_dir}")
     if target.exists() and not force:
         return target
     target_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c") if p.name not in SAMPLER_ONLY)
     with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
-        tmp_lib = Path(tmp) / LIBRARY_NAME
-        cmd = [
-            compiler,
-            *CFLAGS,
-            *(f"-I{d}" for d in cupti.include_dirs),
-            *sources,
-            "-o",
-            str(tmp_lib),
-            f"-L{cupti.lib_dir}",
-            _link_name(cupti.lib_dir),
-            f"-Wl,-rpath,{cupti.lib_dir}",
-            "-ldl",
-        ]
+        tmp_lib = Path(tmp) / name
+        cmd = [compiler, *CFLAGS, *flags, "-o", str(tmp_lib), "-ldl"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise BuildError(f"building {LIBRARY_NAME} failed:\n{' '.join(cmd)}\n{proc.stderr}")
+            raise BuildError(f"building {name} failed:\n{' '.join(cmd)}\n{proc.stderr}")
         os.replace(tmp_lib, target)
     return target
 
@@ -199,30 +208,11 @@ def build_sampler(out_dir: Path | None = None, force: bool = False) -> Path:
         if not Path(prebuilt).is_file():
             raise BuildError(f"XPU_PERF_SAMPLER_LIB={prebuilt} does not exist")
         return Path(prebuilt)
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
-        raise BuildError("no C compiler (cc/gcc) on PATH: install gcc to sample CPU stacks")
-    target_dir = out_dir or cache_dir().parent / "sampler" / _source_hash("sampler")
-    target = target_dir / SAMPLER_NAME
-    if out_dir is None:
-        # Preloaded into every process of the recorded tree: the injection library's rule.
-        untrusted = cache_trust.untrusted_reason(target, _cache_base())
-        if untrusted is not None:
-            target_dir = cache_trust.private_dir("xpu-perf-sampler-")
-            target = target_dir / SAMPLER_NAME
-            cache_trust.refuse("CPU sampler library", untrusted, f"building it in {target_dir}")
-    if target.exists() and not force:
-        return target
-    target_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c") if p.name not in CUPTI_ONLY)
-    with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
-        tmp_lib = Path(tmp) / SAMPLER_NAME
-        cmd = [compiler, *CFLAGS, *sources, "-o", str(tmp_lib), "-ldl"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise BuildError(f"building {SAMPLER_NAME} failed:\n{' '.join(cmd)}\n{proc.stderr}")
-        os.replace(tmp_lib, target)
-    return target
+    target_dir = out_dir or cache_dir().parent / "sampler" / _source_hash("sampler")
+    return _build_library(
+        SAMPLER_NAME, target_dir, out_dir is None, "CPU sampler library", sources, force
+    )
 
 
 def main() -> int:
