@@ -41,6 +41,7 @@
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -77,6 +78,7 @@ struct sampled_thread {
     timer_t timer;
     int has_timer;
     int perf_fd; /* -1: the POSIX timer is the clock */
+    ino_t perf_ino; /* the event's inode: the fd is closed only while it is still ours */
     int seen; /* scan generation that last listed this thread */
     struct sampled_thread *next;
     _Atomic uint64_t head, tail; /* slots written by the handler / read by the scanner */
@@ -320,15 +322,25 @@ static int start_perf_clock(struct sampled_thread *t, long period_ns) {
         close(fd);
         return -1;
     }
+    struct stat st;
+    t->perf_ino = fstat(fd, &st) == 0 ? st.st_ino : 0;
     t->perf_fd = fd;
     return 0;
 }
 
+/* The target may have closed our fd (closefrom, a daemon's fd sweep) and reused the number. */
+static int still_ours(const struct sampled_thread *t) {
+    struct stat st;
+    return fstat(t->perf_fd, &st) == 0 && st.st_ino == t->perf_ino;
+}
+
 static void stop_clock(struct sampled_thread *t) {
     if (t->perf_fd >= 0) {
-        ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
         atomic_store(&fd_threads[t->perf_fd], NULL);
-        close(t->perf_fd);
+        if (still_ours(t)) {
+            ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+            close(t->perf_fd);
+        }
         t->perf_fd = -1;
     }
     if (t->has_timer) timer_delete(t->timer);
@@ -607,7 +619,10 @@ static void fork_child(void) {
     struct sampled_thread *t = threads;
     while (t) {
         struct sampled_thread *n = t->next;
-        if (t->perf_fd >= 0) { atomic_store(&fd_threads[t->perf_fd], NULL); close(t->perf_fd); }
+        if (t->perf_fd >= 0) {
+            atomic_store(&fd_threads[t->perf_fd], NULL);
+            if (still_ours(t)) close(t->perf_fd);
+        }
         munmap(t, sizeof *t);
         t = n;
     }
