@@ -7,7 +7,9 @@
  * client's buffer-request callback.  Knobs (environment):
  *   FAKE_CUPTI_RECORDS_PER_BUFFER  records per delivered buffer (default 1000): small values
  *                                  exercise many buffer-full completions
- *   fake_set_dropped(n)            the next completed buffer reports n dropped records */
+ *   fake_set_dropped(n)            the next completed buffer reports n dropped records
+ * cuptiActivityEnable/Disable are honoured: a GPU op launched while its kind is off makes no
+ * record (what `record`'s capture windows rely on). */
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <dlfcn.h>
@@ -107,6 +109,12 @@ EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
     enabled_kinds[kind] = 1;
     return CUPTI_SUCCESS;
 }
+/* As CUPTI: a disabled kind produces no records from then on (those queued stay queued). */
+EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
+    if (record_size(kind) == 0) return CUPTI_ERROR_NOT_COMPATIBLE;
+    enabled_kinds[kind] = 0;
+    return CUPTI_SUCCESS;
+}
 EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud) {
     if (subscriber_cb) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     subscriber_cb = cb;
@@ -124,6 +132,8 @@ static const char *runtime_name(uint32_t cbid) {
     case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020: return "cudaStreamSynchronize";
     case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000: return "cudaGraphLaunch";
     case CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020: return "cudaGetDevice";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000: return "cudaProfilerStart_v4000";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000: return "cudaProfilerStop_v4000";
     default: return NULL;
     }
 }
@@ -133,6 +143,8 @@ static const char *driver_name(uint32_t cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2: return "cuMemcpyHtoDAsync_v2";
     case CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice: return "cuCtxGetDevice";
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize: return "cuStreamSynchronize";
+    case CUPTI_DRIVER_TRACE_CBID_cuProfilerStart: return "cuProfilerStart";
+    case CUPTI_DRIVER_TRACE_CBID_cuProfilerStop: return "cuProfilerStop";
     default: return NULL;
     }
 }
@@ -421,4 +433,15 @@ EXPORT void fake_set_dropped(size_t n) {
     pthread_mutex_lock(&pending_lock);
     pending_dropped += n;
     pthread_mutex_unlock(&pending_lock);
+}
+
+/* cudaProfilerStart/Stop (torch.cuda.profiler.start/stop), which call cuProfilerStart/Stop as
+ * the runtime does; driver_only: the driver's calls alone. */
+EXPORT void fake_profiler_start(int driver_only) {
+    api_call(driver_only ? 0 : CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000,
+             CUPTI_DRIVER_TRACE_CBID_cuProfilerStart, 10);
+}
+EXPORT void fake_profiler_stop(int driver_only) {
+    api_call(driver_only ? 0 : CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000,
+             CUPTI_DRIVER_TRACE_CBID_cuProfilerStop, 10);
 }
