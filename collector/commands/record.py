@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -64,6 +64,56 @@ class RecordSource(Protocol):
     def stats(self) -> Mapping[str, int]: ...
 
 
+@runtime_checkable
+class WindowedSource(Protocol):
+    """A source that recorded capture windows (the GPU source under --capture-range/--delay)."""
+
+    def windows(self) -> Sequence[model.CaptureWindow]: ...
+
+
+CAPTURE_RANGES = ("cudaProfilerApi",)
+
+
+def capture_range_end(value: str) -> int:
+    """--capture-range-end as the library's window limit: stop = 1, repeat = 0 (every
+    window), repeat:N = N."""
+    if value == "stop":
+        return 1
+    if value == "repeat":
+        return 0
+    count = value.removeprefix("repeat:")
+    if count != value and count.isdigit() and int(count) > 0:
+        return int(count)
+    raise UserError(f"--capture-range-end {value}: give stop, repeat or repeat:N (N >= 1)")
+
+
+def window_env(args: argparse.Namespace) -> dict[str, str]:
+    """The injection library's window settings from the options, checked (empty: the whole
+    run, as without windows)."""
+    if args.capture_range_end is not None and args.capture_range is None:
+        raise UserError("--capture-range-end needs --capture-range")
+    if args.duration is not None and args.duration <= 0:
+        raise UserError(f"--duration {args.duration}: give a number of seconds > 0")
+    if args.capture_range is not None:
+        if args.delay is not None:
+            raise UserError("--delay and --capture-range are exclusive: give one of them")
+        if args.duration is not None:
+            raise UserError("--duration with --capture-range is not supported (drop one)")
+        limit = capture_range_end(args.capture_range_end or "stop")
+        return {
+            "XPU_PERF_CAPTURE_RANGE": args.capture_range,
+            "XPU_PERF_CAPTURE_RANGE_END": str(limit),
+        }
+    if args.delay is None:
+        return {}
+    if args.delay < 0:
+        raise UserError(f"--delay {args.delay}: give a number of seconds >= 0")
+    env = {"XPU_PERF_WINDOW_DELAY_MS": str(round(args.delay * 1000))}
+    if args.duration is not None:
+        env["XPU_PERF_WINDOW_DURATION_MS"] = str(max(1, round(args.duration * 1000)))
+    return env
+
+
 class CuptiRecording:
     """The GPU source: CUPTI injection into the target, streams read after it exits."""
 
@@ -77,8 +127,10 @@ class CuptiRecording:
         python_frames: bool = True,
         kinds: Sequence[str] = KINDS,
         keep_streams: Path | None = None,
+        windows: Mapping[str, str] | None = None,
     ) -> None:
         self.library = library
+        self.window_env = dict(windows or {})
         self.stacks = stacks
         self.python_frames = python_frames
         self.kinds = kinds
@@ -94,7 +146,13 @@ class CuptiRecording:
             "XPU_PERF_STACKS": "1" if self.stacks else "0",
             "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
             "XPU_PERF_KINDS": ",".join(self.kinds),
+            **self.window_env,
         }
+        if "XPU_PERF_WINDOW_DELAY_MS" in env:
+            # --delay counts from the target's start: asked for just before it is started,
+            # on the CLOCK_MONOTONIC the library compares it with (the same in every process
+            # of the tree, so a child started later shares the window).
+            env["XPU_PERF_WINDOW_T0_NS"] = str(time.monotonic_ns())
         if "marker" in self.kinds:
             # NVTX hands its callbacks to this library, which passes them to the process's own
             # libcupti (pointing NVTX at a libcupti path could load a second copy).
@@ -120,6 +178,9 @@ class CuptiRecording:
 
     def stats(self) -> Mapping[str, int]:
         return dict(self._source.counts) if self._source else {}
+
+    def windows(self) -> Sequence[model.CaptureWindow]:
+        return list(self._source.windows) if self._source else []
 
 
 class InprocessCpuRecording:
@@ -305,10 +366,16 @@ def run_target(
 
 
 def write_trace(
-    out: Path, sources: Sequence[RecordSource], command_line: Sequence[str], freq: int = 0
+    out: Path,
+    sources: Sequence[RecordSource],
+    command_line: Sequence[str],
+    freq: int = 0,
+    capture: str = "",
 ) -> dict[str, dict[str, int]]:
     """Every source through its own producer; counters as metadata `<source>_<counter>`
-    (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice)."""
+    (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice).  `capture`:
+    the window mode (cudaProfilerApi, delay), written with the window count as metadata
+    `capture_range` and `windows`."""
     stats: dict[str, dict[str, int]] = {}
     with TraceWriter(
         out,
@@ -323,7 +390,30 @@ def write_trace(
             for key, value in stats[source.name].items():
                 prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"
                 writer.set_metadata(prefixed, value)
+            if isinstance(source, WindowedSource):
+                write_windows(writer, source.windows())
+        if capture:
+            writer.set_metadata("capture_range", capture)
+            writer.set_metadata("windows", sum(s.get("windows", 0) for s in stats.values()))
     return stats
+
+
+WINDOW_CATEGORY = "xpu_perf_window"
+
+
+def write_windows(writer: TraceWriter, windows: Sequence[model.CaptureWindow]) -> None:
+    """Each capture window as a slice named by what opened it, on the `xpu-perf` track's
+    lane of its process (SQL: category `xpu_perf_window`, args `debug.reason`,
+    `debug.end_reason`, `debug.pid`)."""
+    for w in windows:
+        writer.add_tool_slice(
+            f"capture windows (pid {w.pid})",
+            w.start,
+            w.end - w.start,
+            f"capture window ({w.reason})",
+            WINDOW_CATEGORY,
+            {"reason": w.reason, "end_reason": w.end_reason, "pid": w.pid},
+        )
 
 
 def resolve_launch_stacks(
@@ -394,6 +484,23 @@ def summary_lines(cupti: Mapping[str, int]) -> list[str]:
     return lines
 
 
+def window_summary(cupti: Mapping[str, int], capture: str) -> str:
+    """The summary line of a windowed recording: how many windows, or why none."""
+    n = cupti.get("windows", 0)
+    ignored = cupti.get("windows_ignored", 0)
+    if n == 0:
+        why = (
+            "no process called cudaProfilerStart (or cuProfilerStart)"
+            if capture == "cudaProfilerApi"
+            else "the target ended before --delay"
+        )
+        return f"capture windows: none ({why}): the trace has no GPU activity"
+    extra = f", {ignored} cudaProfilerStart calls after the last one ignored" if ignored else ""
+    return (
+        f"capture windows ({capture}): {n}{extra}; API calls and GPU ops outside them not recorded"
+    )
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "record",
@@ -413,7 +520,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
     )
-    p.add_argument("--duration", type=float, help="stop recording (and the target) after S seconds")
+    p.add_argument(
+        "--duration",
+        type=float,
+        help="stop recording (and the target) after S seconds; with --delay: the capture "
+        "window's length (the target keeps running)",
+    )
+    p.add_argument(
+        "--delay",
+        type=float,
+        metavar="S",
+        help="GPU recording: open the capture window S seconds after the target starts (until "
+        "--duration ends it, else until exit); nothing is recorded outside it",
+    )
+    p.add_argument(
+        "--capture-range",
+        choices=CAPTURE_RANGES,
+        help="GPU recording: capture only between cudaProfilerStart and cudaProfilerStop "
+        "(torch.cuda.profiler.start/stop; cuProfilerStart/Stop too)",
+    )
+    p.add_argument(
+        "--capture-range-end",
+        metavar="stop|repeat|repeat:N",
+        help="with --capture-range: record the first window (stop, default), every window "
+        "(repeat) or the first N (repeat:N), per process",
+    )
     p.add_argument(
         "--cpu-sampler",
         choices=CPU_SAMPLERS,
@@ -459,6 +590,12 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"unknown --kinds: {', '.join(sorted(unknown))}")
     cpu = not args.no_cpu
     gpu = not args.no_gpu
+    windows = window_env(args)
+    capture = args.capture_range or ("delay" if windows else "")
+    if windows and not gpu:
+        raise UserError(
+            "--capture-range and --delay select what the GPU recording captures: drop --no-gpu"
+        )
     requested = "off" if args.no_stacks else args.launch_stacks
     cpu_ebpf = cpu and args.cpu_sampler == "ebpf"
     needs_ebpf = cpu or requested in ("ebpf", "auto")
@@ -478,6 +615,7 @@ def main(args: argparse.Namespace) -> int:
             python_frames=not args.no_python,
             kinds=kinds,
             keep_streams=args.keep_streams,
+            windows=windows,
         )
         if stacks == "ebpf":
             uprobes = BccLaunchUprobes([marker_probe(str(library))])
@@ -511,12 +649,19 @@ def main(args: argparse.Namespace) -> int:
             sources.append(BccCpuSampler(freq))  # started before the target, like every source
     if not sources:
         raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
-    code = run_target(cmd, sources, args.duration)
-    stats = write_trace(args.output, sources, ["xpu-perf", "record", "--", *cmd], freq)
+    # --duration stops the target, unless it is the length of a --delay window.
+    code = run_target(cmd, sources, None if windows else args.duration)
+    stats = write_trace(
+        args.output, sources, ["xpu-perf", "record", "--", *cmd], freq, capture=capture
+    )
     if not args.quiet:
         if "cupti" in stats:
             for line in summary_lines(stats["cupti"]):
                 print(f"xpu-perf record: {line}", file=sys.stderr)
+            if capture:
+                print(
+                    f"xpu-perf record: {window_summary(stats['cupti'], capture)}", file=sys.stderr
+                )
             if not stats["cupti"].get("streams"):
                 print(
                     "xpu-perf record: no GPU activity: no process of the target initialised "
