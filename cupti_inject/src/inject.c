@@ -12,6 +12,8 @@
  *   XPU_PERF_KINDS       comma list of kernel,memcpy,memset,sync,marker (default all)
  *   XPU_PERF_NESTED_DRIVER 0: skip driver callbacks nested in runtime calls (default 1)
  *   XPU_PERF_FLUSH_MS, XPU_PERF_QUEUE_KB: see stream.c
+ *   XPU_PERF_CAPTURE_RANGE=cudaProfilerApi, XPU_PERF_CAPTURE_RANGE_END=N (windows; 0: all)
+ *   XPU_PERF_WINDOW_DELAY_MS, _DURATION_MS, _T0_NS: one timed window (see configure_windows)
  * Overhead-measurement knobs only (bench/gpu_overhead.py; they break the trace):
  *   XPU_PERF_CALLBACKS=0 (activity only), XPU_PERF_TS_CALLBACK=0 (CUPTI's own timestamps, not
  *   CLOCK_MONOTONIC), XPU_PERF_PARSE=0 (activity buffers freed unread),
