@@ -19,6 +19,7 @@ from .test_cupti_fake import GPU_CATS, metadata, pytestmark, record  # noqa: F40
 
 WINDOW_LAUNCHES = 50  # fake_app's LAUNCHES in the profiler mode: per phase
 SECOND_WINDOW = 7  # its driver-only launches inside the cuProfilerStart/Stop window
+FIRST_WINDOW_KERNELS = {"window_kernel": WINDOW_LAUNCHES, "long_window_kernel": 1}
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +76,9 @@ def assert_inside(t, window: dict) -> None:
 @pytest.mark.parametrize(
     ("end", "kernels", "n_windows"),
     [
-        (None, {"window_kernel": WINDOW_LAUNCHES}, 1),
-        ("repeat:1", {"window_kernel": WINDOW_LAUNCHES}, 1),
-        (
-            "repeat",
-            {"window_kernel": WINDOW_LAUNCHES, "second_window_kernel": SECOND_WINDOW},
-            2,
-        ),
+        (None, FIRST_WINDOW_KERNELS, 1),
+        ("repeat:1", FIRST_WINDOW_KERNELS, 1),
+        ("repeat", {**FIRST_WINDOW_KERNELS, "second_window_kernel": SECOND_WINDOW}, 2),
     ],
 )
 def test_profiler_api_window_records_only_inside(
@@ -106,7 +103,7 @@ def test_profiler_api_window_records_only_inside(
         )
         # The start/stop calls themselves are not traced.
         expected_api = {
-            "cudaLaunchKernel": WINDOW_LAUNCHES,
+            "cudaLaunchKernel": WINDOW_LAUNCHES + 1,
             "cudaMemcpyAsync": 1,
             "cudaDeviceSynchronize": 1,
         }
@@ -124,7 +121,10 @@ def test_profiler_api_window_records_only_inside(
             "select count(*) from slice where category = 'cuda_api' "
             f"and ts between {found[0]['ts']} and {found[0]['ts'] + found[0]['dur']}"
         )
-        assert first_window_api == WINDOW_LAUNCHES + 2
+        assert first_window_api == WINDOW_LAUNCHES + 3
+        # Launched inside the window, running past its end: kept.
+        long_end = t.scalar("select ts + dur from slice where name = 'long_window_kernel'")
+        assert long_end > found[0]["ts"] + found[0]["dur"]
         if n_windows == 1:
             assert_inside(t, found[0])
         assert metadata(t, "windows") == n_windows
@@ -141,7 +141,7 @@ def test_without_window_options_everything_is_recorded(fake: FakeCupti, tmp_path
     with open_trace(out) as t:
         assert kernel_names(t) == {
             "outside_kernel": 2 * WINDOW_LAUNCHES + 3,
-            "window_kernel": WINDOW_LAUNCHES,
+            **FIRST_WINDOW_KERNELS,
             "second_window_kernel": SECOND_WINDOW,
         }
         assert windows(t) == []

@@ -10,7 +10,8 @@
  * LAUNCHES kernels, waits 1.5 s (past the library's periodic flush, every 1 s), launches 5 more and
  * dies by SIGKILL, which no handler sees.
  * "profiler" (capture windows): LAUNCHES "outside_kernel" launches, cudaProfilerStart,
- * LAUNCHES "window_kernel" launches + an H2D copy + a device sync, cudaProfilerStop, LAUNCHES
+ * LAUNCHES "window_kernel" launches + an H2D copy + a device sync + one "long_window_kernel"
+ * (50 ms on the GPU: it ends after the window), cudaProfilerStop, LAUNCHES
  * "outside_kernel" launches, then a second window opened and closed by the driver's
  * cuProfilerStart/Stop around 7 driver-only "second_window_kernel" launches, then 3 more
  * "outside_kernel" launches.
@@ -37,6 +38,7 @@ extern void fake_get_device(void);
 extern void fake_set_dropped(size_t n);
 extern void fake_set_device(uint32_t device);
 extern int cuptiActivityFlushAll(uint32_t flag);
+extern uint32_t fake_launch_kernel_for(const char *name, uint32_t stream, uint64_t dur_ns);
 extern void fake_profiler_start(int driver_only);
 extern void fake_profiler_stop(int driver_only);
 
@@ -84,6 +86,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < launches; i++) fake_launch_kernel("window_kernel", 7, 0);
         fake_memcpy_h2d(1 << 20, 7);
         fake_device_synchronize();
+        fake_launch_kernel_for("long_window_kernel", 8, 50 * 1000 * 1000);
         fake_profiler_stop(0);
         for (int i = 0; i < launches; i++) fake_launch_kernel("outside_kernel", 7, 0);
         fake_profiler_start(1);

@@ -282,14 +282,14 @@ static uint32_t api_call(uint32_t runtime_cbid, uint32_t driver_cbid, uint64_t b
     return runtime_cbid ? outer : drv;
 }
 
-static void kernel_record(const char *name, uint32_t stream, uint32_t correlation, uint32_t graph,
-                          uint64_t node) {
+static void kernel_record_for(const char *name, uint32_t stream, uint32_t correlation,
+                              uint32_t graph, uint64_t node, uint64_t dur_ns) {
     union record r;
     memset(&r, 0, sizeof r);
     r.kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
     uint64_t t = now();
     r.kernel.start = t + 1000;
-    r.kernel.end = t + 6000;
+    r.kernel.end = t + 1000 + dur_ns;
     r.kernel.deviceId = current_device;
     r.kernel.contextId = 1 + current_device;
     r.kernel.streamId = stream;
@@ -303,6 +303,11 @@ static void kernel_record(const char *name, uint32_t stream, uint32_t correlatio
     r.kernel.graphNodeId = node;
     r.kernel.name = name; /* callers pass string literals: valid for the process's life */
     queue_record(&r);
+}
+
+static void kernel_record(const char *name, uint32_t stream, uint32_t correlation, uint32_t graph,
+                          uint64_t node) {
+    kernel_record_for(name, stream, correlation, graph, node, 5000);
 }
 
 EXPORT void fake_cuInit(void) {
@@ -332,6 +337,15 @@ EXPORT uint32_t fake_launch_kernel(const char *name, uint32_t stream, int driver
                              : api_call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
                                         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 200);
     kernel_record(name, stream, c, 0, 0);
+    return c;
+}
+
+/* A runtime launch of a kernel that runs dur_ns on the GPU (it may end after the call's
+ * capture window). */
+EXPORT uint32_t fake_launch_kernel_for(const char *name, uint32_t stream, uint64_t dur_ns) {
+    uint32_t c = api_call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+                          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 200);
+    kernel_record_for(name, stream, c, 0, 0, dur_ns);
     return c;
 }
 
