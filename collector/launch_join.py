@@ -30,6 +30,7 @@ class GpuRecording(Protocol):
     def events(self) -> Iterator[model.Event]: ...
     def stats(self) -> Mapping[str, int]: ...
     def windows(self) -> Sequence[model.CaptureWindow]: ...
+    def recorded_bytes(self) -> int: ...
 
 
 @dataclasses.dataclass
@@ -84,6 +85,9 @@ class EbpfLaunchStacks:
 
     def windows(self) -> Sequence[model.CaptureWindow]:
         return self.gpu.windows()
+
+    def recorded_bytes(self) -> int:
+        return self.gpu.recorded_bytes()
 
     def stats(self) -> dict[str, int]:
         """The GPU source's counters, with its launch-stack counters taken from the join

@@ -222,3 +222,46 @@ def test_profiler_window_never_opened_says_so(fake: FakeCupti, tmp_path: Path) -
         assert kernel_names(t) == {}
         assert metadata(t, "windows") == 0
         assert t.scalar("select count(*) from slice where category = 'cuda_api'") == 0
+
+
+def test_max_size_cuts_the_recording_cleanly(fake: FakeCupti, tmp_path: Path) -> None:
+    # fake_app "loop" launches 100 kernels every 10 ms until stopped: ~1.2 MB of streams a
+    # second; the library hands CUPTI's buffers over every second, so the cut comes at ~1 s.
+    out = tmp_path / "cut.perfetto-trace"
+    proc = record(fake, out, fake.app, 100, 0, "loop", flags=("--max-size", "0.5"))
+    assert proc.returncode == 128 + 2, proc.stderr  # stopped by SIGINT, as by --duration
+    assert "recording cut by --max-size 0.5 MB" in proc.stderr
+    # The trace is made of the recorded data and deflated: smaller than the limit.
+    assert out.stat().st_size < 500_000
+    with open_trace(out) as t:
+        assert_complete(t)  # valid: the target flushed on the signal, every flow and stack
+        kernels = t.scalar("select count(*) from slice where category = 'kernel'")
+        assert kernels >= 1000  # at least the second's worth that reached the limit
+        assert metadata(t, "cut_by_max_size") == 1
+        assert metadata(t, "max_size_bytes") == 500_000
+        assert metadata(t, "cut_recorded_bytes") >= 500_000
+        first, last = t.query(
+            "select min(ts) a, max(ts + dur) b from slice where category = 'kernel'"
+        )[0].values()
+        assert first <= metadata(t, "cut_at_ns") <= last + 3_000_000_000
+
+
+def test_max_size_not_reached_records_everything(fake: FakeCupti, tmp_path: Path) -> None:
+    out = tmp_path / "uncut.perfetto-trace"
+    proc = record(fake, out, fake.app, WINDOW_LAUNCHES, 0, "profiler", flags=("--max-size", "100"))
+    assert proc.returncode == 0, proc.stderr
+    assert "recording cut" not in proc.stderr
+    with open_trace(out) as t:
+        assert sum(kernel_names(t).values()) == 3 * WINDOW_LAUNCHES + 3 + 1 + SECOND_WINDOW
+        assert metadata(t, "cut_by_max_size") == 0
+        assert metadata(t, "cut_at_ns") == 0
+        assert metadata(t, "max_size_bytes") == 100_000_000
+
+
+def test_bad_max_size_is_a_one_line_error(fake: FakeCupti, tmp_path: Path) -> None:
+    proc = record(fake, tmp_path / "bad.perfetto-trace", "true", flags=("--max-size", "0"))
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        == "xpu-perf record: error: --max-size 0.0: give a number of megabytes > 0"
+    )

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -72,6 +73,54 @@ class WindowedSource(Protocol):
 
 
 CAPTURE_RANGES = ("cudaProfilerApi",)
+# How often `record` measures what the target has recorded so far (--max-size).
+_SIZE_POLL_S = 0.2
+
+
+@runtime_checkable
+class SizedSource(Protocol):
+    """A source whose target writes files while it runs (--max-size measures them)."""
+
+    def recorded_bytes(self) -> int: ...
+
+
+def directory_bytes(directory: Path) -> int:
+    """Bytes of the files in `directory` (the target's processes write them as it runs)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            with contextlib.suppress(OSError):  # a file may go between listing and stat
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+@dataclass
+class SizeLimit:
+    """--max-size: the recorded data's limit, and when the run reached it."""
+
+    max_bytes: int
+    started_ns: int = 0  # CLOCK_MONOTONIC when the target was started
+    cut_at_ns: int | None = None  # CLOCK_MONOTONIC when the recorded data reached max_bytes
+    bytes_at_cut: int = 0
+
+    def metadata(self) -> dict[str, int]:
+        cut = self.cut_at_ns is not None
+        return {
+            "max_size_bytes": self.max_bytes,
+            "cut_by_max_size": int(cut),
+            "cut_at_ns": self.cut_at_ns or 0,  # trace clock (CLOCK_MONOTONIC); 0: not cut
+            "cut_recorded_bytes": self.bytes_at_cut,
+        }
+
+    def summary(self) -> str | None:
+        if self.cut_at_ns is None:
+            return None
+        after = (self.cut_at_ns - self.started_ns) / 1e9
+        return (
+            f"recording cut by --max-size {self.max_bytes / 1e6:g} MB {after:.1f} s after the "
+            f"target started (recorded data {self.bytes_at_cut / 1e6:.1f} MB): the target was "
+            "stopped there, as by --duration"
+        )
 
 
 def capture_range_end(value: str) -> int:
@@ -182,6 +231,9 @@ class CuptiRecording:
     def windows(self) -> Sequence[model.CaptureWindow]:
         return list(self._source.windows) if self._source else []
 
+    def recorded_bytes(self) -> int:
+        return directory_bytes(self.directory)
+
 
 class InprocessCpuRecording:
     """The CPU source: the sampler library LD_PRELOAD'ed into every process of the target's
@@ -232,6 +284,9 @@ class InprocessCpuRecording:
     def stop(self) -> None:
         if self.kernel:
             self.kernel.stop()
+
+    def recorded_bytes(self) -> int:
+        return directory_bytes(self.directory)
 
     def events(self) -> Iterable[model.Event]:
         kernel = self.kernel.kernel_samples() if self.kernel else None
@@ -323,11 +378,15 @@ def target_credentials() -> dict[str, object]:
 
 
 def run_target(
-    cmd: Sequence[str], sources: Sequence[RecordSource], duration: float | None = None
+    cmd: Sequence[str],
+    sources: Sequence[RecordSource],
+    duration: float | None = None,
+    size_limit: SizeLimit | None = None,
 ) -> int:
     """Start the sources, run `cmd` with their environment, stop them; returns the target's
-    exit status (128+N when killed by signal N).  Ctrl-C (or the end of `duration`) is passed
-    on to the target as SIGINT, then SIGTERM, then SIGKILL."""
+    exit status (128+N when killed by signal N).  Ctrl-C (or the end of `duration`, or the
+    recorded data reaching `size_limit`, which notes when) is passed on to the target as
+    SIGINT, then SIGTERM, then SIGKILL."""
     env = dict(os.environ)
     for source in sources:
         env.update(source.target_env())
@@ -341,15 +400,28 @@ def run_target(
             proc = subprocess.Popen(list(cmd), env=env, **creds)  # type: ignore[call-overload]
         except OSError as exc:
             raise UserError(f"cannot run {cmd[0]}: {exc.strerror}") from None
+        if size_limit is not None:
+            size_limit.started_ns = time.monotonic_ns()
         for source in sources:
             source.target_started(proc.pid)
         escalation = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
         last_sent: float | None = None
         deadline = time.monotonic() + duration if duration else None
+        sized = [s for s in sources if isinstance(s, SizedSource)]
+        next_measure = time.monotonic()
         while proc.poll() is None:
+            measure = size_limit is not None and size_limit.cut_at_ns is None
+            if size_limit is not None and measure and time.monotonic() >= next_measure:
+                next_measure = time.monotonic() + _SIZE_POLL_S
+                recorded = sum(s.recorded_bytes() for s in sized)
+                if recorded >= size_limit.max_bytes:
+                    size_limit.cut_at_ns = time.monotonic_ns()
+                    size_limit.bytes_at_cut = recorded
             due = last_sent is None or time.monotonic() - last_sent >= _STOP_GRACE_S
-            stopping = interrupt.signal is not None or (
-                deadline is not None and time.monotonic() >= deadline
+            stopping = (
+                interrupt.signal is not None
+                or (deadline is not None and time.monotonic() >= deadline)
+                or (size_limit is not None and size_limit.cut_at_ns is not None)
             )
             if stopping and escalation and due:
                 proc.send_signal(escalation.pop(0))
@@ -371,6 +443,7 @@ def write_trace(
     command_line: Sequence[str],
     freq: int = 0,
     capture: str = "",
+    size_limit: SizeLimit | None = None,
 ) -> dict[str, dict[str, int]]:
     """Every source through its own producer; counters as metadata `<source>_<counter>`
     (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice).  `capture`:
@@ -392,6 +465,9 @@ def write_trace(
                 writer.set_metadata(prefixed, value)
             if isinstance(source, WindowedSource):
                 write_windows(writer, source.windows())
+        if size_limit is not None:
+            for key, value in size_limit.metadata().items():
+                writer.set_metadata(key, value)
         if capture:
             writer.set_metadata("capture_range", capture)
             writer.set_metadata("windows", sum(s.get("windows", 0) for s in stats.values()))
@@ -527,6 +603,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "window's length (the target keeps running)",
     )
     p.add_argument(
+        "--max-size",
+        type=float,
+        metavar="MB",
+        help="stop recording (and the target, as --duration does) once the recorded data "
+        "reaches MB megabytes (10^6 bytes); the metadata and summary say when",
+    )
+    p.add_argument(
         "--delay",
         type=float,
         metavar="S",
@@ -591,6 +674,11 @@ def main(args: argparse.Namespace) -> int:
     cpu = not args.no_cpu
     gpu = not args.no_gpu
     windows = window_env(args)
+    size_limit = None
+    if args.max_size is not None:
+        if not args.max_size > 0:
+            raise UserError(f"--max-size {args.max_size}: give a number of megabytes > 0")
+        size_limit = SizeLimit(round(args.max_size * 1e6))
     capture = args.capture_range or ("delay" if windows else "")
     if windows and not gpu:
         raise UserError(
@@ -650,9 +738,14 @@ def main(args: argparse.Namespace) -> int:
     if not sources:
         raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
     # --duration stops the target, unless it is the length of a --delay window.
-    code = run_target(cmd, sources, None if windows else args.duration)
+    code = run_target(cmd, sources, None if windows else args.duration, size_limit)
     stats = write_trace(
-        args.output, sources, ["xpu-perf", "record", "--", *cmd], freq, capture=capture
+        args.output,
+        sources,
+        ["xpu-perf", "record", "--", *cmd],
+        freq,
+        capture=capture,
+        size_limit=size_limit,
     )
     if not args.quiet:
         if "cupti" in stats:
@@ -692,6 +785,9 @@ def main(args: argparse.Namespace) -> int:
                 f"unresolved frames: {ebpf.get('unresolved_frames', 0)}",
                 file=sys.stderr,
             )
+        cut = size_limit.summary() if size_limit else None
+        if cut:
+            print(f"xpu-perf record: {cut}", file=sys.stderr)
         print(f"xpu-perf record: wrote {args.output}", file=sys.stderr)
     return code
 

@@ -15,6 +15,7 @@
  * "outside_kernel" launches, then a second window opened and closed by the driver's
  * cuProfilerStart/Stop around 7 driver-only "second_window_kernel" launches, then 3 more
  * "outside_kernel" launches.
+ * "loop": LAUNCHES launches every 10 ms until a signal ends it.
  * "delay" (timed windows): 20 "before_kernel" launches at once, 20 "window_kernel" launches 1 s
  * after its start, 20 "after_kernel" launches 2 s after its start, then it exits. */
 #include <pthread.h>
@@ -94,6 +95,14 @@ int main(int argc, char **argv) {
         fake_profiler_stop(1);
         for (int i = 0; i < 3; i++) fake_launch_kernel("outside_kernel", 7, 0);
         return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "loop") == 0) {
+        /* Until a signal ends it: LAUNCHES launches every 10 ms (--max-size). */
+        for (;;) {
+            for (int i = 0; i < launches; i++) model_forward_layer(i);
+            struct timespec pause_for = {0, 10 * 1000 * 1000};
+            nanosleep(&pause_for, NULL);
+        }
     }
     if (argc > 3 && strcmp(argv[3], "delay") == 0) {
         struct timespec t0;
