@@ -15,7 +15,15 @@ from collector.inject_build import BuildError
 from exporters.perfetto.trace_processor import open_trace
 
 from .fake_cupti.build import FakeCupti, build_fake
-from .test_cupti_fake import GPU_CATS, metadata, pytestmark, record  # noqa: F401 (pytestmark)
+from .test_cupti_fake import (
+    CHILD_KERNELS,
+    GPU_CATS,
+    LAUNCHES,
+    PARENT_KERNELS,
+    metadata,
+    pytestmark,  # noqa: F401 (skips this module where the CUPTI headers are missing)
+    record,
+)
 
 WINDOW_LAUNCHES = 50  # fake_app's LAUNCHES in the profiler mode: per phase
 SECOND_WINDOW = 7  # its driver-only launches inside the cuProfilerStart/Stop window
@@ -265,3 +273,22 @@ def test_bad_max_size_is_a_one_line_error(fake: FakeCupti, tmp_path: Path) -> No
         proc.stderr.strip()
         == "xpu-perf record: error: --max-size 0.0: give a number of megabytes > 0"
     )
+
+
+def test_delay_zero_records_the_whole_tree_forked_child_included(
+    fake: FakeCupti, tmp_path: Path
+) -> None:
+    # The ordinary scenario (main + worker thread, a forked child): a window from the start
+    # to each process's exit records what a run without windows records.
+    out = tmp_path / "delay0.perfetto-trace"
+    proc = record(fake, out, fake.app, LAUNCHES, 3, flags=("--delay", "0"))
+    assert proc.returncode == 3, proc.stderr
+    with open_trace(out) as t:
+        assert (
+            t.scalar("select count(*) from slice where category = 'kernel'")
+            == PARENT_KERNELS + CHILD_KERNELS
+        )
+        assert_complete(t)
+        found = windows(t)
+        assert [(w["reason"], w["end_reason"]) for w in found] == [("delay", "exit")] * 2
+        assert metadata(t, "windows") == 2  # the parent's and the forked child's

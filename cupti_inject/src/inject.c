@@ -456,6 +456,11 @@ static void sleep_until(uint64_t t_ns) {
 
 static void *delay_thread_main(void *arg) {
     (void)arg;
+    if (delay_close_ns && xp_now_ns() >= delay_close_ns) {
+        /* A process started after the window's end (the window is the tree's): no window. */
+        atomic_store(&delay_thread_done, 1);
+        return NULL;
+    }
     sleep_until(delay_open_ns);
     open_window("delay");
     if (delay_close_ns) {
@@ -1161,7 +1166,13 @@ EXPORT int InitializeInjection(void) {
         emit_api_names();
         if (window_mode == WINDOW_PROFILER_API) enable_profiler_callbacks();
     }
-    if (window_mode == WINDOW_DELAY) start_delay_thread();
+    if (window_mode == WINDOW_DELAY) {
+        /* Already past the delay (--delay 0, or a process started later): open before the
+         * application's first call rather than whenever the timer thread first runs. */
+        uint64_t now = xp_now_ns();
+        if (now >= delay_open_ns && (!delay_close_ns || now < delay_close_ns)) open_window("delay");
+        start_delay_thread();
+    }
 
     xp_stream_set_flush_hook(flush_hook);
     xp_modules_emit_if_changed();
