@@ -10,7 +10,7 @@ shape as with in-process stacks: one launch stack per launch, on its API slice.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from collector import model
@@ -29,6 +29,8 @@ class GpuRecording(Protocol):
     def stop(self) -> None: ...
     def events(self) -> Iterator[model.Event]: ...
     def stats(self) -> Mapping[str, int]: ...
+    def windows(self) -> Sequence[model.CaptureWindow]: ...
+    def recorded_bytes(self) -> int: ...
 
 
 @dataclasses.dataclass
@@ -80,6 +82,12 @@ class EbpfLaunchStacks:
             "joined_launches": joined_launches,
             "with_user_frame": with_user_frame,
         }
+
+    def windows(self) -> Sequence[model.CaptureWindow]:
+        return self.gpu.windows()
+
+    def recorded_bytes(self) -> int:
+        return self.gpu.recorded_bytes()
 
     def stats(self) -> dict[str, int]:
         """The GPU source's counters, with its launch-stack counters taken from the join

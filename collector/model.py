@@ -146,6 +146,20 @@ class Instant:
     args: Args = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class CaptureWindow:
+    """A span of one process in which `record` captured (--capture-range, --delay): what
+    opened it (`reason`: cudaProfilerApi, delay) and what closed it (`end_reason`:
+    cudaProfilerStop, cuProfilerStop, duration, exit).  Not an Event: the writer puts it on
+    the tool's own track."""
+
+    pid: int
+    start: int
+    end: int
+    reason: str
+    end_reason: str
+
+
 # A column: one value per row (a list, an array.array or a numpy array).
 Column = Sequence[int]
 NONE = -1  # "no value" in an index or id column

@@ -21,8 +21,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -64,6 +65,104 @@ class RecordSource(Protocol):
     def stats(self) -> Mapping[str, int]: ...
 
 
+@runtime_checkable
+class WindowedSource(Protocol):
+    """A source that recorded capture windows (the GPU source under --capture-range/--delay)."""
+
+    def windows(self) -> Sequence[model.CaptureWindow]: ...
+
+
+CAPTURE_RANGES = ("cudaProfilerApi",)
+# How often `record` measures what the target has recorded so far (--max-size).
+_SIZE_POLL_S = 0.2
+
+
+@runtime_checkable
+class SizedSource(Protocol):
+    """A source whose target writes files while it runs (--max-size measures them)."""
+
+    def recorded_bytes(self) -> int: ...
+
+
+def directory_bytes(directory: Path) -> int:
+    """Bytes of the files in `directory` (the target's processes write them as it runs)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            with contextlib.suppress(OSError):  # a file may go between listing and stat
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+@dataclass
+class SizeLimit:
+    """--max-size: the recorded data's limit, and when the run reached it."""
+
+    max_bytes: int
+    started_ns: int = 0  # CLOCK_MONOTONIC when the target was started
+    cut_at_ns: int | None = None  # CLOCK_MONOTONIC when the recorded data reached max_bytes
+    bytes_at_cut: int = 0
+
+    def metadata(self) -> dict[str, int]:
+        cut = self.cut_at_ns is not None
+        return {
+            "max_size_bytes": self.max_bytes,
+            "cut_by_max_size": int(cut),
+            "cut_at_ns": self.cut_at_ns or 0,  # trace clock (CLOCK_MONOTONIC); 0: not cut
+            "cut_recorded_bytes": self.bytes_at_cut,
+        }
+
+    def summary(self) -> str | None:
+        if self.cut_at_ns is None:
+            return None
+        after = (self.cut_at_ns - self.started_ns) / 1e9
+        return (
+            f"recording cut by --max-size {self.max_bytes / 1e6:g} MB {after:.1f} s after the "
+            f"target started (recorded data {self.bytes_at_cut / 1e6:.1f} MB): the target was "
+            "stopped there, as by --duration"
+        )
+
+
+def capture_range_end(value: str) -> int:
+    """--capture-range-end as the library's window limit: stop = 1, repeat = 0 (every
+    window), repeat:N = N."""
+    if value == "stop":
+        return 1
+    if value == "repeat":
+        return 0
+    count = value.removeprefix("repeat:")
+    if count != value and count.isdigit() and int(count) > 0:
+        return int(count)
+    raise UserError(f"--capture-range-end {value}: give stop, repeat or repeat:N (N >= 1)")
+
+
+def window_env(args: argparse.Namespace) -> dict[str, str]:
+    """The injection library's window settings from the options, checked (empty: the whole
+    run, as without windows)."""
+    if args.capture_range_end is not None and args.capture_range is None:
+        raise UserError("--capture-range-end needs --capture-range")
+    if args.duration is not None and args.duration <= 0:
+        raise UserError(f"--duration {args.duration}: give a number of seconds > 0")
+    if args.capture_range is not None:
+        if args.delay is not None:
+            raise UserError("--delay and --capture-range are exclusive: give one of them")
+        if args.duration is not None:
+            raise UserError("--duration with --capture-range is not supported (drop one)")
+        limit = capture_range_end(args.capture_range_end or "stop")
+        return {
+            "XPU_PERF_CAPTURE_RANGE": args.capture_range,
+            "XPU_PERF_CAPTURE_RANGE_END": str(limit),
+        }
+    if args.delay is None:
+        return {}
+    if args.delay < 0:
+        raise UserError(f"--delay {args.delay}: give a number of seconds >= 0")
+    env = {"XPU_PERF_WINDOW_DELAY_MS": str(round(args.delay * 1000))}
+    if args.duration is not None:
+        env["XPU_PERF_WINDOW_DURATION_MS"] = str(max(1, round(args.duration * 1000)))
+    return env
+
+
 class CuptiRecording:
     """The GPU source: CUPTI injection into the target, streams read after it exits."""
 
@@ -77,8 +176,10 @@ class CuptiRecording:
         python_frames: bool = True,
         kinds: Sequence[str] = KINDS,
         keep_streams: Path | None = None,
+        windows: Mapping[str, str] | None = None,
     ) -> None:
         self.library = library
+        self.window_env = dict(windows or {})
         self.stacks = stacks
         self.python_frames = python_frames
         self.kinds = kinds
@@ -94,7 +195,13 @@ class CuptiRecording:
             "XPU_PERF_STACKS": "1" if self.stacks else "0",
             "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
             "XPU_PERF_KINDS": ",".join(self.kinds),
+            **self.window_env,
         }
+        if "XPU_PERF_WINDOW_DELAY_MS" in env:
+            # --delay counts from the target's start: asked for just before it is started,
+            # on the CLOCK_MONOTONIC the library compares it with (the same in every process
+            # of the tree, so a child started later shares the window).
+            env["XPU_PERF_WINDOW_T0_NS"] = str(time.monotonic_ns())
         if "marker" in self.kinds:
             # NVTX hands its callbacks to this library, which passes them to the process's own
             # libcupti (pointing NVTX at a libcupti path could load a second copy).
@@ -120,6 +227,12 @@ class CuptiRecording:
 
     def stats(self) -> Mapping[str, int]:
         return dict(self._source.counts) if self._source else {}
+
+    def windows(self) -> Sequence[model.CaptureWindow]:
+        return list(self._source.windows) if self._source else []
+
+    def recorded_bytes(self) -> int:
+        return directory_bytes(self.directory)
 
 
 class InprocessCpuRecording:
@@ -171,6 +284,9 @@ class InprocessCpuRecording:
     def stop(self) -> None:
         if self.kernel:
             self.kernel.stop()
+
+    def recorded_bytes(self) -> int:
+        return directory_bytes(self.directory)
 
     def events(self) -> Iterable[model.Event]:
         kernel = self.kernel.kernel_samples() if self.kernel else None
@@ -262,11 +378,15 @@ def target_credentials() -> dict[str, object]:
 
 
 def run_target(
-    cmd: Sequence[str], sources: Sequence[RecordSource], duration: float | None = None
+    cmd: Sequence[str],
+    sources: Sequence[RecordSource],
+    duration: float | None = None,
+    size_limit: SizeLimit | None = None,
 ) -> int:
     """Start the sources, run `cmd` with their environment, stop them; returns the target's
-    exit status (128+N when killed by signal N).  Ctrl-C (or the end of `duration`) is passed
-    on to the target as SIGINT, then SIGTERM, then SIGKILL."""
+    exit status (128+N when killed by signal N).  Ctrl-C (or the end of `duration`, or the
+    recorded data reaching `size_limit`, which notes when) is passed on to the target as
+    SIGINT, then SIGTERM, then SIGKILL."""
     env = dict(os.environ)
     for source in sources:
         env.update(source.target_env())
@@ -280,15 +400,28 @@ def run_target(
             proc = subprocess.Popen(list(cmd), env=env, **creds)  # type: ignore[call-overload]
         except OSError as exc:
             raise UserError(f"cannot run {cmd[0]}: {exc.strerror}") from None
+        if size_limit is not None:
+            size_limit.started_ns = time.monotonic_ns()
         for source in sources:
             source.target_started(proc.pid)
         escalation = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
         last_sent: float | None = None
         deadline = time.monotonic() + duration if duration else None
+        sized = [s for s in sources if isinstance(s, SizedSource)]
+        next_measure = time.monotonic()
         while proc.poll() is None:
+            measure = size_limit is not None and size_limit.cut_at_ns is None
+            if size_limit is not None and measure and time.monotonic() >= next_measure:
+                next_measure = time.monotonic() + _SIZE_POLL_S
+                recorded = sum(s.recorded_bytes() for s in sized)
+                if recorded >= size_limit.max_bytes:
+                    size_limit.cut_at_ns = time.monotonic_ns()
+                    size_limit.bytes_at_cut = recorded
             due = last_sent is None or time.monotonic() - last_sent >= _STOP_GRACE_S
-            stopping = interrupt.signal is not None or (
-                deadline is not None and time.monotonic() >= deadline
+            stopping = (
+                interrupt.signal is not None
+                or (deadline is not None and time.monotonic() >= deadline)
+                or (size_limit is not None and size_limit.cut_at_ns is not None)
             )
             if stopping and escalation and due:
                 proc.send_signal(escalation.pop(0))
@@ -305,10 +438,17 @@ def run_target(
 
 
 def write_trace(
-    out: Path, sources: Sequence[RecordSource], command_line: Sequence[str], freq: int = 0
+    out: Path,
+    sources: Sequence[RecordSource],
+    command_line: Sequence[str],
+    freq: int = 0,
+    capture: str = "",
+    size_limit: SizeLimit | None = None,
 ) -> dict[str, dict[str, int]]:
     """Every source through its own producer; counters as metadata `<source>_<counter>`
-    (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice)."""
+    (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice).  `capture`:
+    the window mode (cudaProfilerApi, delay), written with the window count as metadata
+    `capture_range` and `windows`."""
     stats: dict[str, dict[str, int]] = {}
     with TraceWriter(
         out,
@@ -323,7 +463,33 @@ def write_trace(
             for key, value in stats[source.name].items():
                 prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"
                 writer.set_metadata(prefixed, value)
+            if isinstance(source, WindowedSource):
+                write_windows(writer, source.windows())
+        if size_limit is not None:
+            for key, value in size_limit.metadata().items():
+                writer.set_metadata(key, value)
+        if capture:
+            writer.set_metadata("capture_range", capture)
+            writer.set_metadata("windows", sum(s.get("windows", 0) for s in stats.values()))
     return stats
+
+
+WINDOW_CATEGORY = "xpu_perf_window"
+
+
+def write_windows(writer: TraceWriter, windows: Sequence[model.CaptureWindow]) -> None:
+    """Each capture window as a slice named by what opened it, on the `xpu-perf` track's
+    lane of its process (SQL: category `xpu_perf_window`, args `debug.reason`,
+    `debug.end_reason`, `debug.pid`)."""
+    for w in windows:
+        writer.add_tool_slice(
+            f"capture windows (pid {w.pid})",
+            w.start,
+            w.end - w.start,
+            f"capture window ({w.reason})",
+            WINDOW_CATEGORY,
+            {"reason": w.reason, "end_reason": w.end_reason, "pid": w.pid},
+        )
 
 
 def resolve_launch_stacks(
@@ -394,6 +560,23 @@ def summary_lines(cupti: Mapping[str, int]) -> list[str]:
     return lines
 
 
+def window_summary(cupti: Mapping[str, int], capture: str) -> str:
+    """The summary line of a windowed recording: how many windows, or why none."""
+    n = cupti.get("windows", 0)
+    ignored = cupti.get("windows_ignored", 0)
+    if n == 0:
+        why = (
+            "no process called cudaProfilerStart (or cuProfilerStart)"
+            if capture == "cudaProfilerApi"
+            else "the target ended before --delay"
+        )
+        return f"capture windows: none ({why}): the trace has no GPU activity"
+    extra = f", {ignored} cudaProfilerStart calls after the last one ignored" if ignored else ""
+    return (
+        f"capture windows ({capture}): {n}{extra}; API calls and GPU ops outside them not recorded"
+    )
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "record",
@@ -413,7 +596,38 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
     )
-    p.add_argument("--duration", type=float, help="stop recording (and the target) after S seconds")
+    p.add_argument(
+        "--duration",
+        type=float,
+        help="stop recording (and the target) after S seconds; with --delay: the capture "
+        "window's length (the target keeps running)",
+    )
+    p.add_argument(
+        "--max-size",
+        type=float,
+        metavar="MB",
+        help="stop recording (and the target, as --duration does) once the recorded data "
+        "reaches MB megabytes (10^6 bytes); the metadata and summary say when",
+    )
+    p.add_argument(
+        "--delay",
+        type=float,
+        metavar="S",
+        help="GPU recording: open the capture window S seconds after the target starts (until "
+        "--duration ends it, else until exit); nothing is recorded outside it",
+    )
+    p.add_argument(
+        "--capture-range",
+        choices=CAPTURE_RANGES,
+        help="GPU recording: capture only between cudaProfilerStart and cudaProfilerStop "
+        "(torch.cuda.profiler.start/stop; cuProfilerStart/Stop too)",
+    )
+    p.add_argument(
+        "--capture-range-end",
+        metavar="stop|repeat|repeat:N",
+        help="with --capture-range: record the first window (stop, default), every window "
+        "(repeat) or the first N (repeat:N), per process",
+    )
     p.add_argument(
         "--cpu-sampler",
         choices=CPU_SAMPLERS,
@@ -459,6 +673,17 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"unknown --kinds: {', '.join(sorted(unknown))}")
     cpu = not args.no_cpu
     gpu = not args.no_gpu
+    windows = window_env(args)
+    size_limit = None
+    if args.max_size is not None:
+        if not args.max_size > 0:
+            raise UserError(f"--max-size {args.max_size}: give a number of megabytes > 0")
+        size_limit = SizeLimit(round(args.max_size * 1e6))
+    capture = args.capture_range or ("delay" if windows else "")
+    if windows and not gpu:
+        raise UserError(
+            "--capture-range and --delay select what the GPU recording captures: drop --no-gpu"
+        )
     requested = "off" if args.no_stacks else args.launch_stacks
     cpu_ebpf = cpu and args.cpu_sampler == "ebpf"
     needs_ebpf = cpu or requested in ("ebpf", "auto")
@@ -478,6 +703,7 @@ def main(args: argparse.Namespace) -> int:
             python_frames=not args.no_python,
             kinds=kinds,
             keep_streams=args.keep_streams,
+            windows=windows,
         )
         if stacks == "ebpf":
             uprobes = BccLaunchUprobes([marker_probe(str(library))])
@@ -511,12 +737,24 @@ def main(args: argparse.Namespace) -> int:
             sources.append(BccCpuSampler(freq))  # started before the target, like every source
     if not sources:
         raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
-    code = run_target(cmd, sources, args.duration)
-    stats = write_trace(args.output, sources, ["xpu-perf", "record", "--", *cmd], freq)
+    # --duration stops the target, unless it is the length of a --delay window.
+    code = run_target(cmd, sources, None if windows else args.duration, size_limit)
+    stats = write_trace(
+        args.output,
+        sources,
+        ["xpu-perf", "record", "--", *cmd],
+        freq,
+        capture=capture,
+        size_limit=size_limit,
+    )
     if not args.quiet:
         if "cupti" in stats:
             for line in summary_lines(stats["cupti"]):
                 print(f"xpu-perf record: {line}", file=sys.stderr)
+            if capture:
+                print(
+                    f"xpu-perf record: {window_summary(stats['cupti'], capture)}", file=sys.stderr
+                )
             if not stats["cupti"].get("streams"):
                 print(
                     "xpu-perf record: no GPU activity: no process of the target initialised "
@@ -547,6 +785,9 @@ def main(args: argparse.Namespace) -> int:
                 f"unresolved frames: {ebpf.get('unresolved_frames', 0)}",
                 file=sys.stderr,
             )
+        cut = size_limit.summary() if size_limit else None
+        if cut:
+            print(f"xpu-perf record: {cut}", file=sys.stderr)
         print(f"xpu-perf record: wrote {args.output}", file=sys.stderr)
     return code
 

@@ -95,6 +95,8 @@ REPORTED_COUNTS = (
     "streams_python_unsupported",
     "python_unsupported_minor",  # CPython 3.x without Python frames (0: none)
     "cupti_delivered_kernel",
+    "windows",  # capture windows recorded (record --capture-range / --delay), all processes
+    "windows_ignored",  # cudaProfilerStart calls past --capture-range-end's last window
 )
 
 
@@ -134,6 +136,7 @@ class CuptiSource:
         # Every reported counter is present, zero included (SQL reads them by name).
         self.counts: Counter[str] = Counter({key: 0 for key in REPORTED_COUNTS})
         self._devices_seen: set[int] = set()
+        self.windows: list[model.CaptureWindow] = []  # in stream order
 
     def events(self) -> Iterator[model.Event]:
         for path in stream_paths(self.directory):
@@ -181,6 +184,7 @@ class CuptiSource:
                 "unwind_cfi_misses",
                 "api_alias_records",
                 "transport_bytes",
+                "windows_ignored",
             ):
                 counts[key] += last.get(key, 0)
             minor = last.get("python_unsupported_minor", 0)
@@ -189,6 +193,13 @@ class CuptiSource:
                 counts["python_unsupported_minor"] = max(counts["python_unsupported_minor"], minor)
         else:
             counts["streams_without_counters"] += 1  # killed before its final flush
+
+        windows = stream.table("WINDOW")
+        counts["windows"] += windows.rows
+        for start, end, reason, end_reason in zip(
+            windows["start"], windows["end"], windows["reason"], windows["end_reason"], strict=True
+        ):
+            self.windows.append(model.CaptureWindow(pid, start, end, reason, end_reason))
 
         cpu = self._api_rows(stream, strings, pid)
         gpu = _GpuRows()

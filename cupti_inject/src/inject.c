@@ -12,6 +12,8 @@
  *   XPU_PERF_KINDS       comma list of kernel,memcpy,memset,sync,marker (default all)
  *   XPU_PERF_NESTED_DRIVER 0: skip driver callbacks nested in runtime calls (default 1)
  *   XPU_PERF_FLUSH_MS, XPU_PERF_QUEUE_KB: see stream.c
+ *   XPU_PERF_CAPTURE_RANGE=cudaProfilerApi, XPU_PERF_CAPTURE_RANGE_END=N (windows; 0: all)
+ *   XPU_PERF_WINDOW_DELAY_MS, _DURATION_MS, _T0_NS: one timed window (see configure_windows)
  * Overhead-measurement knobs only (bench/gpu_overhead.py; they break the trace):
  *   XPU_PERF_CALLBACKS=0 (activity only), XPU_PERF_TS_CALLBACK=0 (CUPTI's own timestamps, not
  *   CLOCK_MONOTONIC), XPU_PERF_PARSE=0 (activity buffers freed unread),
@@ -62,7 +64,8 @@ EXPORT __attribute__((noinline, used)) void xpu_perf_launch_marker(uint64_t corr
 /* ---- configuration ---- */
 static int want_stacks = 1, want_python = 1, want_nested_driver = 1, use_backtrace;
 static CUpti_SubscriberHandle subscriber;
-enum { TRACED = 1, LAUNCH = 2, SYNC_CONTEXT = 4, SYNC_STREAM = 8, SYNC_EVENT = 16, SYNC_WAIT = 32 };
+enum { TRACED = 1, LAUNCH = 2, SYNC_CONTEXT = 4, SYNC_STREAM = 8, SYNC_EVENT = 16, SYNC_WAIT = 32,
+       PROFILER_START = 64, PROFILER_STOP = 128 /* cudaProfilerStart/Stop, cuProfiler*: windows */ };
 #define SYNC_ANY (SYNC_CONTEXT | SYNC_STREAM | SYNC_EVENT | SYNC_WAIT)
 /* Sync ops come from the API callbacks (start/end of the sync call, its stream), not from
  * CUPTI's SYNCHRONIZATION activity kind: that kind alone added ~20 points of overhead to the
@@ -353,6 +356,169 @@ static void add_api_sync(const CUpti_CallbackData *cb, uint8_t flags, uint64_t s
     pthread_mutex_unlock(&activity_lock);
 }
 
+/* ---- capture windows (record --capture-range cudaProfilerApi, --delay/--duration) ---- */
+/* With a window mode on, API calls and GPU ops are recorded only while a window is open.
+ * Outside one the cost is near zero: the API callbacks return after one flag load (no
+ * unwinding, no rows) and the GPU activity kinds are disabled in CUPTI, so it produces no
+ * records at all; opening a window enables them again.  GPU ops launched inside a window are
+ * kept when they finish after it: CUPTI decides at launch, and the close flushes the buffers. */
+enum { WINDOW_NONE, WINDOW_PROFILER_API, WINDOW_DELAY };
+static int window_mode = WINDOW_NONE;
+/* 1 when no window mode is on: everything is recorded, as without windows. */
+static atomic_int window_open = 1;
+static pthread_mutex_t window_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t window_start_ns;
+static const char *window_reason = "";
+static uint64_t window_limit; /* cudaProfilerApi: windows to record (0: every one) */
+static _Atomic uint64_t windows_recorded, windows_ignored;
+/* The activity kinds a window turns on and off (not DEVICE: device names are always wanted). */
+static CUpti_ActivityKind window_kinds[8];
+static int n_window_kinds;
+static struct xp_batch_WINDOW *window_batch;
+/* --delay/--duration: absolute CLOCK_MONOTONIC times (the same in every process of the tree,
+ * from the target's start as `record` saw it); 0 duration: open until the process ends. */
+static uint64_t delay_open_ns, delay_close_ns;
+static atomic_int delay_thread_done;
+static _Atomic int nvtx_used, cupti_ready, markers_enabled;
+static int kind_wanted(const char *kind);
+
+/* Turn the window's activity kinds on or off (caller holds window_lock). */
+static void set_window_kinds(int on) {
+    CUptiResult (*set)(CUpti_ActivityKind) = on ? cuptiActivityEnable : cuptiActivityDisable;
+    for (int i = 0; i < n_window_kinds; i++) set(window_kinds[i]);
+    /* NVTX markers follow the window too, once the process has used NVTX. */
+    if (nvtx_used && cupti_ready && kind_wanted("marker")) {
+        set(CUPTI_ACTIVITY_KIND_MARKER);
+        atomic_store(&markers_enabled, on);
+    }
+}
+
+static void push_window_row(uint64_t end, const char *end_reason) {
+    struct xp_batch_WINDOW *b = window_batch;
+    uint32_t r = b->rows++;
+    b->start[r] = window_start_ns;
+    b->end[r] = end;
+    b->reason[r] = (struct xp_str){window_reason, (uint32_t)strlen(window_reason)};
+    b->end_reason[r] = (struct xp_str){end_reason, (uint32_t)strlen(end_reason)};
+    xp_emit_WINDOW(b); /* rare: one chunk per window */
+    windows_recorded++;
+}
+
+static void open_window(const char *reason) {
+    pthread_mutex_lock(&window_lock);
+    if (atomic_load(&window_open)) {
+        pthread_mutex_unlock(&window_lock);
+        return; /* cudaProfilerStart inside a window (or its nested cuProfilerStart) */
+    }
+    if (window_limit && windows_recorded >= window_limit) {
+        windows_ignored++; /* --capture-range-end stop / repeat:N: past the last window */
+        pthread_mutex_unlock(&window_lock);
+        return;
+    }
+    set_window_kinds(1);
+    window_reason = reason;
+    window_start_ns = xp_now_ns();
+    atomic_store(&window_open, 1);
+    pthread_mutex_unlock(&window_lock);
+}
+
+static void close_window(const char *end_reason) {
+    pthread_mutex_lock(&window_lock);
+    if (!atomic_load(&window_open)) {
+        pthread_mutex_unlock(&window_lock);
+        return;
+    }
+    atomic_store(&window_open, 0);
+    uint64_t end = xp_now_ns();
+    set_window_kinds(0);
+    push_window_row(end, end_reason);
+    pthread_mutex_unlock(&window_lock);
+    /* Hand over what CUPTI holds of this window now rather than at the next periodic pull,
+     * so that a process that never opens another window loses nothing of this one. */
+    cuptiActivityFlushAll(0);
+}
+
+/* At the final flush: a window still open ends with the process. */
+static void end_open_window(void) {
+    if (window_mode == WINDOW_NONE) return;
+    pthread_mutex_lock(&window_lock);
+    if (atomic_load(&window_open)) {
+        atomic_store(&window_open, 0);
+        push_window_row(xp_now_ns(), "exit");
+    }
+    pthread_mutex_unlock(&window_lock);
+}
+
+static void sleep_until(uint64_t t_ns) {
+    struct timespec ts = {(time_t)(t_ns / 1000000000ull), (long)(t_ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {}
+}
+
+static void *delay_thread_main(void *arg) {
+    (void)arg;
+    if (delay_close_ns && xp_now_ns() >= delay_close_ns) {
+        /* A process started after the window's end (the window is the tree's): no window. */
+        atomic_store(&delay_thread_done, 1);
+        return NULL;
+    }
+    sleep_until(delay_open_ns);
+    open_window("delay");
+    if (delay_close_ns) {
+        sleep_until(delay_close_ns);
+        close_window("duration");
+    }
+    atomic_store(&delay_thread_done, 1);
+    return NULL;
+}
+
+static void start_delay_thread(void) {
+    pthread_t t;
+    atomic_store(&delay_thread_done, 0);
+    if (pthread_create(&t, NULL, delay_thread_main, NULL) == 0) pthread_detach(t);
+    else fprintf(stderr, "xpu-perf: cannot start the --delay timer thread: no window opens\n");
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 10) : dflt;
+}
+
+/* Read the window environment (before any kind is enabled); 0: no window mode. */
+static void configure_windows(void) {
+    const char *range = getenv("XPU_PERF_CAPTURE_RANGE");
+    if (range && strcmp(range, "cudaProfilerApi") == 0) {
+        window_mode = WINDOW_PROFILER_API;
+        window_limit = env_u64("XPU_PERF_CAPTURE_RANGE_END", 1);
+    } else if (getenv("XPU_PERF_WINDOW_DELAY_MS")) {
+        window_mode = WINDOW_DELAY;
+        /* From the target's start (`record` passes its CLOCK_MONOTONIC time), else from now. */
+        uint64_t t0 = env_u64("XPU_PERF_WINDOW_T0_NS", xp_now_ns());
+        delay_open_ns = t0 + env_u64("XPU_PERF_WINDOW_DELAY_MS", 0) * 1000000ull;
+        uint64_t duration_ms = env_u64("XPU_PERF_WINDOW_DURATION_MS", 0);
+        delay_close_ns = duration_ms ? delay_open_ns + duration_ms * 1000000ull : 0;
+    }
+    if (window_mode != WINDOW_NONE) {
+        window_batch = calloc(1, sizeof *window_batch);
+        if (window_batch) atomic_store(&window_open, 0);
+        else window_mode = WINDOW_NONE; /* no memory for the rows: record everything */
+    }
+}
+
+/* Activity kind `kind` on: now without windows, else at each window's opening. */
+static void enable_kind(CUpti_ActivityKind kind) {
+    if (window_mode == WINDOW_NONE) {
+        CUptiResult r = cuptiActivityEnable(kind);
+        if (r != CUPTI_SUCCESS) {
+            const char *s = NULL;
+            cuptiGetResultString(r, &s);
+            fprintf(stderr, "xpu-perf: cuptiActivityEnable(%d) failed: %s\n", (int)kind, s ? s : "?");
+        }
+        return;
+    }
+    if (n_window_kinds < (int)(sizeof window_kinds / sizeof *window_kinds))
+        window_kinds[n_window_kinds++] = kind;
+}
+
 /* ---- API callbacks ---- */
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
                                  CUpti_CallbackId cbid, const void *data) {
@@ -360,6 +526,25 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     if (callback_noop) return;
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const CUpti_CallbackData *cb = data;
+    if (window_mode != WINDOW_NONE) {
+        uint8_t f = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
+        if (f & (PROFILER_START | PROFILER_STOP)) {
+            /* A start opens at its exit, a stop closes at its entry: the outermost call of a
+             * runtime call and its nested driver call acts (the stop names it), and the other
+             * finds the window already in that state and does nothing. */
+            if ((f & PROFILER_START) && cb->callbackSite == CUPTI_API_EXIT)
+                open_window("cudaProfilerApi");
+            else if ((f & PROFILER_STOP) && cb->callbackSite == CUPTI_API_ENTER)
+                close_window(domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "cudaProfilerStop"
+                                                                   : "cuProfilerStop");
+            return;
+        }
+        /* Outside a window: nothing, unless this closes a call entered inside one. */
+        if (!atomic_load_explicit(&window_open, memory_order_relaxed)) {
+            struct thread_state *t = tls_state;
+            if (!t || t->depth == 0) return;
+        }
+    }
     uint64_t c_in = cycles();
     struct thread_state *ts = thread_state();
     if (!ts) return;
@@ -592,6 +777,8 @@ static void emit_counters(void) {
     xp_emit_counter("records_sync", records_sync);
     xp_emit_counter("records_marker", records_marker);
     xp_emit_counter("records_other", records_other);
+    xp_emit_counter("windows", windows_recorded);
+    xp_emit_counter("windows_ignored", windows_ignored);
     xp_emit_counter("unwind_cfi_misses", xp_unwind_cfi_misses);
     xp_emit_counter("unwind_fp_fallbacks", xp_unwind_fp_fallbacks);
     xp_emit_counter("python_guard_failures", xp_py_guard_failures);
@@ -637,6 +824,7 @@ static void flush_hook(int final) {
     }
     pthread_mutex_unlock(&threads_lock);
     xp_modules_emit_if_changed();
+    if (final) end_open_window();
     if (final) emit_counters();
     if (final && selftime) report_selftime();
 }
@@ -692,6 +880,7 @@ static void install_signal_handlers(void) {
 
 /* ---- fork ---- */
 static void fork_prepare(void) {
+    pthread_mutex_lock(&window_lock); /* taken before the others wherever both are held */
     pthread_mutex_lock(&activity_lock);
     pthread_mutex_lock(&threads_lock);
     pthread_mutex_lock(&stack_emit_lock);
@@ -700,6 +889,7 @@ static void fork_parent(void) {
     pthread_mutex_unlock(&stack_emit_lock);
     pthread_mutex_unlock(&threads_lock);
     pthread_mutex_unlock(&activity_lock);
+    pthread_mutex_unlock(&window_lock);
 }
 static void fork_child(void) {
     /* The parent's stream owns everything recorded so far: start clean. */
@@ -735,6 +925,12 @@ static void fork_child(void) {
     records_kernel = records_memcpy = records_memset = records_sync = records_marker = 0;
     records_other = 0;
     memset(&exited_st, 0, sizeof exited_st);
+    pthread_mutex_init(&window_lock, NULL);
+    windows_recorded = windows_ignored = 0;
+    if (window_batch) window_batch->rows = 0;
+    /* The child's stream starts now: a window open at the fork is its window from here. */
+    if (atomic_load(&window_open)) window_start_ns = xp_now_ns();
+    if (window_mode == WINDOW_DELAY && !atomic_load(&delay_thread_done)) start_delay_thread();
     emit_api_names(); /* the child's stream is new: it needs the names too */
     if (signal_thread_started) start_signal_thread();
 }
@@ -803,6 +999,26 @@ static void enable_domain(CUpti_CallbackDomain domain, int size, uint8_t *flags,
     }
 }
 
+/* cudaProfilerStart/Stop and the driver's cuProfilerStart/Stop (which the runtime calls, and
+ * which driver-API programs call directly) open and close the windows; they are not traced. */
+static void enable_profiler_callbacks(void) {
+    static const struct { CUpti_CallbackDomain domain; CUpti_CallbackId cbid; uint8_t flag; } cbs[] = {
+        {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000, PROFILER_START},
+        {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000, PROFILER_STOP},
+        {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuProfilerStart, PROFILER_START},
+        {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuProfilerStop, PROFILER_STOP},
+    };
+    for (size_t i = 0; i < sizeof cbs / sizeof *cbs; i++) {
+        if (cuptiEnableCallback(1, subscriber, cbs[i].domain, cbs[i].cbid) != CUPTI_SUCCESS) {
+            fprintf(stderr, "xpu-perf: cannot subscribe to the profiler start/stop callbacks: "
+                            "no capture window opens\n");
+            return;
+        }
+        uint8_t *flags = cbs[i].domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags : driver_flags;
+        flags[cbs[i].cbid] |= cbs[i].flag;
+    }
+}
+
 static int kind_wanted(const char *kind);
 
 /* Measurement only (XPU_PERF_API_ACTIVITY=1 with XPU_PERF_CALLBACKS=0): CUPTI's own API
@@ -821,9 +1037,16 @@ static void enable_api_activity(CUpti_CallbackDomain domain, int size, const cha
 }
 
 /* MARKER activity: on once both CUPTI is set up and the process has used NVTX. */
-static _Atomic int nvtx_used, cupti_ready, markers_enabled;
 static void enable_markers_once(void) {
     if (!getenv("XPU_PERF_OUT_DIR") || !kind_wanted("marker")) return;
+    if (window_mode != WINDOW_NONE) {
+        /* Markers follow the windows: on now only inside one (set_window_kinds does the rest). */
+        pthread_mutex_lock(&window_lock);
+        if (atomic_load(&window_open) && !atomic_exchange(&markers_enabled, 1))
+            cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER);
+        pthread_mutex_unlock(&window_lock);
+        return;
+    }
     if (!atomic_exchange(&markers_enabled, 1)) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER);
 }
 
@@ -906,22 +1129,22 @@ EXPORT int InitializeInjection(void) {
         if (hw) CHECK(hw(1));
     }
     CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE));
+    configure_windows();
     if (kind_wanted("kernel")) {
         /* XPU_PERF_SERIAL_KERNELS=1 (measurement only): CUPTI's KERNEL kind, which serializes
            the application's kernels, in place of CONCURRENT_KERNEL; same record layout. */
-        CHECK(cuptiActivityEnable(env_flag("XPU_PERF_SERIAL_KERNELS", 0)
-                                      ? CUPTI_ACTIVITY_KIND_KERNEL
-                                      : CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+        enable_kind(env_flag("XPU_PERF_SERIAL_KERNELS", 0) ? CUPTI_ACTIVITY_KIND_KERNEL
+                                                            : CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     }
     if (kind_wanted("memcpy")) {
-        CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
-        CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2));
+        enable_kind(CUPTI_ACTIVITY_KIND_MEMCPY);
+        enable_kind(CUPTI_ACTIVITY_KIND_MEMCPY2);
     }
-    if (kind_wanted("memset")) CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
+    if (kind_wanted("memset")) enable_kind(CUPTI_ACTIVITY_KIND_MEMSET);
     int callbacks = env_flag("XPU_PERF_CALLBACKS", 1);
     if (kind_wanted("sync")) {
         if (callbacks && !env_flag("XPU_PERF_SYNC_ACTIVITY", 0)) sync_from_callbacks = 1;
-        else CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION));
+        else enable_kind(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
     }
     cupti_ready = 1;
     if (nvtx_used) enable_markers_once();
@@ -941,6 +1164,14 @@ EXPORT int InitializeInjection(void) {
         if (!domains || strcmp(domains, "runtime") != 0)
             enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver_flags, driver_traced);
         emit_api_names();
+        if (window_mode == WINDOW_PROFILER_API) enable_profiler_callbacks();
+    }
+    if (window_mode == WINDOW_DELAY) {
+        /* Already past the delay (--delay 0, or a process started later): open before the
+         * application's first call rather than whenever the timer thread first runs. */
+        uint64_t now = xp_now_ns();
+        if (now >= delay_open_ns && (!delay_close_ns || now < delay_close_ns)) open_window("delay");
+        start_delay_thread();
     }
 
     xp_stream_set_flush_hook(flush_hook);

@@ -58,6 +58,12 @@ class Tracks:
         self._descriptor(pb.TrackDescriptor(uuid=uuid, name=name))
         return uuid
 
+    def child(self, parent: int, name: str) -> int:
+        """A named track under `parent` (the capture windows under the `xpu-perf` track)."""
+        uuid = self._uuid()
+        self._descriptor(pb.TrackDescriptor(uuid=uuid, parent_uuid=parent, name=name))
+        return uuid
+
     def process(self, pid: int, name: str | None = None, cmdline: tuple[str, ...] = ()) -> int:
         uuid = self._processes.get(pid)
         if uuid is not None and name is None:

@@ -127,6 +127,8 @@ class TraceWriter:
         if sample_frequency_hz:
             self._metadata["cpu_sample_frequency_hz"] = sample_frequency_hz
         self._producers: list[Producer] = []
+        self._tool_track: int | None = None  # the `xpu-perf` track of add_tool_slice
+        self._tool_lanes: dict[str, int] = {}
         self._write_clock_snapshot(clock_snapshot)
 
     # -- public API ---------------------------------------------------------------------
@@ -137,6 +139,39 @@ class TraceWriter:
 
     def set_metadata(self, key: str, value: model.ArgValue) -> None:
         self._metadata[key] = value
+
+    def add_tool_slice(
+        self, lane: str, ts: int, dur: int, name: str, category: str, args: model.Args
+    ) -> None:
+        """A slice on the `xpu-perf` track's child track `lane` (one per lane name, so the
+        spans of different processes, which may overlap, never share a track)."""
+        if self._tool_track is None:
+            self._tool_track = self.tracks.named(TOOL_NAME)
+        track = self._tool_lanes.get(lane)
+        if track is None:
+            track = self._tool_lanes[lane] = self.tracks.child(self._tool_track, lane)
+        # Inline names on the descriptor sequence, as the metadata instant (rare packets).
+        begin = pb.TracePacket(
+            trusted_packet_sequence_id=self.descriptor_seq_id,
+            timestamp=ts,
+            timestamp_clock_id=self.clock_id,
+        )
+        event = begin.track_event
+        event.type = pb.TrackEvent.TYPE_SLICE_BEGIN
+        event.track_uuid = track
+        event.name = name
+        event.categories.append(category)
+        for key, value in args.items():
+            _set_annotation(event.debug_annotations.add(name=key), value)
+        self._chunks.emit(begin)
+        end = pb.TracePacket(
+            trusted_packet_sequence_id=self.descriptor_seq_id,
+            timestamp=ts + max(dur, 0),
+            timestamp_clock_id=self.clock_id,
+        )
+        end.track_event.type = pb.TrackEvent.TYPE_SLICE_END
+        end.track_event.track_uuid = track
+        self._chunks.emit(end)
 
     def close(self) -> Path:
         """Flush everything, write the metadata, and move the file into place."""
@@ -203,7 +238,7 @@ class TraceWriter:
         """One instant on an `xpu-perf` track whose args are the run's facts and counters."""
         for key, value in self.counts.items():
             self._metadata.setdefault(f"writer.{key}", value)
-        uuid = self.tracks.named(TOOL_NAME)
+        uuid = self.tracks.named(TOOL_NAME) if self._tool_track is None else self._tool_track
         # On the descriptor sequence, with its name, category and args written out
         # instead of interned: one packet, used once, needs no sequence of its own (a
         # first packet and a clock snapshot) and no interning table (an iid per string).

@@ -8,7 +8,16 @@
  * signal.  "two_devices" plays only: 3 kernels, a device sync and a stream sync on device 1
  * (stream 13), then 2 kernels and a device sync on device 0 (stream 7).  "crash" launches
  * LAUNCHES kernels, waits 1.5 s (past the library's periodic flush, every 1 s), launches 5 more and
- * dies by SIGKILL, which no handler sees. */
+ * dies by SIGKILL, which no handler sees.
+ * "profiler" (capture windows): LAUNCHES "outside_kernel" launches, cudaProfilerStart,
+ * LAUNCHES "window_kernel" launches + an H2D copy + a device sync + one "long_window_kernel"
+ * (50 ms on the GPU: it ends after the window), cudaProfilerStop, LAUNCHES
+ * "outside_kernel" launches, then a second window opened and closed by the driver's
+ * cuProfilerStart/Stop around 7 driver-only "second_window_kernel" launches, then 3 more
+ * "outside_kernel" launches.
+ * "loop": LAUNCHES launches every 10 ms until a signal ends it.
+ * "delay" (timed windows): 20 "before_kernel" launches at once, 20 "window_kernel" launches 1 s
+ * after its start, 20 "after_kernel" launches 2 s after its start, then it exits. */
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -30,6 +39,9 @@ extern void fake_get_device(void);
 extern void fake_set_dropped(size_t n);
 extern void fake_set_device(uint32_t device);
 extern int cuptiActivityFlushAll(uint32_t flag);
+extern uint32_t fake_launch_kernel_for(const char *name, uint32_t stream, uint64_t dur_ns);
+extern void fake_profiler_start(int driver_only);
+extern void fake_profiler_stop(int driver_only);
 
 static int launches = 100;
 
@@ -67,6 +79,41 @@ int main(int argc, char **argv) {
         fake_set_device(0);
         for (int i = 0; i < 2; i++) fake_launch_kernel("device0_kernel", 7, 0);
         fake_device_synchronize();
+        return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "profiler") == 0) {
+        for (int i = 0; i < launches; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        fake_profiler_start(0);
+        for (int i = 0; i < launches; i++) fake_launch_kernel("window_kernel", 7, 0);
+        fake_memcpy_h2d(1 << 20, 7);
+        fake_device_synchronize();
+        fake_launch_kernel_for("long_window_kernel", 8, 50 * 1000 * 1000);
+        fake_profiler_stop(0);
+        for (int i = 0; i < launches; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        fake_profiler_start(1);
+        for (int i = 0; i < 7; i++) fake_launch_kernel("second_window_kernel", 7, 1);
+        fake_profiler_stop(1);
+        for (int i = 0; i < 3; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "loop") == 0) {
+        /* Until a signal ends it: LAUNCHES launches every 10 ms (--max-size). */
+        for (;;) {
+            for (int i = 0; i < launches; i++) model_forward_layer(i);
+            struct timespec pause_for = {0, 10 * 1000 * 1000};
+            nanosleep(&pause_for, NULL);
+        }
+    }
+    if (argc > 3 && strcmp(argv[3], "delay") == 0) {
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const char *phases[3] = {"before_kernel", "window_kernel", "after_kernel"};
+        for (int p = 0; p < 3; p++) {
+            struct timespec at = {t0.tv_sec + p, t0.tv_nsec};
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) != 0) {}
+            for (int i = 0; i < 20; i++) fake_launch_kernel(phases[p], 7, 0);
+        }
+        printf("fake_app: delay phases done\n");
         return exit_code;
     }
     if (argc > 3 && strcmp(argv[3], "crash") == 0) {

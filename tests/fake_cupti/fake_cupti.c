@@ -7,7 +7,9 @@
  * client's buffer-request callback.  Knobs (environment):
  *   FAKE_CUPTI_RECORDS_PER_BUFFER  records per delivered buffer (default 1000): small values
  *                                  exercise many buffer-full completions
- *   fake_set_dropped(n)            the next completed buffer reports n dropped records */
+ *   fake_set_dropped(n)            the next completed buffer reports n dropped records
+ * cuptiActivityEnable/Disable are honoured: a GPU op launched while its kind is off makes no
+ * record (what `record`'s capture windows rely on). */
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <dlfcn.h>
@@ -107,6 +109,12 @@ EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
     enabled_kinds[kind] = 1;
     return CUPTI_SUCCESS;
 }
+/* As CUPTI: a disabled kind produces no records from then on (those queued stay queued). */
+EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
+    if (record_size(kind) == 0) return CUPTI_ERROR_NOT_COMPATIBLE;
+    enabled_kinds[kind] = 0;
+    return CUPTI_SUCCESS;
+}
 EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud) {
     if (subscriber_cb) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     subscriber_cb = cb;
@@ -124,6 +132,8 @@ static const char *runtime_name(uint32_t cbid) {
     case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020: return "cudaStreamSynchronize";
     case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000: return "cudaGraphLaunch";
     case CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020: return "cudaGetDevice";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000: return "cudaProfilerStart_v4000";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000: return "cudaProfilerStop_v4000";
     default: return NULL;
     }
 }
@@ -133,6 +143,8 @@ static const char *driver_name(uint32_t cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2: return "cuMemcpyHtoDAsync_v2";
     case CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice: return "cuCtxGetDevice";
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize: return "cuStreamSynchronize";
+    case CUPTI_DRIVER_TRACE_CBID_cuProfilerStart: return "cuProfilerStart";
+    case CUPTI_DRIVER_TRACE_CBID_cuProfilerStop: return "cuProfilerStop";
     default: return NULL;
     }
 }
@@ -270,14 +282,14 @@ static uint32_t api_call(uint32_t runtime_cbid, uint32_t driver_cbid, uint64_t b
     return runtime_cbid ? outer : drv;
 }
 
-static void kernel_record(const char *name, uint32_t stream, uint32_t correlation, uint32_t graph,
-                          uint64_t node) {
+static void kernel_record_for(const char *name, uint32_t stream, uint32_t correlation,
+                              uint32_t graph, uint64_t node, uint64_t dur_ns) {
     union record r;
     memset(&r, 0, sizeof r);
     r.kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
     uint64_t t = now();
     r.kernel.start = t + 1000;
-    r.kernel.end = t + 6000;
+    r.kernel.end = t + 1000 + dur_ns;
     r.kernel.deviceId = current_device;
     r.kernel.contextId = 1 + current_device;
     r.kernel.streamId = stream;
@@ -291,6 +303,11 @@ static void kernel_record(const char *name, uint32_t stream, uint32_t correlatio
     r.kernel.graphNodeId = node;
     r.kernel.name = name; /* callers pass string literals: valid for the process's life */
     queue_record(&r);
+}
+
+static void kernel_record(const char *name, uint32_t stream, uint32_t correlation, uint32_t graph,
+                          uint64_t node) {
+    kernel_record_for(name, stream, correlation, graph, node, 5000);
 }
 
 EXPORT void fake_cuInit(void) {
@@ -320,6 +337,15 @@ EXPORT uint32_t fake_launch_kernel(const char *name, uint32_t stream, int driver
                              : api_call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
                                         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 200);
     kernel_record(name, stream, c, 0, 0);
+    return c;
+}
+
+/* A runtime launch of a kernel that runs dur_ns on the GPU (it may end after the call's
+ * capture window). */
+EXPORT uint32_t fake_launch_kernel_for(const char *name, uint32_t stream, uint64_t dur_ns) {
+    uint32_t c = api_call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+                          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 200);
+    kernel_record_for(name, stream, c, 0, 0, dur_ns);
     return c;
 }
 
@@ -421,4 +447,15 @@ EXPORT void fake_set_dropped(size_t n) {
     pthread_mutex_lock(&pending_lock);
     pending_dropped += n;
     pthread_mutex_unlock(&pending_lock);
+}
+
+/* cudaProfilerStart/Stop (torch.cuda.profiler.start/stop), which call cuProfilerStart/Stop as
+ * the runtime does; driver_only: the driver's calls alone. */
+EXPORT void fake_profiler_start(int driver_only) {
+    api_call(driver_only ? 0 : CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000,
+             CUPTI_DRIVER_TRACE_CBID_cuProfilerStart, 10);
+}
+EXPORT void fake_profiler_stop(int driver_only) {
+    api_call(driver_only ? 0 : CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000,
+             CUPTI_DRIVER_TRACE_CBID_cuProfilerStop, 10);
 }
