@@ -258,17 +258,22 @@ static void open_stream_file(void) {
 
 /* The first of `names` set to a decimal integer >= 0 in this process's environment, else -1.
  * Launchers differ in names (torchrun RANK, Open MPI OMPI_COMM_WORLD_RANK, Slurm
- * SLURM_PROCID), so each identity has its list, the most specific launcher first. */
+ * SLURM_PROCID), so each identity has its list, torchrun's first: under `srun torchrun`,
+ * RANK numbers the training processes while SLURM_PROCID numbers the srun tasks (nodes).
+ * errno is the application's: restored. */
 static int32_t env_rank(const char *const *names) {
-    for (; *names; names++) {
+    int saved_errno = errno;
+    int32_t rank = -1;
+    for (; *names && rank < 0; names++) {
         const char *v = getenv(*names);
         if (!v || !*v) continue;
         char *end;
         errno = 0;
         long n = strtol(v, &end, 10);
-        if (*end == 0 && errno == 0 && n >= 0 && n <= INT32_MAX) return (int32_t)n;
+        if (*end == 0 && errno == 0 && n >= 0 && n <= INT32_MAX) rank = (int32_t)n;
     }
-    return -1;
+    errno = saved_errno;
+    return rank;
 }
 
 static void write_process_chunk(void) {
