@@ -65,9 +65,35 @@ class StackKind(Enum):
 
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:
+    """A process.  `args`: (key, value) pairs in order, e.g. the launcher's rank, local rank
+    and world size; written as the descriptor's process labels `key=value` (trace_processor
+    keeps them as the process's args `chrome.process_label[i]`, the view xpu_process parses
+    them back)."""
+
     pid: int
     name: str
     cmdline: tuple[str, ...] = ()
+    args: tuple[tuple[str, int | str], ...] = ()
+
+
+RANK_ARGS = ("rank", "local_rank", "world_size")
+
+
+def ranked_process(
+    pid: int,
+    name: str,
+    cmdline: tuple[str, ...] = (),
+    rank: int | None = None,
+    local_rank: int | None = None,
+    world_size: int | None = None,
+) -> ProcessInfo:
+    """A process named `rank N (name)` when a launcher gave it a rank (unknown values are
+    None or negative and left out), so the ranks of a distributed job read apart in the UI."""
+    values = (rank, local_rank, world_size)
+    args = tuple((k, v) for k, v in zip(RANK_ARGS, values, strict=True) if v is not None and v >= 0)
+    if rank is not None and rank >= 0:
+        name = f"rank {rank} ({name})"
+    return ProcessInfo(pid, name, cmdline, args)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ from collector.inject_build import BuildError
 from collector.sources.cupti import CuptiSource
 from collector.sources.cupti_stream import read_stream
 from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.views import load_views
 
 from .conftest import REPO
 from .fake_cupti.build import FakeCupti, build_fake, cupti_headers
@@ -344,3 +346,60 @@ def test_unsupported_python_is_reported(fake: FakeCupti, tmp_path: Path) -> None
     # The plain fake app is no Python process: nothing to say.
     plain = record(fake, tmp_path / "plain.perfetto-trace", fake.app, 50, 0, "two_devices")
     assert "no Python frames" not in plain.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"},
+        {
+            "OMPI_COMM_WORLD_RANK": "3",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_SIZE": "8",
+        },
+        {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8"},
+    ],
+    ids=["torchrun", "mpirun", "srun"],
+)
+def test_launcher_rank_names_the_process(
+    fake: FakeCupti, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A process a launcher started reads `rank N (exe)` with its rank, local rank and world
+    size as process args (from its own environment, via the stream's PROCESS chunk), and the
+    trace says which host recorded it."""
+    out = tmp_path / "rank.perfetto-trace"
+    proc = record(fake, out, fake.app, 10, 0, extra_env=env)
+    assert proc.returncode == 0, proc.stderr
+    with open_trace(out) as t:
+        load_views(t)
+        rows = t.query(
+            "select name, rank, local_rank, world_size from xpu_process "
+            "where name like 'rank %' order by pid"
+        )
+        # The parent and its forked child inherit the same environment: same identity.
+        assert rows, t.query("select pid, name from process")
+        for row in rows:
+            assert row == {
+                "name": f"rank 3 ({fake.app.name})",
+                "rank": 3,
+                "local_rank": 1,
+                "world_size": 8,
+            }
+        # Per process, the labels the view parsed, in the order written.
+        labels = t.query(
+            "select p.upid, group_concat(a.string_value, ' ') as labels "
+            "from process p join args a using (arg_set_id) "
+            f"where p.name = 'rank 3 ({fake.app.name})' group by p.upid"
+        )
+        assert [r["labels"] for r in labels] == ["rank=3 local_rank=1 world_size=8"] * len(rows)
+        assert metadata(t, "host") == socket.gethostname()
+
+
+def test_process_without_launcher_has_no_rank(app_trace) -> None:
+    out, _ = app_trace
+    with open_trace(out) as t:
+        load_views(t)
+        rows = t.query("select name, rank, local_rank, world_size from xpu_process")
+        assert rows
+        assert all(r["rank"] is None and r["world_size"] is None for r in rows)
+        assert not any(r["name"].startswith("rank ") for r in rows)

@@ -86,6 +86,8 @@ def main(args: argparse.Namespace) -> int:
                 producer.write_all(
                     kineto.convert_events(src, links, stats, lambda n: progress.advance(write, n))
                 )
+                if links.host is not None:
+                    writer.set_metadata("host", links.host)
                 for key, value in summary_counters(stats).items():
                     writer.set_metadata(f"convert_{key}", value)
     except kineto.KinetoFormatError as exc:

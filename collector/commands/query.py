@@ -29,30 +29,76 @@ def add_trace_processor_flag(p: argparse.ArgumentParser) -> None:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "query",
-        help="run SQL on a trace",
+        help="run SQL on a trace, or on many traces in parallel",
         description="Run SQL on a trace with Perfetto's trace_processor. The views xpu_metadata, "
-        "xpu_gpu_op, xpu_cpu_sample and xpu_launch_stack are predefined.",
+        "xpu_process, xpu_gpu_op, xpu_cpu_sample and xpu_launch_stack are predefined. Given "
+        "several traces, a directory or a glob, the query runs on each trace in parallel and "
+        "the rows come back as one table whose first column `trace` names the trace.",
     )
-    p.add_argument("trace", type=Path, help=".perfetto-trace file")
-    p.add_argument("sql", nargs="?", help="SQL to run (or use -f)")
+    # One positional list: the last item is the SQL unless -f gives it; all before it are
+    # traces, directories or globs (argparse cannot split `TRACE... [SQL]` by itself).
+    p.add_argument(
+        "items",
+        nargs="+",
+        metavar="TRACE... SQL",
+        help=".perfetto-trace files, directories of them or globs, then the SQL (or use -f)",
+    )
     p.add_argument("-f", "--file", type=Path, help="read the SQL from this file")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="traces queried at once by the local process pool (default: min(CPUs, traces))",
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="tcp://HOST:PORT",
+        help="run the batch on this Dask distributed cluster instead; each worker opens its "
+        "traces from its own file system (needs xpu-perf[dist])",
+    )
     add_trace_processor_flag(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    if (args.sql is None) == (args.file is None):
-        raise UserError("give the SQL either as an argument or with -f FILE")
-    if args.file is not None:
+    items: list[str] = args.items
+    if args.file is None:
+        if len(items) < 2:
+            raise UserError("give the SQL either as an argument or with -f FILE")
+        specs, sql = items[:-1], items[-1]
+    else:
+        specs = items
         try:
             sql = args.file.read_text()
         except OSError as exc:
             raise UserError(f"cannot read {args.file}: {exc.strerror}") from None
-    else:
-        sql = args.sql
+    if args.jobs is not None and args.jobs < 1:
+        raise UserError(f"--jobs must be at least 1, not {args.jobs}")
+    # Imported here: the single-trace form never loads the batch machinery.
+    from collector import batch_query
+
+    if not batch_query.is_batch(specs) and args.scheduler is None:
+        return _single(Path(specs[0]), sql, args)
+    traces = batch_query.expand(specs)
+    results = list(
+        batch_query.run(
+            traces, sql, shell=args.trace_processor, jobs=args.jobs, scheduler=args.scheduler
+        )
+    )
+    columns, rows = batch_query.merge(results)
+    failed = [r for r in results if r.error is not None]
+    emit(columns, rows, args.format)
+    sys.stdout.flush()
+    for res in failed:
+        print(f"xpu-perf query: error: {res.trace}: {res.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _single(trace_path: Path, sql: str, args: argparse.Namespace) -> int:
     try:
-        with open_trace(args.trace, args.trace_processor) as trace:
+        with open_trace(trace_path, args.trace_processor) as trace:
             load_views(trace)
             columns, rows = trace.query_columns(sql)
     except (TraceOpenError, QueryError) as exc:

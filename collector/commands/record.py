@@ -16,6 +16,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -456,6 +457,8 @@ def write_trace(
         clock_id=pb.BUILTIN_CLOCK_MONOTONIC,
         sample_frequency_hz=freq,  # also written as metadata, read by `folded`
     ) as writer:
+        # Which machine: a multi-node job is one record per node, queried together later.
+        writer.set_metadata("host", socket.gethostname())
         for source in sources:
             producer = writer.producer(source.name)
             producer.write_all(source.events())

@@ -8,14 +8,13 @@ of a sample is the interrupted instruction itself, not a return address.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from collector import model
 from collector.sources.cupti_launch_stacks import stream_stacks
-from collector.sources.cupti_stream import Stream, StreamError, read_stream
+from collector.sources.cupti_stream import Stream, StreamError, process_info, read_stream
 from collector.symbolize import Symbolizer
 
 STREAM_GLOB = "cpu-*.xpstream"
@@ -79,9 +78,7 @@ class InprocessCpuSource:
             counts["streams_without_process"] += 1
             return
         pid = proc["pid"][0]
-        cmdline = tuple(a for a in proc["cmdline"][0].split("\0") if a)
-        exe = proc["exe"][0]
-        yield model.ProcessInfo(pid, os.path.basename(cmdline[0] if cmdline else exe), cmdline)
+        yield process_info(proc)
         threads = stream.table("THREAD")
         for tid, name in zip(threads["tid"], threads["name"], strict=True):
             yield model.ThreadInfo(pid, tid, name)

@@ -8,11 +8,14 @@ work), so a stream of a million kernels reads in well under a second.
 from __future__ import annotations
 
 import array
+import os
 import re
 import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from collector import model
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent.parent / "protos" / "cupti_stream.def"
 MAGIC = b"XPUPERF\0"
@@ -134,3 +137,24 @@ def read_stream(path: Path, schema: dict[int, ChunkSchema] | None = None) -> Str
             )
         pos += size
     return Stream(path, tables, truncated)
+
+
+def process_info(proc: Table) -> model.ProcessInfo:
+    """The process of a stream's PROCESS chunk (both libraries write it, stream.c), named after
+    its command (else its executable) and, when a launcher set one, its rank.  Streams written
+    before the rank columns existed decode them as empty: no rank."""
+    cmdline = tuple(a for a in proc["cmdline"][0].split("\0") if a)
+    name = os.path.basename(cmdline[0] if cmdline else proc["exe"][0])
+
+    def first(column: str) -> int | None:
+        values = proc[column]
+        return int(values[0]) if len(values) else None
+
+    return model.ranked_process(
+        int(proc["pid"][0]),
+        name,
+        cmdline,
+        first("rank"),
+        first("local_rank"),
+        first("world_size"),
+    )

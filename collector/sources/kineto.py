@@ -138,6 +138,11 @@ class _Links:
     flows: FlowTables = field(default_factory=FlowTables)
     device_names: dict[int, str] = field(default_factory=dict)
     device_pids: set[int] = field(default_factory=set)  # pids that hold device ops
+    # `distributedInfo` of a torch.distributed job (rank, world_size), and the host name
+    # where the trace says it; None where it does not.
+    rank: int | None = None
+    world_size: int | None = None
+    host: str | None = None
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -258,15 +263,16 @@ def _short(exc: BaseException) -> str:
     return text[0][:160] if text else type(exc).__name__
 
 
-def _device_names(path: Path) -> dict[int, str]:
-    """Read `deviceProperties` from the head of the file (Kineto writes it first)."""
-    names: dict[int, str] = {}
+def _head(path: Path, links: _Links) -> None:
+    """Read `deviceProperties`, `distributedInfo` and a host name from the head of the file
+    (Kineto writes its metadata before the events) into `links`."""
+    names = links.device_names
     stream = _open(path)
     try:
         current: dict[str, Any] = {}
         for prefix, event, value in ijson.parse(stream, use_float=True):
             if prefix == "traceEvents":
-                break  # device properties come before the events; stop scanning
+                break  # the metadata comes before the events; stop scanning
             if prefix == "deviceProperties.item.id":
                 current["id"] = value
             elif prefix == "deviceProperties.item.name":
@@ -275,11 +281,25 @@ def _device_names(path: Path) -> dict[int, str]:
                 if isinstance(current.get("id"), int) and current.get("name"):
                     names[int(current["id"])] = str(current["name"])
                 current = {}
+            elif prefix == "distributedInfo.rank" and _is_count(value):
+                links.rank = int(value)
+            elif prefix == "distributedInfo.world_size" and _is_count(value):
+                links.world_size = int(value)
+            elif prefix in ("hostname", "host_name") and isinstance(value, str) and value:
+                links.host = value
     except (ijson.JSONError, ijson.IncompleteJSONError, EOFError, zlib.error, OSError):
         pass  # the main pass reports what is wrong with the file
     finally:
         stream.close()
-    return names
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def _process(pid: int, label: str, links: _Links) -> model.ProcessInfo:
+    """A host process of the trace; in a distributed job every one is the rank's."""
+    return model.ranked_process(pid, label, rank=links.rank, world_size=links.world_size)
 
 
 def _flow_ident(ident: int | float | str) -> int | str:
@@ -296,7 +316,8 @@ def _category(ev: dict[str, Any]) -> str:
 
 
 def scan_links(path: Path, progress: Callable[[int], None] | None = None) -> _Links:
-    links = _Links(device_names=_device_names(path))
+    links = _Links()
+    _head(path, links)
     ids = _Ids()
     flows = FlowScan()
     saw_events = False
@@ -458,7 +479,7 @@ def convert_events(
                 if (pid, tid) not in named_threads and (pid in ids.names or tid in ids.names):
                     named_threads.add((pid, tid))
                     if pid in ids.names:
-                        yield model.ProcessInfo(pid, ids.names[pid])
+                        yield _process(pid, ids.names[pid], links)
                     yield model.ThreadInfo(pid, tid, ids.names.get(tid, str(tid)))
                 category = cat
                 corr = _id_or_none(args.get("correlation"), _CORRELATIONS)
@@ -510,7 +531,7 @@ def convert_events(
             stats.events_out += 1
         elif ph == "M":
             stats.metadata_events += 1
-            yield from _metadata(ev, ids, stats, links.device_pids)
+            yield from _metadata(ev, ids, stats, links)
         elif ph in ("s", "f"):
             if cat == "ac2g":
                 stats.ac2g_links_in += ph == "f"
@@ -581,21 +602,21 @@ def _gpu_op(
 
 
 def _metadata(
-    ev: dict[str, Any], ids: _Ids, stats: ConvertStats, device_pids: set[int]
+    ev: dict[str, Any], ids: _Ids, stats: ConvertStats, links: _Links
 ) -> Iterator[model.Event]:
     name = ev.get("name")
     args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
     label = args.get("name")
     pid = ids.get(ev.get("pid", 0))
     if name in ("process_name", "thread_name") and (
-        _GPU_LABEL.match(str(label or "")) or pid in device_pids
+        _GPU_LABEL.match(str(label or "")) or pid in links.device_pids
     ):
         # Kineto names its device pseudo-processes "GPU N" / "MTIA N" and their threads
         # "stream N"; device ops live on the encoder's own device/stream tracks, so these
         # labels name nothing.
         stats.skipped["GPU process/stream labels (GPU tracks are named by xpu-perf)"] += 1
     elif name == "process_name" and label is not None:
-        yield model.ProcessInfo(pid, str(label))
+        yield _process(pid, str(label), links)
     elif name == "thread_name" and label is not None:
         yield model.ThreadInfo(pid, ids.get(ev.get("tid", 0)), str(label).strip())
     # process_labels / *_sort_index only order tracks in Chrome's viewer: nothing to keep.

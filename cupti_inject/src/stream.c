@@ -256,7 +256,32 @@ static void open_stream_file(void) {
     write_all(header, sizeof header);
 }
 
+/* The first of `names` set to a decimal integer >= 0 in this process's environment, else -1.
+ * Launchers differ in names (torchrun RANK, Open MPI OMPI_COMM_WORLD_RANK, Slurm
+ * SLURM_PROCID), so each identity has its list, torchrun's first: under `srun torchrun`,
+ * RANK numbers the training processes while SLURM_PROCID numbers the srun tasks (nodes).
+ * errno is the application's: restored. */
+static int32_t env_rank(const char *const *names) {
+    int saved_errno = errno;
+    int32_t rank = -1;
+    for (; *names && rank < 0; names++) {
+        const char *v = getenv(*names);
+        if (!v || !*v) continue;
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (*end == 0 && errno == 0 && n >= 0 && n <= INT32_MAX) rank = (int32_t)n;
+    }
+    errno = saved_errno;
+    return rank;
+}
+
 static void write_process_chunk(void) {
+    static const char *const rank_env[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", NULL};
+    static const char *const local_env[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                            "SLURM_LOCALID", NULL};
+    static const char *const size_env[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
+                                           NULL};
     static struct xp_batch_PROCESS proc;
     static char exe[4096];
     static char cmdline[65536];
@@ -281,6 +306,9 @@ static void write_process_chunk(void) {
     proc.realtime_ns[0] = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
     proc.exe[0] = (struct xp_str){exe, (uint32_t)strlen(exe)};
     proc.cmdline[0] = (struct xp_str){cmdline, cmdlen};
+    proc.rank[0] = env_rank(rank_env);
+    proc.local_rank[0] = env_rank(local_env);
+    proc.world_size[0] = env_rank(size_env);
     xp_emit_PROCESS(&proc);
 }
 

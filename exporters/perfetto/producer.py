@@ -50,7 +50,9 @@ class Producer(ProducerState):
         elif isinstance(event, model.ThreadInfo):
             self.trace.tracks.thread(event.pid, event.tid, event.name)
         elif isinstance(event, model.ProcessInfo):
-            self.trace.tracks.process(event.pid, event.name, event.cmdline)
+            self.trace.tracks.process(
+                event.pid, event.name, event.cmdline, tuple(f"{k}={v}" for k, v in event.args)
+            )
         elif isinstance(event, model.GpuDevice):
             self.trace.tracks.gpu_device(event.device, event.name)
         elif isinstance(event, model.Instant):

@@ -64,7 +64,13 @@ class Tracks:
         self._descriptor(pb.TrackDescriptor(uuid=uuid, parent_uuid=parent, name=name))
         return uuid
 
-    def process(self, pid: int, name: str | None = None, cmdline: tuple[str, ...] = ()) -> int:
+    def process(
+        self,
+        pid: int,
+        name: str | None = None,
+        cmdline: tuple[str, ...] = (),
+        labels: tuple[str, ...] = (),
+    ) -> int:
         uuid = self._processes.get(pid)
         if uuid is not None and name is None:
             return uuid
@@ -76,6 +82,10 @@ class Tracks:
             desc.process.process_name = name
         if cmdline:
             desc.process.cmdline.extend(cmdline)
+        if labels:
+            # The one free-form field of a ProcessDescriptor that trace_processor keeps (as
+            # the process's args) and the UI shows in the process's details.
+            desc.process.process_labels.extend(labels)
         self._descriptor(desc)
         return uuid
 

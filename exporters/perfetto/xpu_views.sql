@@ -56,3 +56,19 @@ SELECT substr(a.key, 7) AS key, a.int_value, a.string_value, a.real_value, a.dis
 FROM slice s
 JOIN args a USING (arg_set_id)
 WHERE s.category = 'xpu_perf_metadata';
+
+-- Each process with its launcher identity (NULL where none): the writer puts rank,
+-- local_rank and world_size in the process descriptor's labels as 'key=value'.
+CREATE PERFETTO VIEW xpu_process AS
+SELECT p.upid, p.pid, p.name,
+  (SELECT CAST(substr(a.string_value, 6) AS INT) FROM args a
+   WHERE a.arg_set_id = p.arg_set_id AND a.flat_key = 'chrome.process_label'
+     AND a.string_value GLOB 'rank=*') AS rank,
+  (SELECT CAST(substr(a.string_value, 12) AS INT) FROM args a
+   WHERE a.arg_set_id = p.arg_set_id AND a.flat_key = 'chrome.process_label'
+     AND a.string_value GLOB 'local_rank=*') AS local_rank,
+  (SELECT CAST(substr(a.string_value, 12) AS INT) FROM args a
+   WHERE a.arg_set_id = p.arg_set_id AND a.flat_key = 'chrome.process_label'
+     AND a.string_value GLOB 'world_size=*') AS world_size
+FROM process p
+WHERE p.pid != 0;
