@@ -14,7 +14,7 @@ from pathlib import Path
 
 from collector import model
 from collector.sources.cupti_launch_stacks import stream_stacks
-from collector.sources.cupti_stream import Stream, StreamError, process_info, read_stream
+from collector.sources.cupti_stream import Stream, process_events, read_streams
 from collector.symbolize import Symbolizer
 
 STREAM_GLOB = "cpu-*.xpstream"
@@ -60,28 +60,16 @@ class InprocessCpuSource:
         self.counts: Counter[str] = Counter()
 
     def events(self) -> Iterator[model.Event]:
-        for path in sorted(self.directory.glob(STREAM_GLOB)):
-            try:
-                stream = read_stream(path)
-            except StreamError:
-                self.counts["streams_unreadable"] += 1
-                continue
-            self.counts["streams"] += 1
-            if stream.truncated:
-                self.counts["streams_truncated"] += 1
+        for stream in read_streams(sorted(self.directory.glob(STREAM_GLOB)), self.counts):
             yield from self._process(stream)
 
     def _process(self, stream: Stream) -> Iterator[model.Event]:
         counts = self.counts
-        proc = stream.table("PROCESS")
-        if proc.rows == 0:
-            counts["streams_without_process"] += 1
+        info = process_events(stream, counts)
+        if info is None:
             return
-        pid = proc["pid"][0]
-        yield process_info(proc)
-        threads = stream.table("THREAD")
-        for tid, name in zip(threads["tid"], threads["name"], strict=True):
-            yield model.ThreadInfo(pid, tid, name)
+        pid, events = info
+        yield from events
         strings = dict(
             zip(stream.table("STRING")["string_id"], stream.table("STRING")["text"], strict=True)
         )

@@ -22,7 +22,7 @@ import numpy as np
 
 from collector import model
 from collector.sources.cupti_launch_stacks import stream_stacks
-from collector.sources.cupti_stream import Stream, StreamError, process_info, read_stream
+from collector.sources.cupti_stream import Stream, process_events, read_streams
 from collector.symbolize import Symbolizer, demangle
 
 STREAM_GLOB = "cupti-*.xpstream"
@@ -139,29 +139,17 @@ class CuptiSource:
         self.windows: list[model.CaptureWindow] = []  # in stream order
 
     def events(self) -> Iterator[model.Event]:
-        for path in stream_paths(self.directory):
-            try:
-                stream = read_stream(path)
-            except (OSError, StreamError) as exc:
-                self.counts["streams_unreadable"] += 1
-                print(f"xpu-perf: skipping {path.name}: {exc}")
-                continue
-            self.counts["streams"] += 1
-            self.counts["streams_truncated"] += int(stream.truncated)
+        for stream in read_streams(stream_paths(self.directory), self.counts):
             yield from self._process(stream)
 
     # -- one process ----------------------------------------------------------------------
     def _process(self, stream: Stream) -> Iterator[model.Event]:
         counts = self.counts
-        proc = stream.table("PROCESS")
-        if proc.rows == 0:
-            counts["streams_without_process"] += 1
+        info = process_events(stream, counts)
+        if info is None:
             return
-        pid = proc["pid"][0]
-        yield process_info(proc)
-        threads = stream.table("THREAD")
-        for tid, name in zip(threads["tid"], threads["name"], strict=True):
-            yield model.ThreadInfo(pid, tid, name)
+        pid, events = info
+        yield from events
         devices = stream.table("DEVICE")
         for dev, name in zip(devices["device"], devices["name"], strict=True):
             if dev not in self._devices_seen:

@@ -12,6 +12,8 @@ import os
 import re
 import struct
 import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,3 +160,36 @@ def process_info(proc: Table) -> model.ProcessInfo:
         first("local_rank"),
         first("world_size"),
     )
+
+
+def read_streams(paths: Iterable[Path], counts: Counter[str]) -> Iterator[Stream]:
+    """The readable streams of `paths`; unreadable and truncated ones are counted (`streams`,
+    `streams_unreadable`, `streams_truncated`), an unreadable one said in one line."""
+    for path in paths:
+        try:
+            stream = read_stream(path)
+        except (OSError, StreamError) as exc:
+            counts["streams_unreadable"] += 1
+            print(f"xpu-perf: skipping {path.name}: {exc}", file=sys.stderr)
+            continue
+        counts["streams"] += 1
+        counts["streams_truncated"] += int(stream.truncated)
+        yield stream
+
+
+def process_events(stream: Stream, counts: Counter[str]) -> tuple[int, list[model.Event]] | None:
+    """The pid and the process and thread events of a stream (both libraries write them), or
+    None for a stream without its PROCESS chunk (counted as `streams_without_process`)."""
+    proc = stream.table("PROCESS")
+    if proc.rows == 0:
+        counts["streams_without_process"] += 1
+        return None
+    pid = int(proc["pid"][0])
+    threads = stream.table("THREAD")
+    return pid, [
+        process_info(proc),
+        *(
+            model.ThreadInfo(pid, tid, name)
+            for tid, name in zip(threads["tid"], threads["name"], strict=True)
+        ),
+    ]
