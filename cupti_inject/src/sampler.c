@@ -543,7 +543,8 @@ static void *scanner_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &block, NULL);
     while (!atomic_load(&scanner_stop)) {
         if (want_python && !xp_py_enabled) xp_py_init(); /* an interpreter loaded later */
-        if (want_python) keep_fault_handlers();
+        /* Only a process with an interpreter walks Python frames, and so needs them. */
+        if (want_python && xp_py_enabled) keep_fault_handlers();
         scan_threads();
         drain_all();
         struct timespec own;
@@ -660,7 +661,7 @@ __attribute__((constructor)) static void sampler_init(void) {
     want_python = !(py && strcmp(py, "0") == 0);
     if (want_python) {
         xp_py_init();
-        keep_fault_handlers();
+        if (xp_py_enabled) keep_fault_handlers();
     }
     xp_stream_prefix = "cpu";
     xp_stream_dir_env = "XPU_PERF_CPU_OUT_DIR";
