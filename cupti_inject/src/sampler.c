@@ -59,7 +59,10 @@
 #define SCAN_MS 20
 #define MAX_NATIVE 256
 #define MAX_PYTHON 256 /* import chains nest deep: importlib adds ~7 frames a level */
-#define RING_SLOTS 48 /* a drain every SCAN_MS keeps up with 48 / 20 ms = 2,400 Hz */
+/* 128 slots: at 999 Hz the scanner may be kept off the CPU for 128 ms before a sample is
+ * lost (a loaded machine delays its 20 ms wake-ups; drops that line up with the program's
+ * phases would bias the profile).  Pages are touched as slots fill: an idle thread costs few. */
+#define RING_SLOTS 128
 #define THREAD_MAGIC 0x78707573616d706cull
 
 struct sample_slot {
