@@ -319,7 +319,8 @@ static int start_perf_clock(struct sampled_thread *t, long period_ns) {
         return -1;
     }
     atomic_store_explicit(&fd_threads[fd], t, memory_order_release);
-    /* Signal on each of the next 2^30 overflows (refreshed by the scanner long before). */
+    /* Signal on each of the next 2^30 overflows: 12 days of one thread's CPU time at 999 Hz.
+     * Past that the event disables itself and its last signal (POLL_HUP) is no sample. */
     if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1 << 30) != 0) {
         atomic_store(&fd_threads[fd], NULL);
         close(fd);
