@@ -78,14 +78,6 @@ static int safe_copy(void *dst, const void *p, size_t n) {
     return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
 }
 
-/* Whether [p, p + n) can be read, asked of the kernel (process_vm_readv on ourselves fails
- * with EFAULT instead of faulting): for pointers kept past the moment they were sampled. */
-static int readable(const void *p, size_t n) {
-    char buf[64];
-    if (n > sizeof buf) n = sizeof buf;
-    struct iovec local = {buf, n}, remote = {(void *)p, n};
-    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n;
-}
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int init_done;
 
@@ -167,8 +159,8 @@ void xp_py_init(void) {
 static inline const void *type_of(const void *obj) { return *(const void *const *)((const char *)obj + 8); }
 static inline const void *field(const void *base, unsigned off) { return *(const void *const *)((const char *)base + off); }
 
-/* A pointer the walk may follow: non-null, 8-aligned, in user space.  The signal-handler walk
- * additionally relies on the type guards: a frame chain caught mid-update ends the walk. */
+/* A pointer the walk may follow: non-null, 8-aligned, in user space.  A frame chain caught
+ * mid-update can still hold a stale one: the sampler walks under fault recovery. */
 static inline int plausible(const void *p) {
     uint64_t a = (uint64_t)p;
     return a >= 4096 && (a & 7) == 0 && a < (1ull << 47);
@@ -181,7 +173,6 @@ static inline int plausible(const void *p) {
  * object (cached per (code, offset) in `lines`); names are read later, by safe copies
  * (xp_py_frame_id_at_line). */
 int xp_py_walk_lines(struct xp_pyframe_key *keys, int max, struct xp_line_cache *lines) {
-    if (!xp_py_enabled || !runtime_usable()) return 0;
     int n = xp_py_walk(keys, max);
     for (int i = 0; i < n; i++) {
         if (!keys[i].code) continue;
@@ -244,41 +235,39 @@ int xp_py_walk(struct xp_pyframe_key *keys, int max) {
 }
 
 /* Copy a str object's text into buf as UTF-8 (non-ASCII compact strings without a cached
- * UTF-8 form come out with '?' for each non-ASCII character). */
+ * UTF-8 form come out with '?' for each non-ASCII character).  Every read is a safe copy:
+ * the object may be gone since it was sampled ("<?>" then, never a fault). */
 static void unicode_text(const char *obj, char *buf, size_t cap) {
-    buf[0] = 0;
-    if (!obj || type_of(obj) != unicode_type) { strcpy(buf, "<?>"); return; }
-    int64_t length = *(const int64_t *)(obj + L.unicode_length);
-    uint32_t state = *(const uint32_t *)(obj + L.unicode_state);
-    unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
-    if (!compact || length < 0) { strcpy(buf, "<?>"); return; }
-    size_t n = (size_t)length < cap - 1 ? (size_t)length : cap - 1;
-    if (ascii) { memcpy(buf, obj + L.ascii_header, n); buf[n] = 0; return; }
-    const char *utf8 = field(obj, L.compact_utf8);
-    if (utf8) { size_t u = strlen(utf8); if (u > cap - 1) u = cap - 1; memcpy(buf, utf8, u); buf[u] = 0; return; }
-    const char *data = obj + L.compact_header;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t ch = kind == 1 ? ((const uint8_t *)data)[i]
-                    : kind == 2 ? ((const uint16_t *)data)[i] : ((const uint32_t *)data)[i];
-        buf[i] = ch < 128 ? (char)ch : '?';
-    }
-    buf[n] = 0;
-}
-
-/* unicode_text for an object that may be gone: every read through safe_copy. */
-static void unicode_text_safe(const char *obj, char *buf, size_t cap) {
     char head[128];
-    size_t head_len = L.compact_header + 8 <= sizeof head ? L.compact_header + 8 : sizeof head;
-    if (!plausible(obj) || safe_copy(head, obj, head_len) != 0) { strcpy(buf, "<?>"); return; }
-    if (*(const void *const *)(head + 8) != unicode_type) { strcpy(buf, "<?>"); return; }
+    size_t head_len = L.compact_header <= sizeof head ? L.compact_header : sizeof head;
+    if (!plausible(obj) || safe_copy(head, obj, head_len) != 0 ||
+        *(const void *const *)(head + 8) != unicode_type) { strcpy(buf, "<?>"); return; }
     int64_t length = *(const int64_t *)(head + L.unicode_length);
     uint32_t state = *(const uint32_t *)(head + L.unicode_state);
     unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
-    if (!compact || length < 0 || (!ascii && kind != 1)) { strcpy(buf, "<?>"); return; }
+    if (!compact || length < 0 || (kind != 1 && kind != 2 && kind != 4)) { strcpy(buf, "<?>"); return; }
     size_t n = (size_t)length < cap - 1 ? (size_t)length : cap - 1;
-    const char *data = obj + (ascii ? L.ascii_header : L.compact_header);
-    if (safe_copy(buf, data, n) != 0) { strcpy(buf, "<?>"); return; }
-    for (size_t i = 0; i < n; i++) if ((unsigned char)buf[i] >= 128) buf[i] = '?';
+    if (ascii) {
+        if (safe_copy(buf, obj + L.ascii_header, n) != 0) { strcpy(buf, "<?>"); return; }
+        buf[n] = 0;
+        return;
+    }
+    const char *utf8 = field(head, L.compact_utf8);
+    if (utf8) { /* PyCompactUnicodeObject: utf8_length, then utf8 */
+        int64_t u = *(const int64_t *)(head + L.ascii_header);
+        size_t m = u < 0 ? 0 : (size_t)u < cap - 1 ? (size_t)u : cap - 1;
+        if (safe_copy(buf, utf8, m) != 0) { strcpy(buf, "<?>"); return; }
+        buf[m] = 0;
+        return;
+    }
+    uint32_t data[1024];
+    if (n > sizeof data / sizeof *data) n = sizeof data / sizeof *data;
+    if (safe_copy(data, obj + L.compact_header, n * kind) != 0) { strcpy(buf, "<?>"); return; }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t ch = kind == 1 ? ((const uint8_t *)data)[i]
+                    : kind == 2 ? ((const uint16_t *)data)[i] : data[i];
+        buf[i] = ch < 128 ? (char)ch : '?';
+    }
     buf[n] = 0;
 }
 
@@ -290,27 +279,28 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct xp_batch_PYFRAME pyframe_batch;
 
-static uint32_t frame_id_for(uint64_t code_addr, int line, int safe);
+static uint32_t frame_id_for(uint64_t code_addr, int line);
+
+/* Whether code still is a code object, read safely (it may have been freed since). */
+static int still_code(uint64_t code) {
+    const void *type = NULL;
+    return safe_copy(&type, (const char *)code + 8, sizeof type) == 0 && type == code_type;
+}
 
 uint32_t xp_py_frame_id(struct xp_pyframe_key key) {
-    if (key.code == 0) return 0;
-    const char *code = (const char *)key.code;
-    if (!runtime_usable() || !readable(code, 64) || type_of(code) != code_type) return 0;
-    return frame_id_for(key.code, addr2line((void *)code, (int)key.offset), 0);
+    if (key.code == 0 || !runtime_usable() || !still_code(key.code)) return 0;
+    return frame_id_for(key.code, addr2line((void *)key.code, (int)key.offset));
 }
 
 uint32_t xp_py_frame_id_at_line(struct xp_pyframe_key key) {
-    if (key.code == 0 || !xp_py_enabled) return 0;
-    /* Sampled up to a scan period ago: the code object may be freed since, so the names are
+    /* Sampled up to a scan period ago: the code object may be freed since, so its names are
      * read with safe copies and checked for their types (a reused block gives "<?>"). */
-    const void *type = NULL;
-    if (safe_copy(&type, (const char *)key.code + 8, sizeof type) != 0 || type != code_type) return 0;
-    return frame_id_for(key.code, (int)(int64_t)key.offset, 1);
+    if (key.code == 0 || !xp_py_enabled || !still_code(key.code)) return 0;
+    return frame_id_for(key.code, (int)(int64_t)key.offset);
 }
 
-static uint32_t frame_id_for(uint64_t code_addr, int line, int safe) {
+static uint32_t frame_id_for(uint64_t code_addr, int line) {
     const char *code = (const char *)code_addr;
-    struct xp_pyframe_key key = {code_addr, 0};
     pthread_mutex_lock(&table_lock);
     if (table_used * 2 >= table_cap) {
         uint32_t ncap = table_cap ? table_cap * 2 : 4096;
@@ -327,10 +317,10 @@ static uint32_t frame_id_for(uint64_t code_addr, int line, int safe) {
         table = nt;
         table_cap = ncap;
     }
-    uint64_t h = (key.code * 31 + (uint64_t)line) * 0x9E3779B97F4A7C15ull;
+    uint64_t h = (code_addr * 31 + (uint64_t)line) * 0x9E3779B97F4A7C15ull;
     uint32_t j = (uint32_t)(h >> 32) & (table_cap - 1);
     while (table[j].id) {
-        if (table[j].code == key.code && table[j].line == line) {
+        if (table[j].code == code_addr && table[j].line == line) {
             uint32_t id = table[j].id;
             pthread_mutex_unlock(&table_lock);
             return id;
@@ -338,19 +328,14 @@ static uint32_t frame_id_for(uint64_t code_addr, int line, int safe) {
         j = (j + 1) & (table_cap - 1);
     }
     uint32_t id = next_id++;
-    table[j] = (struct pyframe_entry){key.code, line, id};
+    table[j] = (struct pyframe_entry){code_addr, line, id};
     table_used++;
     char filename[1024], qualname[512];
-    if (safe) {
-        const char *names[2] = {NULL, NULL};
-        if (safe_copy(&names[0], code + L.code_filename, 8) != 0) names[0] = NULL;
-        if (safe_copy(&names[1], code + L.code_qualname, 8) != 0) names[1] = NULL;
-        unicode_text_safe(names[0], filename, sizeof filename);
-        unicode_text_safe(names[1], qualname, sizeof qualname);
-    } else {
-        unicode_text(field(code, L.code_filename), filename, sizeof filename);
-        unicode_text(field(code, L.code_qualname), qualname, sizeof qualname);
-    }
+    const char *names[2] = {NULL, NULL};
+    if (safe_copy(&names[0], code + L.code_filename, 8) != 0) names[0] = NULL;
+    if (safe_copy(&names[1], code + L.code_qualname, 8) != 0) names[1] = NULL;
+    unicode_text(names[0], filename, sizeof filename);
+    unicode_text(names[1], qualname, sizeof qualname);
     pyframe_batch.rows = 1;
     pyframe_batch.pyframe_id[0] = id;
     pyframe_batch.filename_id[0] = xp_intern(filename);

@@ -29,11 +29,8 @@ struct rule {
     uint8_t rbp_kind;
 };
 
-struct cache_entry {
-    uint64_t pc;
-    struct rule rule;
-};
-
+/* A rule cache slot is struct xp_rule_slot (unwind.h: the sampler keeps its own caches),
+ * whose `rule` word holds a struct rule. */
 #define CACHE_BITS 14
 #define CACHE_SIZE (1u << CACHE_BITS)
 
@@ -53,7 +50,7 @@ struct frame_memo {
 };
 
 struct thread_unwind {
-    struct cache_entry *cache;
+    struct xp_rule_slot *cache;
     struct frame_memo *memo, *next_memo; /* previous unwind; the one being written */
     uint64_t stack_lo, stack_hi;
     int ready;
@@ -73,10 +70,10 @@ static int thread_setup(void) {
     if (tls.ready) return tls.cache != NULL;
     tls.ready = 1;
     pthread_once(&cache_once, make_key);
-    char *block = calloc(1, CACHE_SIZE * sizeof(struct cache_entry) + 2 * sizeof(struct frame_memo));
+    char *block = calloc(1, CACHE_SIZE * sizeof(struct xp_rule_slot) + 2 * sizeof(struct frame_memo));
     if (!block) return 0;
-    tls.cache = (struct cache_entry *)block;
-    tls.memo = (struct frame_memo *)(block + CACHE_SIZE * sizeof(struct cache_entry));
+    tls.cache = (struct xp_rule_slot *)block;
+    tls.memo = (struct frame_memo *)(block + CACHE_SIZE * sizeof(struct xp_rule_slot));
     tls.next_memo = tls.memo + 1;
     pthread_setspecific(cache_key, block);
     pthread_attr_t attr;
@@ -412,17 +409,20 @@ static int compute_rule(uint64_t pc, struct rule *out) {
     return 0;
 }
 
-static inline int lookup_rule(struct thread_unwind *t, uint64_t pc, struct rule *out) {
-    uint64_t h = (pc * 0x9E3779B97F4A7C15ull) >> (64 - CACHE_BITS);
-    struct cache_entry *e = &t->cache[h];
-    if (e->pc == pc) { *out = e->rule; return out->cfa_kind == CFA_INVALID ? -1 : 0; }
-    xp_unwind_cfi_misses++;
-    struct rule r;
-    if (compute_rule(pc, &r) != 0) r.cfa_kind = CFA_INVALID;
-    e->pc = pc;
-    e->rule = r;
-    *out = r;
-    return r.cfa_kind == CFA_INVALID ? -1 : 0;
+/* The rule at pc from a hashed cache of 2^bits slots, computed (and counted) on a miss. */
+static inline int cached_rule(struct xp_rule_slot *slots, unsigned bits, uint64_t *misses,
+                              uint64_t pc, struct rule *out) {
+    _Static_assert(sizeof(struct rule) == sizeof(uint64_t), "a rule fills a slot's word");
+    struct xp_rule_slot *e = &slots[(pc * 0x9E3779B97F4A7C15ull) >> (64 - bits)];
+    if (e->pc == pc) {
+        memcpy(out, &e->rule, sizeof *out);
+    } else {
+        (*misses)++;
+        if (compute_rule(pc, out) != 0) out->cfa_kind = CFA_INVALID;
+        e->pc = pc;
+        memcpy(&e->rule, out, sizeof *out);
+    }
+    return out->cfa_kind == CFA_INVALID ? -1 : 0;
 }
 
 static inline int on_stack_of(const struct thread_unwind *t, uint64_t addr) {
@@ -462,7 +462,7 @@ __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
             r = prev->rule[j++];
             usable = r.cfa_kind != CFA_INVALID;
         } else {
-            usable = lookup_rule(t, lookup_pc, &r) == 0;
+            usable = cached_rule(t->cache, CACHE_BITS, &xp_unwind_cfi_misses, lookup_pc, &r) == 0;
             /* A launch stack is taken by a call, never across a signal frame or from inside
              * a PLT stub: those rules are for the sampler's walk (xp_unwind_regs). */
             if (usable && (r.cfa_kind == CFA_SIGNAL || r.cfa_kind == CFA_PLT)) usable = 0;
@@ -524,31 +524,23 @@ done:
 
 /* Offsets in the kernel's x86-64 ucontext_t: uc_mcontext.gregs starts at 40; REG_RBP 10,
  * REG_RSP 15, REG_RIP 16. */
-enum { UC_RBP = 40 + 8 * 10, UC_RSP = 40 + 8 * 15, UC_RIP = 40 + 8 * 16, UC_SIZE = 40 + 8 * 23 };
+enum { UC_RBP = 40 + 8 * 10, UC_RSP = 40 + 8 * 15, UC_RIP = 40 + 8 * 16 };
 
-static int cached_rule(struct xp_rule_cache *cache, uint64_t pc, struct rule *out) {
-    uint64_t h = (pc * 0x9E3779B97F4A7C15ull) >> (64 - XP_RULE_CACHE_BITS);
-    struct xp_rule_slot *e = &cache->slot[h];
+/* The sampler's rule lookup: without _dl_find_object a miss would take the loader's lock
+ * (dl_iterate_phdr), which a signal handler must not. */
+static int sampler_rule(struct xp_rule_cache *cache, uint64_t pc, struct rule *out) {
 #ifndef DLFO_EH_SEGMENT_TYPE
-    /* Without _dl_find_object the lookup takes the loader's lock: not in a signal handler. */
-    (void)e;
+    (void)cache;
+    (void)pc;
     out->cfa_kind = CFA_INVALID;
     return -1;
+#else
+    return cached_rule(cache->slot, XP_RULE_CACHE_BITS, &cache->misses, pc, out);
 #endif
-    if (e->pc == pc) {
-        memcpy(out, &e->rule, sizeof *out);
-    } else {
-        cache->misses++;
-        if (compute_rule(pc, out) != 0) out->cfa_kind = CFA_INVALID;
-        e->pc = pc;
-        memcpy(&e->rule, out, sizeof *out);
-    }
-    return out->cfa_kind == CFA_INVALID ? -1 : 0;
 }
 
 int xp_unwind_regs(const struct xp_regs *regs, uint64_t stack_hi, struct xp_rule_cache *cache,
                    uint64_t *pcs, int max, enum xp_unwind_end *end) {
-    _Static_assert(sizeof(struct rule) == 8, "rule slot");
     uint64_t rip = regs->rip, rsp = regs->rsp, rbp = regs->rbp;
     uint64_t lo = rsp;
     /* Reads are only of this thread's stack, between the interrupted rsp and its top. */
@@ -561,7 +553,7 @@ int xp_unwind_regs(const struct xp_regs *regs, uint64_t stack_hi, struct xp_rule
     while (n < max) {
         struct rule r;
         uint64_t lookup_pc = exact ? rip : rip - 1;
-        int usable = cached_rule(cache, lookup_pc, &r) == 0;
+        int usable = sampler_rule(cache, lookup_pc, &r) == 0;
         uint64_t cfa, ra, new_rbp = rbp;
         if (usable && r.cfa_kind == CFA_END) { *end = XP_END_ROOT; return n; }
         if (usable && r.cfa_kind == CFA_SIGNAL) {
