@@ -28,7 +28,9 @@ from collector.inject_build import build_sampler
 from .conftest import REPO, run_cli
 
 NATIVE = REPO / "tests" / "native"
-CPU_SECONDS = "4"
+# ~8,000 samples at 999 Hz per run: at 4 s (~4,000) a 3:1 split read 2.80 and 3.47 in about 1
+# of 10 runs of the unprivileged test, too near the 5% the check allows.
+CPU_SECONDS = "8"
 FREQ = "999"
 CPYTHON_CACHE = (
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xpu-perf" / "cpython"
