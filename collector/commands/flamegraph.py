@@ -45,6 +45,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="C++ frames with their parameter lists and template arguments (default: "
         "at::native::copy_impl; the trace always keeps the full signatures)",
     )
+    p.add_argument(
+        "--window",
+        type=int,
+        metavar="N",
+        help="only capture window N of each process (1 = the first; a trace recorded with "
+        "--capture-range ... --capture-range-end repeat holds several): its API calls, CPU "
+        "samples and the GPU ops launched inside it",
+    )
     add_trace_processor_flag(p)
     p.set_defaults(func=main)
 
@@ -54,7 +62,9 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--width must be at least 200")
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
-            stacks = fold(trace, args.mode, args.unit, full_names=args.full_names)
+            stacks = fold(
+                trace, args.mode, args.unit, full_names=args.full_names, window=args.window
+            )
     except (TraceOpenError, QueryError, FoldedError) as exc:
         raise UserError(str(exc)) from None
     if not stacks.lines:
@@ -63,7 +73,9 @@ def main(args: argparse.Namespace) -> int:
     svg = render_svg(
         stacks.lines,
         unit=args.unit,
-        title=args.title or f"{args.trace.name}: {args.mode}",
+        title=args.title
+        or f"{args.trace.name}: {args.mode}"
+        + (f", capture window {args.window}" if args.window else ""),
         subtitle=f"{_WHAT[args.mode]}; total {units.weight(total, args.unit)}",
         width=args.width,
     )

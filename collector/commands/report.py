@@ -43,6 +43,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="C++ frames with their parameter lists and template arguments (default: "
         "at::native::copy_impl; the trace always keeps the full signatures)",
     )
+    p.add_argument(
+        "--window",
+        type=int,
+        metavar="N",
+        help="only capture window N of each process (1 = the first; a trace recorded with "
+        "--capture-range ... --capture-range-end repeat holds several): its API calls, CPU "
+        "samples and the GPU ops launched inside it",
+    )
     add_trace_processor_flag(p)
     p.set_defaults(func=main)
 
@@ -58,7 +66,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
             report = collect(
-                trace, args.trace.name, top=args.top, bins=args.bins, full_names=args.full_names
+                trace,
+                args.trace.name,
+                top=args.top,
+                bins=args.bins,
+                full_names=args.full_names,
+                window=args.window,
             )
     except (TraceOpenError, QueryError, FoldedError) as exc:
         raise UserError(str(exc)) from None

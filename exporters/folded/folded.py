@@ -17,7 +17,7 @@ from importlib import resources
 
 from exporters.folded.names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.views import WindowError, load_views
 
 MODES = ("merge", "gpu", "cpu")
 UNITS = ("ns", "us", "samples")
@@ -46,8 +46,11 @@ class FoldedStacks:
         return "\n".join(out) + ("\n" if out else "")
 
 
-def _load_stack_tables(trace: Trace) -> None:
-    load_views(trace)
+def _load_stack_tables(trace: Trace, window: int | None) -> None:
+    try:
+        load_views(trace, window)
+    except WindowError as exc:
+        raise FoldedError(str(exc)) from None
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_folded_gpu'"):
         trace.execute(resources.files("exporters.folded").joinpath("stacks.sql").read_text())
 
@@ -66,14 +69,16 @@ def fold(
     unit: str = "ns",
     freq: float | None = None,
     full_names: bool = False,
+    window: int | None = None,
 ) -> FoldedStacks:
-    """Folded stacks of a trace; C++ frames read without parameters and template arguments
-    unless full_names (stacks that become equal are added up)."""
+    """Folded stacks of a trace, or of its capture window `window` (1-based, per process);
+    C++ frames read without parameters and template arguments unless full_names (stacks that
+    become equal are added up)."""
     if mode not in MODES:
         raise FoldedError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     if unit not in UNITS:
         raise FoldedError(f"unknown unit {unit!r}; use one of {', '.join(UNITS)}")
-    _load_stack_tables(trace)
+    _load_stack_tables(trace, window)
     sample_hz = recorded_frequency(trace)
     out_freq = float(freq or sample_hz or DEFAULT_FREQ_HZ)
     weights: dict[str, float] = defaultdict(float)

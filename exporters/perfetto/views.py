@@ -1,4 +1,7 @@
-"""Loads the shared SQL views (xpu_views.sql) into an opened trace, once."""
+"""Loads the shared SQL views (scope.sql, then xpu_views.sql) into an opened trace, once.
+
+The views look at the whole trace or, with a window number, at that capture window of each
+process; every reader (folded, report, query) then sees the same part of the trace."""
 
 from __future__ import annotations
 
@@ -7,7 +10,37 @@ from importlib import resources
 from exporters.perfetto.trace_processor import Trace
 
 
-def load_views(trace: Trace) -> None:
+class WindowError(Exception):
+    """The asked-for capture window is not in the trace; one line for the user."""
+
+
+def _sql(name: str) -> str:
+    return resources.files("exporters.perfetto").joinpath(name).read_text()
+
+
+def load_views(trace: Trace, window: int | None = None) -> None:
+    """The views over the whole trace, or over capture window `window` (1-based, per
+    process).  A trace's views are loaded once: a second call must ask for the same scope."""
+    if window is not None and window < 1:
+        raise WindowError("--window counts from 1")
+    number = window or 0
     if trace.scalar("select count(*) from sqlite_master where name = 'xpu_metadata'"):
+        loaded = trace.scalar("select window from xpu_scope_window")
+        if loaded != number:
+            raise ValueError(f"views already loaded for window {loaded}, not {number}")
         return
-    trace.execute(resources.files("exporters.perfetto").joinpath("xpu_views.sql").read_text())
+    trace.execute(_sql("scope.sql").replace("{window}", str(number)))
+    trace.execute(f"create perfetto table xpu_scope_window as select {number} as window")
+    if window is not None:
+        most = trace.scalar("select max(window_no) from xpu_window")
+        if not most:
+            raise WindowError(
+                "the trace has no capture windows (record it with --capture-range, --delay "
+                "or --duration); drop --window"
+            )
+        if window > most:
+            raise WindowError(
+                f"the trace has {most} capture window{'s' if most > 1 else ''} per process "
+                f"at most; --window takes 1..{most}"
+            )
+    trace.execute(_sql("xpu_views.sql").replace("{whole_trace}", "1" if window is None else "0"))

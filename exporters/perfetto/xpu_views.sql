@@ -1,5 +1,7 @@
 -- Views over an xpu-perf trace that every reader shares (folded, report, tests).
 -- Runs on trace_processor v52 (embedded) and newer native shells.
+-- The views see the part of the trace in scope (scope.sql, loaded first): the whole trace,
+-- or one capture window of each process (`--window N`).
 
 -- Which perf session holds which kind of stack: the writer puts CPU timer samples and
 -- launch stacks on sequences whose perf timebases are named 'cpu-clock' and
@@ -14,13 +16,15 @@ CREATE PERFETTO VIEW xpu_cpu_sample AS
 SELECT ps.id, ps.ts, ps.utid, ps.cpu, ps.callsite_id
 FROM perf_sample ps
 JOIN xpu_stack_session s USING (perf_session_id)
-WHERE s.timebase = 'cpu-clock';
+WHERE s.timebase = 'cpu-clock' AND ({whole_trace} OR EXISTS (
+    SELECT 1 FROM xpu_scope_thread w WHERE w.utid = ps.utid AND ps.ts BETWEEN w.ts AND w.end_ts));
 
 CREATE PERFETTO VIEW xpu_launch_stack AS
 SELECT ps.id, ps.ts, ps.utid, ps.callsite_id
 FROM perf_sample ps
 JOIN xpu_stack_session s USING (perf_session_id)
-WHERE s.timebase = 'xpu_perf.launch_stack';
+WHERE s.timebase = 'xpu_perf.launch_stack' AND ({whole_trace} OR EXISTS (
+    SELECT 1 FROM xpu_scope_thread w WHERE w.utid = ps.utid AND ps.ts BETWEEN w.ts AND w.end_ts));
 
 -- The frames of every launch stack, leaf first (up = 0 is the probed or launching function).
 CREATE PERFETTO VIEW xpu_launch_stack_frame AS
@@ -39,16 +43,25 @@ LEFT JOIN stack_profile_mapping m ON m.id = f.mapping;
 
 -- Every slice on a thread, with its thread (lanes of one thread share the utid).
 CREATE PERFETTO VIEW xpu_thread_slice AS
-SELECT s.id, s.ts, s.dur, s.name, s.category, s.depth, tt.utid
+SELECT s.id, s.ts, s.dur, s.name, s.category, s.depth, s.arg_set_id, tt.utid
 FROM slice s
-JOIN thread_track tt ON s.track_id = tt.id;
+JOIN thread_track tt ON s.track_id = tt.id
+WHERE ({whole_trace} OR EXISTS (
+    SELECT 1 FROM xpu_scope_thread w WHERE w.utid = tt.utid AND s.ts BETWEEN w.ts AND w.end_ts));
 
 -- GPU op -> the API call that caused it (through the flow written from the API slice).
+-- In a window: the ops launched inside it, even those that run past its end; an op
+-- without its API call, when it overlaps the window.
 CREATE PERFETTO VIEW xpu_gpu_op AS
-SELECT g.id, g.ts, g.dur, g.name, g.category, f.slice_out AS api_id
+SELECT g.id, g.ts, g.dur, g.name, g.category, g.track_id, g.arg_set_id,
+       f.slice_out AS api_id
 FROM slice g
 LEFT JOIN flow f ON f.slice_in = g.id
-WHERE g.category IN ('kernel', 'memcpy', 'memset', 'sync');
+WHERE g.category IN ('kernel', 'memcpy', 'memset', 'sync')
+  AND ({whole_trace}
+       OR f.slice_out IN (SELECT id FROM xpu_thread_slice)
+       OR (f.slice_out IS NULL AND EXISTS (
+             SELECT 1 FROM xpu_scope_span w WHERE g.ts < w.end_ts AND g.ts + g.dur > w.ts)));
 
 -- The run's metadata and counters (key without the 'debug.' prefix).
 CREATE PERFETTO VIEW xpu_metadata AS

@@ -2,10 +2,10 @@
 SELECT name,
        count(*) AS calls,
        sum(dur) AS total_ns,
-       100.0 * sum(dur) / (SELECT sum(dur) FROM slice WHERE category = 'cuda_api') AS pct,
+       100.0 * sum(dur) / (SELECT sum(dur) FROM xpu_thread_slice WHERE category = 'cuda_api') AS pct,
        avg(dur) AS mean_ns,
        max(dur) AS max_ns
-FROM slice
+FROM xpu_thread_slice
 WHERE category = 'cuda_api'
 GROUP BY name
 ORDER BY total_ns DESC, name

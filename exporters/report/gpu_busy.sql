@@ -1,12 +1,12 @@
 -- GPU busy time: the union of the intervals in which a stream (or any stream of a device)
 -- runs a kernel, copy or set.  Ops that overlap on one stream sit on sibling tracks of the
 -- same name, and streams of one device overlap each other, so durations cannot just be
--- added: overlapping intervals are first merged ("islands").  Needs nothing but slice/track.
+-- added: overlapping intervals are first merged ("islands").  Needs xpu_views.sql.
 
 -- GPU ops that occupy the device; a stream is (device track, stream track name).
 CREATE PERFETTO TABLE xpu_report_gpu_op AS
 SELECT s.ts, s.dur, s.category, t.parent_id AS device_track_id, t.name AS stream
-FROM slice s
+FROM xpu_gpu_op s
 JOIN track t ON s.track_id = t.id
 WHERE s.category IN ('kernel', 'memcpy', 'memset') AND s.dur > 0;
 
@@ -35,6 +35,13 @@ SELECT device_track_id, stream, min(ts) AS ts, max(end_ts) AS end_ts
 FROM islands
 GROUP BY device_track_id, stream, island;
 
--- The window utilisation is measured over: the whole trace, as the UI shows it.
+-- The span utilisation is measured over: the whole trace, as the UI shows it; in a capture
+-- window, from its start to its end or the end of the last op launched inside it.
 CREATE PERFETTO VIEW xpu_report_window AS
-SELECT start_ts, end_ts, max(end_ts - start_ts, 1) AS dur FROM trace_bounds;
+WITH span AS (
+  SELECT start_ts, end_ts FROM trace_bounds WHERE NOT EXISTS (SELECT 1 FROM xpu_scope_span)
+  UNION ALL
+  SELECT min(ts), max(max(end_ts), coalesce((SELECT max(ts + dur) FROM xpu_report_gpu_op), 0))
+  FROM xpu_scope_span HAVING count(*) > 0
+)
+SELECT start_ts, end_ts, max(end_ts - start_ts, 1) AS dur FROM span;

@@ -5,13 +5,13 @@ WITH ranked AS (
   SELECT name, dur,
          row_number() OVER (PARTITION BY name ORDER BY dur) AS rank,
          count(*) OVER (PARTITION BY name) AS n
-  FROM slice
+  FROM xpu_gpu_op
   WHERE category = 'kernel'
 )
 SELECT name,
        count(*) AS count,
        sum(dur) AS total_ns,
-       100.0 * sum(dur) / (SELECT sum(dur) FROM slice WHERE category = 'kernel') AS pct,
+       100.0 * sum(dur) / (SELECT sum(dur) FROM xpu_gpu_op WHERE category = 'kernel') AS pct,
        avg(dur) AS mean_ns,
        max(CASE WHEN rank = (n * 50 + 99) / 100 THEN dur END) AS p50_ns,
        max(CASE WHEN rank = (n * 99 + 99) / 100 THEN dur END) AS p99_ns,

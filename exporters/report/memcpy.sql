@@ -8,7 +8,7 @@ WITH copies AS (
          coalesce(extract_arg(arg_set_id, 'debug.copy_kind'),
                   CASE WHEN name GLOB 'Memcpy *' THEN substr(name, 8) ELSE name END)
            AS direction
-  FROM slice
+  FROM xpu_gpu_op
   WHERE category = 'memcpy'
 )
 SELECT direction,

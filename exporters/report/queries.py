@@ -14,7 +14,7 @@ from typing import Any
 from exporters.folded.folded import FoldedError, FoldedStacks, fold
 from exporters.folded.names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.views import WindowError, load_views
 from exporters.report import units
 
 DEFAULT_TOP = 15
@@ -182,8 +182,11 @@ def sql_text(name: str, **params: int) -> str:
     return text
 
 
-def _load_tables(trace: Trace) -> None:
-    load_views(trace)
+def _load_tables(trace: Trace, window: int | None) -> None:
+    try:
+        load_views(trace, window)
+    except WindowError as exc:
+        raise FoldedError(str(exc)) from None
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_folded_gpu'"):
         trace.execute(resources.files("exporters.folded").joinpath("stacks.sql").read_text())
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_report_busy'"):
@@ -223,8 +226,10 @@ def collect(
     top: int = DEFAULT_TOP,
     bins: int = DEFAULT_BINS,
     full_names: bool = False,
+    window: int | None = None,
 ) -> Report:
-    _load_tables(trace)
+    """The report of a trace, or of its capture window `window` (1-based, per process)."""
+    _load_tables(trace, window)
     launch_stacks = trace.scalar("select count(*) from xpu_launch_stack")
     sections = []
     for spec in _SPECS:
@@ -247,10 +252,10 @@ def collect(
             for row in rows:
                 row["launched_from"] = launched_from(row["stack"] or "")
         sections.append(Section(spec.key, spec.title, spec.columns, rows, spec.empty, note))
-    flame, flame_note = _flame_stacks(trace, full_names)
+    flame, flame_note = _flame_stacks(trace, full_names, window)
     return Report(
         trace=str(trace_name),
-        facts=_facts(trace),
+        facts=_facts(trace, window),
         sections=sections,
         timeline=_timeline(trace, bins),
         flame=flame,
@@ -258,13 +263,15 @@ def collect(
     )
 
 
-def _flame_stacks(trace: Trace, full_names: bool = False) -> tuple[FoldedStacks | None, str]:
+def _flame_stacks(
+    trace: Trace, full_names: bool, window: int | None
+) -> tuple[FoldedStacks | None, str]:
     try:
-        stacks = fold(trace, "merge", "ns", full_names=full_names)
+        stacks = fold(trace, "merge", "ns", full_names=full_names, window=window)
         note = "GPU ops weighted by GPU time, CPU samples by sampled CPU time"
     except FoldedError as exc:
         # CPU samples without a recorded frequency cannot be put in ns: GPU side only.
-        stacks = fold(trace, "gpu", "ns", full_names=full_names)
+        stacks = fold(trace, "gpu", "ns", full_names=full_names, window=window)
         note = f"GPU stacks only: {exc}"
     if not stacks.lines:
         return None, "no GPU ops and no CPU samples: nothing to draw"
@@ -288,7 +295,7 @@ def _timeline(trace: Trace, bins: int) -> Timeline:
     )
 
 
-def _facts(trace: Trace) -> list[tuple[str, str]]:
+def _facts(trace: Trace, window: int | None) -> list[tuple[str, str]]:
     meta = {
         r["key"]: r["value"]
         for r in trace.query(
@@ -299,8 +306,9 @@ def _facts(trace: Trace) -> list[tuple[str, str]]:
     counts = {
         r["category"]: (r["n"], r["total"])
         for r in trace.query(
-            "select category, count(*) as n, sum(dur) as total from slice "
-            "where category in ('kernel', 'memcpy', 'memset', 'sync', 'cuda_api') "
+            "select category, count(*) as n, sum(dur) as total from ("
+            "select category, dur from xpu_gpu_op union all "
+            "select category, dur from xpu_thread_slice where category = 'cuda_api') "
             "group by category"
         )
     }
@@ -310,7 +318,9 @@ def _facts(trace: Trace) -> list[tuple[str, str]]:
     facts = [
         ("written by", f"{meta.get('tool', '?')} {meta.get('tool_version', '')}".strip()),
         ("command line", str(meta.get("command_line", "?"))),
-        ("trace duration", units.duration(dur)),
+        ("trace duration", units.duration(dur))
+        if window is None
+        else (f"capture window {window}", _window_fact(trace, window, dur)),
         ("GPUs", ", ".join(devices) or "none"),
     ]
     for category, label in (
@@ -329,9 +339,22 @@ def _facts(trace: Trace) -> list[tuple[str, str]]:
     return facts
 
 
+def _window_fact(trace: Trace, window: int, dur: int) -> str:
+    """What opened window N in how many processes, and the span the report covers."""
+    rows = trace.query(
+        "select reason, count(*) as n from xpu_window where window_no = "
+        f"{int(window)} group by reason order by reason"
+    )
+    most = trace.scalar("select max(window_no) from xpu_window")
+    opened = ", ".join(
+        f"{r['reason']} in {r['n']} process{'es' if r['n'] > 1 else ''}" for r in rows
+    )
+    return f"{units.duration(dur)} ({opened}; {most} per process at most)"
+
+
 # A device is the parent track of the tracks GPU ops are on.
 _DEVICES_SQL = """
-select distinct d.name from slice s
+select distinct d.name from xpu_gpu_op s
 join track t on s.track_id = t.id
 join track d on d.id = t.parent_id
 where s.category in ('kernel', 'memcpy', 'memset', 'sync')
