@@ -38,6 +38,7 @@ _SUMMED = (
     "cpu_scanner_ns",
     "cpu_process_ns",
     "cpu_kernel_signals_unmatched",
+    "cpu_samples_outside_window",
     "transport_dropped_rows",
 )
 

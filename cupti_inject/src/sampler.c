@@ -15,6 +15,9 @@
  *                       handler is unharmed; the target's own SIGURG handler still runs.
  *   XPU_PERF_CPU_CLOCK  timer: POSIX CPU-time timers even where perf events are allowed
  *                       (what a paranoid-3 system gets; default: perf events when allowed)
+ *   XPU_PERF_WINDOW_CONTROL  the recording's capture-window page (window_control.h): with it,
+ *                       threads are sampled only while a window is open; outside, their
+ *                       clocks are stopped (no signals at all), not filtered after the fact
  *
  * Threads: a scanner thread lists /proc/self/task every SCAN_MS, gives each new thread a
  * sample clock and a sample ring.  The clock is a perf task-clock event of that thread (user
@@ -54,6 +57,7 @@
 #include "pyframes.h"
 #include "stream.h"
 #include "unwind.h"
+#include "window_control.h"
 
 #define SAMPLE_SIGNAL SIGPROF
 #define KERNEL_SIGNAL SIGURG
@@ -82,6 +86,8 @@ struct sampled_thread {
     timer_t timer;
     int has_timer;
     int perf_fd; /* -1: the POSIX timer is the clock */
+    int perf_refreshed; /* its overflow budget is set (once; later openings only enable it) */
+    int armed;          /* the clock runs (a capture window, or no window mode) */
     ino_t perf_ino; /* the event's inode: the fd is closed only while it is still ours */
     int seen; /* scan generation that last listed this thread */
     struct sampled_thread *next;
@@ -97,6 +103,11 @@ struct sampled_thread {
 
 static int sample_hz;
 static int want_python = 1;
+/* Capture windows: NULL without a window mode (always sampling). `sampling` is what the
+ * clocks were last set to, changed under drain_lock by the scanner. */
+static struct xp_window_control *window_control;
+static atomic_int sampling = 1;
+static _Atomic uint64_t samples_outside_window;
 static struct sampled_thread *threads; /* scanner's list */
 static pthread_t scanner_thread;
 static atomic_int scanner_stop;
@@ -237,6 +248,13 @@ static void on_sample_signal(int sig, siginfo_t *info, void *context) {
         return;
     }
     int saved_errno = errno;
+    /* Signals already queued when the window closed (the clocks stop at the scanner's next
+     * round): the window is over, so no sample. */
+    if (!xp_window_any_open(window_control)) {
+        atomic_fetch_add_explicit(&samples_outside_window, 1, memory_order_relaxed);
+        errno = saved_errno;
+        return;
+    }
     if (info->si_code == SI_TIMER && info->si_overrun > 0)
         atomic_fetch_add_explicit(&timer_overruns, (uint64_t)info->si_overrun, memory_order_relaxed);
     take_sample(t, 0, context);
@@ -320,13 +338,6 @@ static int start_perf_clock(struct sampled_thread *t, long period_ns) {
         return -1;
     }
     atomic_store_explicit(&fd_threads[fd], t, memory_order_release);
-    /* Signal on each of the next 2^30 overflows: 12 days of one thread's CPU time at 999 Hz.
-     * Past that the event disables itself and its last signal (POLL_HUP) is no sample. */
-    if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1 << 30) != 0) {
-        atomic_store(&fd_threads[fd], NULL);
-        close(fd);
-        return -1;
-    }
     struct stat st;
     t->perf_ino = fstat(fd, &st) == 0 ? st.st_ino : 0;
     t->perf_fd = fd;
@@ -337,6 +348,32 @@ static int start_perf_clock(struct sampled_thread *t, long period_ns) {
 static int still_ours(const struct sampled_thread *t) {
     struct stat st;
     return fstat(t->perf_fd, &st) == 0 && st.st_ino == t->perf_ino;
+}
+
+/* Start (on) or stop (off) the thread's clock; a stopped clock sends no signal. */
+static int arm_clock(struct sampled_thread *t, int on) {
+    if (t->perf_fd >= 0) {
+        if (!still_ours(t)) return -1;
+        if (!on) return ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+        if (t->perf_refreshed) return ioctl(t->perf_fd, PERF_EVENT_IOC_ENABLE, 0);
+        /* Signal on each of the next 2^30 overflows: 12 days of one thread's CPU time at
+         * 999 Hz.  Past that the event disables itself and its last signal (POLL_HUP) is no
+         * sample.  Set once: a second refresh would add to the budget and overflow it. */
+        if (ioctl(t->perf_fd, PERF_EVENT_IOC_REFRESH, 1 << 30) != 0) return -1;
+        t->perf_refreshed = 1;
+        return 0;
+    }
+    if (!t->has_timer) return -1;
+    struct itimerspec spec;
+    memset(&spec, 0, sizeof spec);
+    if (on) {
+        long period_ns = 1000000000L / sample_hz;
+        /* Threads start at a random phase so that sampling does not line up across threads. */
+        long first_ns = 1 + (long)((uint64_t)t->tid * 2654435761u % (uint64_t)period_ns);
+        spec.it_interval = (struct timespec){period_ns / 1000000000L, period_ns % 1000000000L};
+        spec.it_value = (struct timespec){first_ns / 1000000000L, first_ns % 1000000000L};
+    }
+    return timer_settime(t->timer, 0, &spec, NULL);
 }
 
 static void stop_clock(struct sampled_thread *t) {
@@ -361,8 +398,14 @@ static struct sampled_thread *start_thread_sampling(pid_t tid) {
     t->perf_fd = -1;
     long period_ns = 1000000000L / sample_hz;
     if (start_perf_clock(t, period_ns) == 0) {
-        perf_clocks++;
-        goto started;
+        if (!atomic_load(&sampling) || arm_clock(t, 1) == 0) {
+            t->armed = atomic_load(&sampling);
+            perf_clocks++;
+            goto started;
+        }
+        atomic_store(&fd_threads[t->perf_fd], NULL);
+        close(t->perf_fd);
+        t->perf_fd = -1;
     }
     /* The CPU clock of another thread of this process: MAKE_THREAD_CPUCLOCK(tid, SCHED). */
     clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6);
@@ -378,16 +421,13 @@ static struct sampled_thread *start_thread_sampling(pid_t tid) {
         return NULL;
     }
     t->has_timer = 1;
-    /* Threads start at a random phase so that sampling does not line up across threads. */
-    long first_ns = 1 + (long)((uint64_t)tid * 2654435761u % (uint64_t)period_ns);
-    struct itimerspec spec = {{period_ns / 1000000000L, period_ns % 1000000000L},
-                              {first_ns / 1000000000L, first_ns % 1000000000L}};
-    if (timer_settime(t->timer, 0, &spec, NULL) != 0) {
+    if (atomic_load(&sampling) && arm_clock(t, 1) != 0) {
         timer_delete(t->timer);
         timers_failed++;
         munmap(t, sizeof *t);
         return NULL;
     }
+    t->armed = atomic_load(&sampling);
     timer_clocks++;
 started:
     threads_sampled++;
@@ -537,6 +577,18 @@ static void scan_threads(void) {
     pthread_mutex_unlock(&drain_lock);
 }
 
+/* Start or stop every thread's clock when the recording's windows open or all close. */
+static void follow_windows(void) {
+    int open = xp_window_any_open(window_control);
+    if (open == atomic_load(&sampling)) return;
+    pthread_mutex_lock(&drain_lock);
+    atomic_store(&sampling, open);
+    for (struct sampled_thread *t = threads; t; t = t->next) {
+        if (t->armed != open && arm_clock(t, open) == 0) t->armed = open;
+    }
+    pthread_mutex_unlock(&drain_lock);
+}
+
 static void *scanner_main(void *arg) {
     (void)arg;
     prctl(PR_SET_NAME, "xpu-perf-sampler", 0, 0, 0);
@@ -550,6 +602,7 @@ static void *scanner_main(void *arg) {
         if (want_python && !xp_py_enabled) xp_py_init(); /* an interpreter loaded later */
         /* Only a process with an interpreter walks Python frames, and so needs them. */
         if (want_python && xp_py_enabled) keep_fault_handlers();
+        if (window_control) follow_windows();
         scan_threads();
         drain_all();
         struct timespec own;
@@ -571,6 +624,7 @@ static void emit_counters(void) {
     xp_emit_counter("cpu_threads_perf_clock", perf_clocks);
     xp_emit_counter("cpu_threads_posix_timer", timer_clocks);
     xp_emit_counter("cpu_foreign_signals", foreign_signals);
+    xp_emit_counter("cpu_samples_outside_window", atomic_load(&samples_outside_window));
     xp_emit_counter("cpu_kernel_signals_unmatched", atomic_load(&kernel_signals_unmatched));
     /* CPU-time timers expire on scheduler ticks: above the kernel's HZ, periods are merged. */
     xp_emit_counter("cpu_timer_overruns", atomic_load(&timer_overruns));
@@ -648,6 +702,7 @@ static void fork_child(void) {
     atomic_store(&handler_ns, 0);
     atomic_store(&walk_faults, 0);
     atomic_store(&scanner_ns, 0);
+    atomic_store(&samples_outside_window, 0);
     memset(unwind_ends, 0, sizeof unwind_ends);
     xp_modules_reset();
     if (xp_stream_enabled()) {
@@ -672,6 +727,8 @@ __attribute__((constructor)) static void sampler_init(void) {
     xp_stream_dir_env = "XPU_PERF_CPU_OUT_DIR";
     const char *clock = getenv("XPU_PERF_CPU_CLOCK");
     if (clock && strcmp(clock, "timer") == 0) perf_refused = 1;
+    window_control = xp_window_control();
+    atomic_store(&sampling, xp_window_any_open(window_control));
     if (xp_stream_start() != 0) return;
     fd_threads = mmap(NULL, MAX_FDS * sizeof *fd_threads, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -17,7 +17,13 @@
  * "outside_kernel" launches.
  * "loop": LAUNCHES launches every 10 ms until a signal ends it.
  * "delay" (timed windows): 20 "before_kernel" launches at once, 20 "window_kernel" launches 1 s
- * after its start, 20 "after_kernel" launches 2 s after its start, then it exits. */
+ * after its start, 20 "after_kernel" launches 2 s after its start, then it exits.
+ * "nvtx" (NVTX capture ranges): "outside_kernel" launches between ranges named "step", each
+ * of which holds its own kernels: (1) a push/pop "step" nested in a range "other", LAUNCHES
+ * "nvtx_kernel_1" + 2 inside a nested "inner" range; (2) a start/end "step" with 5
+ * "nvtx_kernel_2" (another start/end range opens and ends inside it); (3) a push "step" in
+ * domain "app", 4 "nvtx_kernel_3"; (4) the same by a registered string, 6 "nvtx_kernel_4";
+ * (5) a pushEx "step" in the default domain, 2 "nvtx_kernel_5", with a "step" nested in it. */
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -42,6 +48,15 @@ extern int cuptiActivityFlushAll(uint32_t flag);
 extern uint32_t fake_launch_kernel_for(const char *name, uint32_t stream, uint64_t dur_ns);
 extern void fake_profiler_start(int driver_only);
 extern void fake_profiler_stop(int driver_only);
+extern int fake_nvtx_range_push(const char *message);
+extern int fake_nvtx_range_push_ex(const char *message);
+extern int fake_nvtx_range_pop(void);
+extern uint64_t fake_nvtx_range_start(const char *message);
+extern void fake_nvtx_range_end(uint64_t id);
+extern void *fake_nvtx_domain_create(const char *name);
+extern void *fake_nvtx_domain_register_string(void *domain, const char *string);
+extern int fake_nvtx_domain_range_push(void *domain, const char *message, void *registered);
+extern int fake_nvtx_domain_range_pop(void *domain);
 
 static int launches = 100;
 
@@ -93,6 +108,44 @@ int main(int argc, char **argv) {
         fake_profiler_start(1);
         for (int i = 0; i < 7; i++) fake_launch_kernel("second_window_kernel", 7, 1);
         fake_profiler_stop(1);
+        for (int i = 0; i < 3; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "nvtx") == 0) {
+        for (int i = 0; i < launches; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        fake_nvtx_range_push("other");
+        for (int i = 0; i < 3; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        fake_nvtx_range_push("step");
+        for (int i = 0; i < launches; i++) fake_launch_kernel("nvtx_kernel_1", 7, 0);
+        fake_nvtx_range_push("inner");
+        for (int i = 0; i < 2; i++) fake_launch_kernel("nvtx_kernel_1", 7, 0);
+        fake_nvtx_range_pop();
+        fake_nvtx_range_pop(); /* step */
+        for (int i = 0; i < 3; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        fake_nvtx_range_pop(); /* other */
+        uint64_t step = fake_nvtx_range_start("step");
+        for (int i = 0; i < 3; i++) fake_launch_kernel("nvtx_kernel_2", 7, 0);
+        uint64_t other = fake_nvtx_range_start("other");
+        for (int i = 0; i < 2; i++) fake_launch_kernel("nvtx_kernel_2", 7, 0);
+        fake_nvtx_range_end(other);
+        fake_nvtx_range_end(step);
+        fake_launch_kernel("outside_kernel", 7, 0);
+        void *app = fake_nvtx_domain_create("app");
+        fake_nvtx_domain_range_push(app, "step", NULL);
+        for (int i = 0; i < 4; i++) fake_launch_kernel("nvtx_kernel_3", 7, 0);
+        fake_nvtx_domain_range_pop(app);
+        fake_launch_kernel("outside_kernel", 7, 0);
+        void *registered = fake_nvtx_domain_register_string(app, "step");
+        fake_nvtx_domain_range_push(app, NULL, registered);
+        for (int i = 0; i < 6; i++) fake_launch_kernel("nvtx_kernel_4", 7, 0);
+        fake_nvtx_domain_range_pop(app);
+        fake_launch_kernel("outside_kernel", 7, 0);
+        fake_nvtx_range_push_ex("step");
+        fake_launch_kernel("nvtx_kernel_5", 7, 0);
+        fake_nvtx_range_push("step");
+        fake_launch_kernel("nvtx_kernel_5", 7, 0);
+        fake_nvtx_range_pop();
+        fake_nvtx_range_pop();
         for (int i = 0; i < 3; i++) fake_launch_kernel("outside_kernel", 7, 0);
         return exit_code;
     }

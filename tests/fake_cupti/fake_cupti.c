@@ -9,9 +9,15 @@
  *                                  exercise many buffer-full completions
  *   fake_set_dropped(n)            the next completed buffer reports n dropped records
  * cuptiActivityEnable/Disable are honoured: a GPU op launched while its kind is off makes no
- * record (what `record`'s capture windows rely on). */
+ * record (what `record`'s capture windows rely on).
+ * NVTX: fake_nvtx_* play the NVTX library's side.  As the real one, the first call loads
+ * NVTX_INJECTION64_PATH and calls its InitializeInjectionNvtx2 (which hands NVTX to CUPTI's);
+ * from then on each call runs the subscriber's enabled NVTX-domain callbacks with CUPTI's
+ * parameter structs (generated_nvtx_meta.h) and return values (push depth, range id, domain
+ * and registered-string handles).  No MARKER records are made. */
 #define _GNU_SOURCE
 #include <cupti.h>
+#include <generated_nvtx_meta.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,6 +34,7 @@ static CUpti_CallbackFunc subscriber_cb;
 static void *subscriber_data;
 static uint8_t enabled_runtime[CUPTI_RUNTIME_TRACE_CBID_SIZE];
 static uint8_t enabled_driver[CUPTI_DRIVER_TRACE_CBID_SIZE];
+static uint8_t enabled_nvtx[CUPTI_CBID_NVTX_SIZE];
 static uint8_t enabled_kinds[128];
 static CUpti_BuffersCallbackRequestFunc request_cb;
 static CUpti_BuffersCallbackCompleteFunc complete_cb;
@@ -159,7 +166,14 @@ EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle s
     (void)s;
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE) enabled_runtime[cbid] = (uint8_t)enable;
     else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid < CUPTI_DRIVER_TRACE_CBID_SIZE) enabled_driver[cbid] = (uint8_t)enable;
+    else if (domain == CUPTI_CB_DOMAIN_NVTX && cbid < CUPTI_CBID_NVTX_SIZE) enabled_nvtx[cbid] = (uint8_t)enable;
     else return CUPTI_ERROR_INVALID_PARAMETER;
+    return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle s, CUpti_CallbackDomain domain) {
+    (void)s;
+    if (domain != CUPTI_CB_DOMAIN_NVTX) return CUPTI_ERROR_NOT_SUPPORTED;
+    memset(enabled_nvtx, enable ? 1 : 0, sizeof enabled_nvtx);
     return CUPTI_SUCCESS;
 }
 
@@ -458,4 +472,125 @@ EXPORT void fake_profiler_start(int driver_only) {
 EXPORT void fake_profiler_stop(int driver_only) {
     api_call(driver_only ? 0 : CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000,
              CUPTI_DRIVER_TRACE_CBID_cuProfilerStop, 10);
+}
+
+/* ---- fake NVTX (the NVTX library's side) ---- */
+static int nvtx_injected; /* CUPTI's InitializeInjectionNvtx2 was called */
+
+/* What the injection library forwards NVTX to: from here on NVTX calls reach CUPTI. */
+EXPORT int InitializeInjectionNvtx2(const void *get_export_table) {
+    (void)get_export_table;
+    nvtx_injected = 1;
+    return 1;
+}
+
+/* The NVTX library's first call: load the tool named by NVTX_INJECTION64_PATH. */
+static void nvtx_load_tool(void) {
+    static int tried;
+    if (tried) return;
+    tried = 1;
+    const char *path = getenv("NVTX_INJECTION64_PATH");
+    if (!path) return;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) { fprintf(stderr, "fake_nvtx: %s\n", dlerror()); return; }
+    int (*init)(const void *) = (int (*)(const void *))dlsym(h, "InitializeInjectionNvtx2");
+    if (init) init(NULL);
+}
+
+static void nvtx_callback(uint32_t cbid, const char *name, const void *params, const void *ret) {
+    nvtx_load_tool();
+    if (!nvtx_injected || !subscriber_cb || !enabled_nvtx[cbid]) return;
+    CUpti_NvtxData data;
+    memset(&data, 0, sizeof data);
+    data.functionName = name;
+    data.functionParams = params;
+    data.functionReturnValue = ret;
+    subscriber_cb(subscriber_data, CUPTI_CB_DOMAIN_NVTX, cbid, &data);
+}
+
+static _Thread_local int nvtx_depth;
+static _Atomic uint64_t next_range_id = 1;
+
+static nvtxEventAttributes_t ascii_attrib(const char *message) {
+    nvtxEventAttributes_t a;
+    memset(&a, 0, sizeof a);
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = message;
+    return a;
+}
+
+EXPORT int fake_nvtx_range_push(const char *message) {
+    nvtxRangePushA_params p = {message};
+    int depth = nvtx_depth++;
+    nvtx_callback(CUPTI_CBID_NVTX_nvtxRangePushA, "nvtxRangePushA", &p, &depth);
+    return depth;
+}
+EXPORT int fake_nvtx_range_push_ex(const char *message) {
+    nvtxEventAttributes_t a = ascii_attrib(message);
+    nvtxRangePushEx_params p = {&a};
+    int depth = nvtx_depth++;
+    nvtx_callback(CUPTI_CBID_NVTX_nvtxRangePushEx, "nvtxRangePushEx", &p, &depth);
+    return depth;
+}
+EXPORT int fake_nvtx_range_pop(void) {
+    int depth = --nvtx_depth;
+    nvtx_callback(CUPTI_CBID_NVTX_nvtxRangePop, "nvtxRangePop", NULL, &depth);
+    return depth;
+}
+EXPORT uint64_t fake_nvtx_range_start(const char *message) {
+    nvtxRangeStartA_params p = {message};
+    nvtxRangeId_t id = atomic_fetch_add(&next_range_id, 1);
+    nvtx_callback(CUPTI_CBID_NVTX_nvtxRangeStartA, "nvtxRangeStartA", &p, &id);
+    return id;
+}
+EXPORT void fake_nvtx_range_end(uint64_t id) {
+    nvtxRangeEnd_params p = {id};
+    nvtx_callback(CUPTI_CBID_NVTX_nvtxRangeEnd, "nvtxRangeEnd", &p, NULL);
+}
+
+/* Domains: handles are the addresses of these slots (as opaque as NVTX's). */
+static struct { char name[64]; } fake_domains[8];
+static int n_fake_domains;
+EXPORT void *fake_nvtx_domain_create(const char *name) {
+    nvtxDomainCreateA_params p = {name};
+    nvtxDomainHandle_t h = NULL;
+    if (n_fake_domains < 8) {
+        snprintf(fake_domains[n_fake_domains].name, sizeof fake_domains[0].name, "%s", name);
+        h = (nvtxDomainHandle_t)&fake_domains[n_fake_domains++];
+    }
+    nvtx_callback(CUPTI_CBID_NVTX_nvtxDomainCreateA, "nvtxDomainCreateA", &p, &h);
+    return h;
+}
+/* A registered string: NVTX3's C++ ranges name themselves by one. */
+EXPORT void *fake_nvtx_domain_register_string(void *domain, const char *string) {
+    static char copies[16][64];
+    static int n;
+    nvtxDomainRegisterStringA_params p = {(nvtxDomainHandle_t)domain, string};
+    nvtxStringHandle_t h = NULL;
+    if (n < 16) {
+        snprintf(copies[n], sizeof copies[0], "%s", string);
+        h = (nvtxStringHandle_t)copies[n++];
+    }
+    nvtx_callback(CUPTI_CBID_NVTX_nvtxDomainRegisterStringA, "nvtxDomainRegisterStringA", &p, &h);
+    return h;
+}
+/* A domain push named by `message` (ascii) or, when `registered` is not NULL, by that handle. */
+EXPORT int fake_nvtx_domain_range_push(void *domain, const char *message, void *registered) {
+    nvtxEventAttributes_t a = ascii_attrib(message);
+    if (registered) {
+        a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+        a.message.registered = (nvtxStringHandle_t)registered;
+    }
+    nvtxDomainRangePushEx_params p = {(nvtxDomainHandle_t)domain, {&a}};
+    int depth = nvtx_depth++;
+    nvtx_callback(CUPTI_CBID_NVTX_nvtxDomainRangePushEx, "nvtxDomainRangePushEx", &p, &depth);
+    return depth;
+}
+EXPORT int fake_nvtx_domain_range_pop(void *domain) {
+    nvtxDomainRangePop_params p = {(nvtxDomainHandle_t)domain};
+    int depth = --nvtx_depth;
+    nvtx_callback(CUPTI_CBID_NVTX_nvtxDomainRangePop, "nvtxDomainRangePop", &p, &depth);
+    return depth;
 }
