@@ -31,7 +31,7 @@ LIBRARY_NAME = "libxpu_perf_cupti.so"
 SAMPLER_NAME = "libxpu_perf_sampler.so"
 # The CPU sampler is its own library (LD_PRELOAD into every process of the recorded tree,
 # with or without CUDA): the stream, unwinder and Python reader without CUPTI.
-CUPTI_ONLY = ("inject.c",)
+CUPTI_ONLY = ("inject.c", "nvtx_window.c")
 SAMPLER_ONLY = ("sampler.c",)
 CFLAGS = (
     "-O2",
