@@ -204,7 +204,22 @@ def test_delay_without_duration_lasts_until_exit(fake: FakeCupti, tmp_path: Path
             "--delay and --capture-range are exclusive: give one of them",
         ),
         (("--delay", "-1"), "--delay -1.0: give a number of seconds >= 0"),
-        (("--delay", "1", "--no-gpu"), "select what the GPU recording captures"),
+        (
+            ("--capture-range", "cudaProfilerApi", "--no-gpu"),
+            "--capture-range cudaProfilerApi: the GPU recording sees those calls; drop --no-gpu",
+        ),
+        (("--capture-range", "nvtx:"), "--capture-range nvtx:: give nvtx:NAME or nvtx:NAME@DOMAIN"),
+        (("--capture-range", "nvtx:step@"), "give nvtx:NAME or nvtx:NAME@DOMAIN"),
+        (("--capture-range", "steps"), "--capture-range steps: give cudaProfilerApi"),
+        (("--toggle-signal", "USR1"), "--toggle-signal needs --capture-range signal"),
+        (
+            ("--capture-range", "signal", "--toggle-signal", "NOPE"),
+            "--toggle-signal NOPE: not a signal name",
+        ),
+        (
+            ("--capture-range", "signal", "--toggle-signal", "INT"),
+            "--toggle-signal INT: record needs that one",
+        ),
     ],
 )
 def test_bad_window_options_are_one_line_errors(

@@ -32,6 +32,14 @@ from collector import model
 from collector.errors import UserError
 from collector.inject_build import BuildError, build, build_sampler
 from collector.launch_join import EbpfLaunchStacks
+from collector.recording.windows import (
+    CAPTURE_RANGE_HELP,
+    NVTX_PREFIX,
+    CapturePlan,
+    TreeWindows,
+    capture_plan,
+    window_summary,
+)
 from collector.setup_check import Problem, check_ebpf
 from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ, BccCpuSampler, BccKernelModeSampler
 from collector.sources.bcc_uprobes import CUDA_LAUNCH_PROBES, BccLaunchUprobes, marker_probe
@@ -73,7 +81,6 @@ class WindowedSource(Protocol):
     def windows(self) -> Sequence[model.CaptureWindow]: ...
 
 
-CAPTURE_RANGES = ("cudaProfilerApi",)
 # How often `record` measures what the target has recorded so far (--max-size).
 _SIZE_POLL_S = 0.2
 
@@ -124,46 +131,6 @@ class SizeLimit:
         )
 
 
-def capture_range_end(value: str) -> int:
-    """--capture-range-end as the library's window limit: stop = 1, repeat = 0 (every
-    window), repeat:N = N."""
-    if value == "stop":
-        return 1
-    if value == "repeat":
-        return 0
-    count = value.removeprefix("repeat:")
-    if count != value and count.isdigit() and int(count) > 0:
-        return int(count)
-    raise UserError(f"--capture-range-end {value}: give stop, repeat or repeat:N (N >= 1)")
-
-
-def window_env(args: argparse.Namespace) -> dict[str, str]:
-    """The injection library's window settings from the options, checked (empty: the whole
-    run, as without windows)."""
-    if args.capture_range_end is not None and args.capture_range is None:
-        raise UserError("--capture-range-end needs --capture-range")
-    if args.duration is not None and args.duration <= 0:
-        raise UserError(f"--duration {args.duration}: give a number of seconds > 0")
-    if args.capture_range is not None:
-        if args.delay is not None:
-            raise UserError("--delay and --capture-range are exclusive: give one of them")
-        if args.duration is not None:
-            raise UserError("--duration with --capture-range is not supported (drop one)")
-        limit = capture_range_end(args.capture_range_end or "stop")
-        return {
-            "XPU_PERF_CAPTURE_RANGE": args.capture_range,
-            "XPU_PERF_CAPTURE_RANGE_END": str(limit),
-        }
-    if args.delay is None:
-        return {}
-    if args.delay < 0:
-        raise UserError(f"--delay {args.delay}: give a number of seconds >= 0")
-    env = {"XPU_PERF_WINDOW_DELAY_MS": str(round(args.delay * 1000))}
-    if args.duration is not None:
-        env["XPU_PERF_WINDOW_DURATION_MS"] = str(max(1, round(args.duration * 1000)))
-    return env
-
-
 class CuptiRecording:
     """The GPU source: CUPTI injection into the target, streams read after it exits."""
 
@@ -177,10 +144,10 @@ class CuptiRecording:
         python_frames: bool = True,
         kinds: Sequence[str] = KINDS,
         keep_streams: Path | None = None,
-        windows: Mapping[str, str] | None = None,
+        capture: CapturePlan | None = None,
     ) -> None:
         self.library = library
-        self.window_env = dict(windows or {})
+        self.capture = capture or CapturePlan()
         self.stacks = stacks
         self.python_frames = python_frames
         self.kinds = kinds
@@ -196,14 +163,14 @@ class CuptiRecording:
             "XPU_PERF_STACKS": "1" if self.stacks else "0",
             "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
             "XPU_PERF_KINDS": ",".join(self.kinds),
-            **self.window_env,
+            **self.capture.library_env,
         }
         if "XPU_PERF_WINDOW_DELAY_MS" in env:
             # --delay counts from the target's start: asked for just before it is started,
             # on the CLOCK_MONOTONIC the library compares it with (the same in every process
             # of the tree, so a child started later shares the window).
             env["XPU_PERF_WINDOW_T0_NS"] = str(time.monotonic_ns())
-        if "marker" in self.kinds:
+        if "marker" in self.kinds or self.capture.mode.startswith(NVTX_PREFIX):
             # NVTX hands its callbacks to this library, which passes them to the process's own
             # libcupti (pointing NVTX at a libcupti path could load a second copy).
             env["NVTX_INJECTION64_PATH"] = str(self.library)
@@ -383,26 +350,37 @@ def run_target(
     sources: Sequence[RecordSource],
     duration: float | None = None,
     size_limit: SizeLimit | None = None,
+    tree: TreeWindows | None = None,
 ) -> int:
     """Start the sources, run `cmd` with their environment, stop them; returns the target's
     exit status (128+N when killed by signal N).  Ctrl-C (or the end of `duration`, or the
     recorded data reaching `size_limit`, which notes when) is passed on to the target as
-    SIGINT, then SIGTERM, then SIGKILL."""
+    SIGINT, then SIGTERM, then SIGKILL.  `tree`: the windows record opens for the whole tree
+    (--delay on record's clock; the toggle signal of --capture-range signal)."""
     env = dict(os.environ)
     for source in sources:
         env.update(source.target_env())
+    if tree is not None:
+        env.update(tree.env())
     for source in sources:
         source.start()
     interrupt = _Interrupt()
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    toggle = tree.plan.toggle_signal if tree is not None else None
+    if tree is not None and toggle is not None:
+        # Python runs the handler in this thread between bytecodes: no race with poll().
+        previous[toggle] = signal.signal(toggle, lambda _s, _f: tree.toggle())
     try:
         try:
             creds = target_credentials()
             proc = subprocess.Popen(list(cmd), env=env, **creds)  # type: ignore[call-overload]
         except OSError as exc:
             raise UserError(f"cannot run {cmd[0]}: {exc.strerror}") from None
+        started_ns = time.monotonic_ns()
         if size_limit is not None:
-            size_limit.started_ns = time.monotonic_ns()
+            size_limit.started_ns = started_ns
+        if tree is not None:
+            tree.target_started(proc.pid, started_ns)
         for source in sources:
             source.target_started(proc.pid)
         escalation = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
@@ -427,8 +405,16 @@ def run_target(
             if stopping and escalation and due:
                 proc.send_signal(escalation.pop(0))
                 last_sent = time.monotonic()
+            wait_s = 0.05
+            if tree is not None:
+                tree.poll(time.monotonic_ns())
+                # The timed window opens and closes on time, not at the next 50 ms poll.
+                due_s = tree.next_change_s(time.monotonic_ns())
+                wait_s = min(wait_s, due_s) if due_s is not None else wait_s
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=0.05)
+                proc.wait(timeout=wait_s)
+        if tree is not None:
+            tree.finish()
         code = proc.returncode
         return 128 - code if code < 0 else code
     finally:
@@ -443,13 +429,15 @@ def write_trace(
     sources: Sequence[RecordSource],
     command_line: Sequence[str],
     freq: int = 0,
-    capture: str = "",
+    capture: CapturePlan | None = None,
     size_limit: SizeLimit | None = None,
+    tree: TreeWindows | None = None,
 ) -> dict[str, dict[str, int]]:
     """Every source through its own producer; counters as metadata `<source>_<counter>`
     (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice).  `capture`:
-    the window mode (cudaProfilerApi, delay), written with the window count as metadata
-    `capture_range` and `windows`."""
+    the window mode, written with the window count as metadata `capture_range` and
+    `windows`; the windows of the injection library, else (no GPU recording, or no process
+    used CUDA) those `tree` opened, as slices."""
     stats: dict[str, dict[str, int]] = {}
     with TraceWriter(
         out,
@@ -457,6 +445,7 @@ def write_trace(
         clock_id=pb.BUILTIN_CLOCK_MONOTONIC,
         sample_frequency_hz=freq,  # also written as metadata, read by `folded`
     ) as writer:
+        written = 0  # window slices
         # Which machine: a multi-node job is one record per node, queried together later.
         writer.set_metadata("host", socket.gethostname())
         for source in sources:
@@ -467,20 +456,25 @@ def write_trace(
                 prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"
                 writer.set_metadata(prefixed, value)
             if isinstance(source, WindowedSource):
-                write_windows(writer, source.windows())
+                written += write_windows(writer, source.windows())
+        if tree is not None and not written:
+            written = write_windows(writer, tree.windows)
+            stats["record"] = {"windows": written, "toggles": tree.toggles}
         if size_limit is not None:
             for key, value in size_limit.metadata().items():
                 writer.set_metadata(key, value)
-        if capture:
-            writer.set_metadata("capture_range", capture)
-            writer.set_metadata("windows", sum(s.get("windows", 0) for s in stats.values()))
+        if capture is not None and capture.windowed:
+            writer.set_metadata("capture_range", capture.label)
+            writer.set_metadata("windows", written)
+            if tree is not None and capture.toggle_signal is not None:
+                writer.set_metadata("toggles", tree.toggles)
     return stats
 
 
 WINDOW_CATEGORY = "xpu_perf_window"
 
 
-def write_windows(writer: TraceWriter, windows: Sequence[model.CaptureWindow]) -> None:
+def write_windows(writer: TraceWriter, windows: Sequence[model.CaptureWindow]) -> int:
     """Each capture window as a slice named by what opened it, on the `xpu-perf` track's
     lane of its process (SQL: category `xpu_perf_window`, args `debug.reason`,
     `debug.end_reason`, `debug.pid`)."""
@@ -493,6 +487,7 @@ def write_windows(writer: TraceWriter, windows: Sequence[model.CaptureWindow]) -
             WINDOW_CATEGORY,
             {"reason": w.reason, "end_reason": w.end_reason, "pid": w.pid},
         )
+    return len(windows)
 
 
 def resolve_launch_stacks(
@@ -563,23 +558,6 @@ def summary_lines(cupti: Mapping[str, int]) -> list[str]:
     return lines
 
 
-def window_summary(cupti: Mapping[str, int], capture: str) -> str:
-    """The summary line of a windowed recording: how many windows, or why none."""
-    n = cupti.get("windows", 0)
-    ignored = cupti.get("windows_ignored", 0)
-    if n == 0:
-        why = (
-            "no process called cudaProfilerStart (or cuProfilerStart)"
-            if capture == "cudaProfilerApi"
-            else "the target ended before --delay"
-        )
-        return f"capture windows: none ({why}): the trace has no GPU activity"
-    extra = f", {ignored} cudaProfilerStart calls after the last one ignored" if ignored else ""
-    return (
-        f"capture windows ({capture}): {n}{extra}; API calls and GPU ops outside them not recorded"
-    )
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "record",
@@ -616,20 +594,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--delay",
         type=float,
         metavar="S",
-        help="GPU recording: open the capture window S seconds after the target starts (until "
-        "--duration ends it, else until exit); nothing is recorded outside it",
+        help="open the capture window S seconds after the target starts (until --duration "
+        "ends it, else until exit); nothing (GPU activity, API calls, CPU samples) is recorded "
+        "outside it",
     )
     p.add_argument(
         "--capture-range",
-        choices=CAPTURE_RANGES,
-        help="GPU recording: capture only between cudaProfilerStart and cudaProfilerStop "
-        "(torch.cuda.profiler.start/stop; cuProfilerStart/Stop too)",
+        metavar=CAPTURE_RANGE_HELP.replace(" ", ""),
+        help="capture only inside windows: cudaProfilerApi = between cudaProfilerStart and "
+        "cudaProfilerStop (torch.cuda.profiler.start/stop; cuProfilerStart/Stop too); "
+        "nvtx:NAME = inside NVTX ranges named NAME (push/pop, start/end; any domain, or only "
+        "DOMAIN with NAME@DOMAIN); signal = from one --toggle-signal sent to xpu-perf to the "
+        "next (for runs nobody instrumented)",
     )
     p.add_argument(
         "--capture-range-end",
         metavar="stop|repeat|repeat:N",
-        help="with --capture-range: record the first window (stop, default), every window "
-        "(repeat) or the first N (repeat:N), per process",
+        help="with --capture-range cudaProfilerApi or nvtx: record the first window (stop, "
+        "default), every window (repeat) or the first N (repeat:N), per process",
+    )
+    p.add_argument(
+        "--toggle-signal",
+        metavar="SIG",
+        help="with --capture-range signal: the signal to send to xpu-perf to open and close a "
+        "window (default SIGUSR2; e.g. kill -USR2 PID, the PID record prints)",
     )
     p.add_argument(
         "--cpu-sampler",
@@ -676,16 +664,15 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"unknown --kinds: {', '.join(sorted(unknown))}")
     cpu = not args.no_cpu
     gpu = not args.no_gpu
-    windows = window_env(args)
+    plan = capture_plan(args)
     size_limit = None
     if args.max_size is not None:
         if not args.max_size > 0:
             raise UserError(f"--max-size {args.max_size}: give a number of megabytes > 0")
         size_limit = SizeLimit(round(args.max_size * 1e6))
-    capture = args.capture_range or ("delay" if windows else "")
-    if windows and not gpu:
+    if plan.in_process and not gpu:
         raise UserError(
-            "--capture-range and --delay select what the GPU recording captures: drop --no-gpu"
+            f"--capture-range {plan.mode}: the GPU recording sees those calls; drop --no-gpu"
         )
     requested = "off" if args.no_stacks else args.launch_stacks
     cpu_ebpf = cpu and args.cpu_sampler == "ebpf"
@@ -706,7 +693,7 @@ def main(args: argparse.Namespace) -> int:
             python_frames=not args.no_python,
             kinds=kinds,
             keep_streams=args.keep_streams,
-            windows=windows,
+            capture=plan,
         )
         if stacks == "ebpf":
             uprobes = BccLaunchUprobes([marker_probe(str(library))])
@@ -740,24 +727,34 @@ def main(args: argparse.Namespace) -> int:
             sources.append(BccCpuSampler(freq))  # started before the target, like every source
     if not sources:
         raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
-    # --duration stops the target, unless it is the length of a --delay window.
-    code = run_target(cmd, sources, None if windows else args.duration, size_limit)
-    stats = write_trace(
-        args.output,
-        sources,
-        ["xpu-perf", "record", "--", *cmd],
-        freq,
-        capture=capture,
-        size_limit=size_limit,
-    )
+    tree = TreeWindows(plan) if plan.windowed else None
+    if tree is not None and plan.toggle_signal is not None and not args.quiet:
+        print(
+            f"xpu-perf record: window closed; send {plan.toggle_signal.name} to {os.getpid()} "
+            f"to open it and again to close it (kill -{plan.toggle_signal.name[3:]} "
+            f"{os.getpid()})",
+            file=sys.stderr,
+        )
+    try:
+        # --duration stops the target, unless it is the length of a --delay window.
+        duration = None if plan.windowed else args.duration
+        code = run_target(cmd, sources, duration, size_limit, tree)
+        stats = write_trace(
+            args.output,
+            sources,
+            ["xpu-perf", "record", "--", *cmd],
+            freq,
+            capture=plan,
+            size_limit=size_limit,
+            tree=tree,
+        )
+    finally:
+        if tree is not None:
+            tree.close()
     if not args.quiet:
         if "cupti" in stats:
             for line in summary_lines(stats["cupti"]):
                 print(f"xpu-perf record: {line}", file=sys.stderr)
-            if capture:
-                print(
-                    f"xpu-perf record: {window_summary(stats['cupti'], capture)}", file=sys.stderr
-                )
             if not stats["cupti"].get("streams"):
                 print(
                     "xpu-perf record: no GPU activity: no process of the target initialised "
@@ -765,6 +762,10 @@ def main(args: argparse.Namespace) -> int:
                     "injection support); the trace has no GPU tracks",
                     file=sys.stderr,
                 )
+        if plan.windowed:
+            windows = sum(s.get("windows", 0) for s in stats.values())
+            ignored = stats.get("cupti", {}).get("windows_ignored", 0)
+            print(f"xpu-perf record: {window_summary(windows, ignored, plan)}", file=sys.stderr)
         if "cpu" in stats:
             for line in cpu_summary_lines(stats["cpu"], freq):
                 print(f"xpu-perf record: {line}", file=sys.stderr)

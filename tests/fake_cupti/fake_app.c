@@ -23,7 +23,12 @@
  * "nvtx_kernel_1" + 2 inside a nested "inner" range; (2) a start/end "step" with 5
  * "nvtx_kernel_2" (another start/end range opens and ends inside it); (3) a push "step" in
  * domain "app", 4 "nvtx_kernel_3"; (4) the same by a registered string, 6 "nvtx_kernel_4";
- * (5) a pushEx "step" in the default domain, 2 "nvtx_kernel_5", with a "step" nested in it. */
+ * (5) a pushEx "step" in the default domain, 2 "nvtx_kernel_5", with a "step" nested in it.
+ * "profiler_cpu": 0.5 s of CPU in burn_outside_window, cudaProfilerStart, 0.5 s in
+ * burn_inside_window and LAUNCHES "window_kernel", cudaProfilerStop, 0.5 s outside again.
+ * "toggle" (the outside trigger): LAUNCHES "outside_kernel", SIGUSR2 to its parent, LAUNCHES
+ * "window_kernel" + a device sync, SIGUSR2, 5 "outside_kernel", SIGUSR2, 4 "second_window_kernel"
+ * on stream 1, exit (300 ms pause after each signal). */
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -81,6 +86,19 @@ static void *worker(void *arg) {
     for (int i = 0; i < launches; i++) fake_launch_kernel("worker_kernel", 2, 0);
     return NULL;
 }
+
+/* CPU time for the sampler: 0.5 s of this thread's CPU in a function named by where it runs. */
+static volatile uint64_t burn_sink;
+static void burn_cpu(void) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do {
+        for (int i = 0; i < 10000; i++) burn_sink = burn_sink * 6364136223846793005ull + 1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) < 500000000ll);
+}
+__attribute__((noinline)) void burn_outside_window(void) { burn_cpu(); }
+__attribute__((noinline)) void burn_inside_window(void) { burn_cpu(); }
 
 int main(int argc, char **argv) {
     if (argc > 1) launches = atoi(argv[1]);
@@ -148,6 +166,32 @@ int main(int argc, char **argv) {
         fake_nvtx_range_pop();
         for (int i = 0; i < 3; i++) fake_launch_kernel("outside_kernel", 7, 0);
         return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "profiler_cpu") == 0) {
+        burn_outside_window();
+        fake_profiler_start(0);
+        burn_inside_window();
+        for (int i = 0; i < launches; i++) fake_launch_kernel("window_kernel", 7, 0);
+        fake_profiler_stop(0);
+        burn_outside_window();
+        return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "toggle") == 0) {
+        /* The outside trigger: SIGUSR2 to the parent (record) opens the window, the next closes
+         * it; 300 ms after each lets the library's poll (every 10 ms) see it. */
+        struct timespec settle = {0, 300 * 1000 * 1000};
+        for (int i = 0; i < launches; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        kill(getppid(), SIGUSR2);
+        nanosleep(&settle, NULL);
+        for (int i = 0; i < launches; i++) fake_launch_kernel("window_kernel", 7, 0);
+        fake_device_synchronize();
+        kill(getppid(), SIGUSR2);
+        nanosleep(&settle, NULL);
+        for (int i = 0; i < 5; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        kill(getppid(), SIGUSR2);
+        nanosleep(&settle, NULL);
+        for (int i = 0; i < 4; i++) fake_launch_kernel("second_window_kernel", 7, 1);
+        return exit_code; /* the second window ends with the process */
     }
     if (argc > 3 && strcmp(argv[3], "loop") == 0) {
         /* Until a signal ends it: LAUNCHES launches every 10 ms (--max-size). */
