@@ -610,8 +610,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--capture-range-end",
         metavar="stop|repeat|repeat:N",
-        help="with --capture-range cudaProfilerApi or nvtx: record the first window (stop, "
-        "default), every window (repeat) or the first N (repeat:N), per process",
+        help="with --capture-range: record the first window (stop; the default but for "
+        "signal), every window (repeat; signal's default) or the first N (repeat:N), per "
+        "process",
     )
     p.add_argument(
         "--toggle-signal",

@@ -112,7 +112,9 @@ def capture_plan(args: argparse.Namespace) -> CapturePlan:
             raise UserError(f"--capture-range {rng}: give {CAPTURE_RANGE_HELP}")
         if rng.startswith(NVTX_PREFIX):
             _check_nvtx(rng.removeprefix(NVTX_PREFIX))
-        limit = capture_range_end(args.capture_range_end or "stop")
+        # Each toggle is asked for by hand: every one counts unless --capture-range-end says.
+        default_end = "repeat" if rng == SIGNAL else "stop"
+        limit = capture_range_end(args.capture_range_end or default_end)
         toggle = parse_toggle_signal(args.toggle_signal or DEFAULT_TOGGLE_SIGNAL)
         return CapturePlan(
             mode=rng,
