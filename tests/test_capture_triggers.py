@@ -118,8 +118,10 @@ def test_signal_to_record_opens_and_closes_windows(fake, tmp_path: Path) -> None
 BURN = """
 import os, signal, sys, time
 def spin(seconds):
-    end = time.process_time() + seconds
-    while time.process_time() < end:
+    # Wall time by the vDSO: user-mode time, which the sampler counts (process_time() is a
+    # system call, and kernel-mode time is not sampled without root).
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
         pass
 def outside(seconds):
     spin(seconds)
@@ -135,12 +137,36 @@ outside(0.6)
 """
 
 
-def cpu_samples(t) -> list[dict]:
-    return t.query(
-        "select s.ts, group_concat(f.name, ';') frames from cpu_profile_stack_sample s "
-        "join stack_profile_callsite c on c.id = s.callsite_id "
-        "join stack_profile_frame f on f.id = c.frame_id group by s.id"
+CPU_SAMPLES = """
+    select ps.id, ps.ts, ps.callsite_id from perf_sample ps
+    where ps.perf_session_id in (
+        select a.int_value from track t join args a
+        on a.arg_set_id = t.dimension_arg_set_id and a.key = 'perf_session_id'
+        where t.name = 'cpu-clock')
+"""
+
+
+def cpu_sample_counts(t, window: dict) -> tuple[int, int]:
+    """CPU samples in all, and those outside `window`."""
+    row = t.query(
+        f"select count(*) n, sum(ts < {window['ts']} or ts > {window['ts'] + window['dur']}) "
+        f"outside from ({CPU_SAMPLES})"
+    )[0]
+    return row["n"], row["outside"] or 0
+
+
+def cpu_sample_frames(t) -> set[str]:
+    """Every frame name of every CPU sample's stack."""
+    rows = t.query(
+        f"with recursive s as ({CPU_SAMPLES}), chain(callsite_id) as ("
+        "select callsite_id from s union "
+        "select c.parent_id from chain join stack_profile_callsite c on c.id = chain.callsite_id "
+        "where c.parent_id is not null) "
+        "select distinct f.name from chain "
+        "join stack_profile_callsite c on c.id = chain.callsite_id "
+        "join stack_profile_frame f on f.id = c.frame_id"
     )
+    return {r["name"] for r in rows if r["name"]}
 
 
 def test_cpu_only_signal_window_samples_only_inside(tmp_path: Path) -> None:
@@ -158,27 +184,21 @@ def test_cpu_only_signal_window_samples_only_inside(tmp_path: Path) -> None:
         (w,) = windows(t)
         assert (w["reason"], w["end_reason"]) == ("signal", "signal")
         assert 0.9e9 < w["dur"] < 2e9
-        stacks = t.query(
-            "select count(*) n, sum(s.ts < "
-            f"{w['ts']} or s.ts > {w['ts'] + w['dur']}) outside "
-            "from cpu_profile_stack_sample s"
-        )[0]
+        n, outside = cpu_sample_counts(t, w)
         # ~1 s of CPU at 499 Hz, all inside the window (the sampler's clocks were stopped).
-        assert stacks["n"] >= 499 // 3, proc.stderr
-        assert stacks["outside"] == 0
-        names = t.query(
-            "select distinct f.name from cpu_profile_stack_sample s "
-            "join stack_profile_callsite c on c.id = s.callsite_id "
-            "join stack_profile_frame f on f.id = c.frame_id"
-        )
-        leaf_frames = {r["name"] for r in names}
-        assert not any(n and n.startswith("outside") for n in leaf_frames), leaf_frames
+        assert n >= 499 // 3, proc.stderr
+        assert outside == 0
+        frames = cpu_sample_frames(t)
+        assert any(f.startswith("inside") for f in frames), frames
+        assert not any(f.startswith("outside") for f in frames), frames
         assert metadata(t, "windows") == 1
 
 
 def test_cpu_only_delay_window(tmp_path: Path) -> None:
     script = tmp_path / "spin.py"
-    script.write_text("import time\nend = time.time() + 2.5\nwhile time.time() < end: pass\n")
+    script.write_text(
+        "import time\nend = time.monotonic() + 2.5\nwhile time.monotonic() < end: pass\n"
+    )
     out = tmp_path / "delay.perfetto-trace"
     proc = run_cli(
         "record", "--no-gpu", "--no-kernel-stacks", "--freq", "499", "--delay", "0.8",
@@ -189,13 +209,9 @@ def test_cpu_only_delay_window(tmp_path: Path) -> None:
         (w,) = windows(t)
         assert (w["reason"], w["end_reason"]) == ("delay", "duration")
         assert abs(w["dur"] - 1_000_000_000) < 60_000_000
-        outside = t.scalar(
-            "select count(*) from cpu_profile_stack_sample "
-            f"where ts < {w['ts']} or ts > {w['ts'] + w['dur']}"
-        )
-        inside = t.scalar("select count(*) from cpu_profile_stack_sample")
+        n, outside = cpu_sample_counts(t, w)
         assert outside == 0
-        assert inside >= 499 // 3
+        assert n >= 499 // 3
 
 
 def test_cpu_samples_follow_the_profiler_api_window(fake, tmp_path: Path) -> None:
@@ -215,21 +231,11 @@ def test_cpu_samples_follow_the_profiler_api_window(fake, tmp_path: Path) -> Non
     with open_trace(out) as t:
         (w,) = windows(t)
         assert kernel_names(t) == {"window_kernel": 10}
-        samples = t.query(
-            "select count(*) n, sum(ts < "
-            f"{w['ts']} or ts > {w['ts'] + w['dur']}) outside from cpu_profile_stack_sample"
-        )[0]
+        n, outside = cpu_sample_counts(t, w)
         # 0.5 s of CPU inside at 499 Hz; the 2 x 0.5 s outside left no sample.
-        assert samples["n"] >= 499 // 5, proc.stderr
-        assert samples["outside"] == 0
-        frames = {
-            r["name"]
-            for r in t.query(
-                "select distinct f.name from cpu_profile_stack_sample s "
-                "join stack_profile_callsite c on c.id = s.callsite_id "
-                "join stack_profile_frame f on f.id = c.frame_id"
-            )
-        }
+        assert n >= 499 // 5, proc.stderr
+        assert outside == 0
+        frames = cpu_sample_frames(t)
         assert "burn_inside_window" in frames
         assert "burn_outside_window" not in frames
 
