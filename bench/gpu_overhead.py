@@ -7,12 +7,15 @@
 `bench` runs each workload as a fresh process per mode, modes interleaved round by round so
 drift hits every mode alike, and reports the median of the per-round medians of step time:
 baseline, xpu-perf with everything on, xpu-perf knob variants (no stacks, no Python frames,
-kernels only, no nested driver callbacks), torch.profiler with and without `with_stack`.
+kernels only), torch.profiler with and without `with_stack`.
 The xpu-perf modes load the injection library exactly as `record` does (the collector only
-runs after the target exits, so it is not part of step time).  `--set` picks the modes
-(MODE_SETS): core (the headline numbers), knobs, floor, kinds, stacks, selftime (the
-library's own callback time by part, XPU_PERF_SELFTIME), dispatch, domains and api_path
-(what CUPTI itself costs), limit (CUPTI's floor and the headline in one machine start).
+runs after the target exits, so it is not part of step time): the product library, or, for a
+mode that sets a measurement-only switch (EXPERIMENT_SWITCHES: cupti_inject/src/experiments.h),
+the experiments build of the same sources (`inject_build.build(experiments=True)`).  `--set`
+picks the modes (MODE_SETS): core (the headline numbers), knobs, floor, kinds, stacks,
+selftime (the library's own callback time by part, XPU_PERF_SELFTIME), dispatch (what CUPTI
+itself costs), limit (CUPTI's floor and the headline in one machine start).  Switches whose
+question is answered were removed with their modes (docs/benchmarks.md, "Removed switches").
 `verify` runs `xpu-perf record --no-cpu` on the four workloads (bench/workloads/);
 `--only multi_gpu` records the two-GPU workload on a machine with two GPUs.
 `check` reads those traces back through trace_processor and asserts the issue's criteria.
@@ -46,65 +49,34 @@ XPU_MODES = {  # mode -> injection environment
     "xpu_no_stacks": {"XPU_PERF_STACKS": "0"},
     "xpu_no_python": {"XPU_PERF_PYTHON": "0"},
     "xpu_kernels_only": {"XPU_PERF_KINDS": "kernel"},
-    "xpu_no_nested_driver": {"XPU_PERF_NESTED_DRIVER": "0"},
     # floors: CUPTI activity alone (no API callbacks), API callbacks alone (no activity)
     "cupti_activity_only": {"XPU_PERF_CALLBACKS": "0"},
     "xpu_callbacks_only": {"XPU_PERF_KINDS": "none"},
     "xpu_no_sync_records": {"XPU_PERF_KINDS": "kernel,memcpy,memset,marker"},
     "xpu_hw_trace": {"XPU_PERF_HW_TRACE": "1"},
     "xpu_sync_activity": {"XPU_PERF_SYNC_ACTIVITY": "1"},  # sync from CUPTI's records
-    "xpu_backtrace": {"XPU_PERF_BACKTRACE": "1"},  # glibc backtrace() for launch stacks
     # the library's own callback time by part (printed at exit, kept in stream_stats)
     "xpu_selftime": {"XPU_PERF_SELFTIME": "1"},
     "xpu_selftime_no_python": {"XPU_PERF_SELFTIME": "1", "XPU_PERF_PYTHON": "0"},
-    "xpu_selftime_no_prefetch": {"XPU_PERF_SELFTIME": "1", "XPU_PERF_UNWIND_PREFETCH": "0"},
     # CUPTI's callback dispatch with callbacks that return at once, no activity
     "cupti_callbacks_noop": {"XPU_PERF_KINDS": "none", "XPU_PERF_CALLBACK_NOOP": "1"},
     "xpu_callbacks_only_no_stacks": {"XPU_PERF_KINDS": "none", "XPU_PERF_STACKS": "0"},
-    "cupti_kernels_api_activity_unparsed": {
-        "XPU_PERF_CALLBACKS": "0",
-        "XPU_PERF_PARSE": "0",
-        "XPU_PERF_KINDS": "kernel",
-        "XPU_PERF_API_ACTIVITY": "1",
-    },
-    "cupti_kernels_api_activity": {  # parsed: records_other counts the API records
-        "XPU_PERF_CALLBACKS": "0",
-        "XPU_PERF_KINDS": "kernel",
-        "XPU_PERF_API_ACTIVITY": "1",
-    },
     "cupti_kernels_callbacks_noop": {
         "XPU_PERF_PARSE": "0",
         "XPU_PERF_KINDS": "kernel",
         "XPU_PERF_CALLBACK_NOOP": "1",
     },
-    **{
-        f"cupti_callbacks_noop_{d}": {
-            "XPU_PERF_KINDS": "none",
-            "XPU_PERF_CALLBACK_NOOP": "1",
-            "XPU_PERF_DOMAINS": d,
-        }
-        for d in ("runtime", "driver")
-    },
-    # CUPTI buffer attributes: calloc'ed buffers CUPTI need not zero, larger device buffers
-    "xpu_zeroed_buffers": {"XPU_PERF_ZEROED_BUFFERS": "1"},
+    # CUPTI buffer attribute: larger device buffers
     "xpu_device_buffer_64mb": {"XPU_PERF_DEVICE_BUFFER_MB": "64"},
-    # where CUPTI's own cost ends: no periodic cuptiActivityFlushAll, CUPTI's own clock,
-    # buffers freed unread (the last two break the trace; measurement only)
+    # where CUPTI's own cost ends: no periodic cuptiActivityFlushAll, buffers freed unread
+    # (the last breaks the trace; measurement only)
     "xpu_no_periodic_flush": {"XPU_PERF_FLUSH_MS": "600000"},
-    "xpu_cupti_clock": {"XPU_PERF_TS_CALLBACK": "0"},
     "cupti_activity_unparsed": {"XPU_PERF_CALLBACKS": "0", "XPU_PERF_PARSE": "0"},
     "cupti_kernels_unparsed": {
         "XPU_PERF_CALLBACKS": "0",
         "XPU_PERF_PARSE": "0",
         "XPU_PERF_KINDS": "kernel",
     },
-    "cupti_serial_kernels_unparsed": {
-        "XPU_PERF_CALLBACKS": "0",
-        "XPU_PERF_PARSE": "0",
-        "XPU_PERF_KINDS": "kernel",
-        "XPU_PERF_SERIAL_KERNELS": "1",
-    },
-    "xpu_serial_kernels": {"XPU_PERF_SERIAL_KERNELS": "1"},
 }
 # CUPTI alone (no callbacks, buffers unread) with kernels plus one more activity kind each.
 for _kind in ("sync", "memcpy", "memset", "marker"):
@@ -114,6 +86,23 @@ for _kind in ("sync", "memcpy", "memset", "marker"):
         "XPU_PERF_KINDS": f"kernel,{_kind}",
     }
 TORCH_MODES = ("torch_profiler", "torch_profiler_stack")
+# Read only by the experiments build of the injection library (cupti_inject/src/experiments.h):
+# a mode that sets one runs on that build, every other xpu-perf mode on the product library.
+EXPERIMENT_SWITCHES = frozenset(
+    {
+        "XPU_PERF_CALLBACKS",
+        "XPU_PERF_PARSE",
+        "XPU_PERF_CALLBACK_NOOP",
+        "XPU_PERF_SELFTIME",
+        "XPU_PERF_HW_TRACE",
+    }
+)
+
+
+def needs_experiments(mode: str) -> bool:
+    return mode in XPU_MODES and not EXPERIMENT_SWITCHES.isdisjoint(XPU_MODES[mode])
+
+
 MODE_SETS = {
     # the headline numbers: xpu-perf against the baseline and torch.profiler
     "core": {
@@ -145,7 +134,6 @@ MODE_SETS = {
             "baseline",
             "xpu_perf",
             "xpu_no_periodic_flush",
-            "xpu_cupti_clock",
             "cupti_activity_unparsed",
             "cupti_kernels_unparsed",
             "xpu_callbacks_only",
@@ -157,19 +145,17 @@ MODE_SETS = {
         "launch_bound": (
             "baseline",
             "xpu_perf",
-            "xpu_backtrace",
             "xpu_no_python",
             "xpu_no_stacks",
             "xpu_callbacks_only",
         )
     },
-    # where the library's own callback time goes, and CUPTI buffer attributes
+    # where the library's own callback time goes
     "selftime": {
         "launch_bound": (
             "baseline",
             "xpu_perf",
             "xpu_selftime",
-            "xpu_selftime_no_prefetch",
             "xpu_selftime_no_python",
             "xpu_no_stacks",
             "cupti_kernels_unparsed",
@@ -187,38 +173,15 @@ MODE_SETS = {
             "xpu_perf",
         )
     },
-    # the floor and the headline in one machine start: CUPTI kernel activity alone (concurrent
-    # and serialized kinds), plus callbacks that return at once, xpu-perf without and with
-    # launch stacks
+    # the floor and the headline in one machine start: CUPTI kernel activity alone, plus
+    # callbacks that return at once, xpu-perf without and with launch stacks
     "limit": {
         "launch_bound": (
             "baseline",
             "cupti_kernels_unparsed",
-            "cupti_serial_kernels_unparsed",
             "cupti_kernels_callbacks_noop",
             "xpu_no_stacks",
             "xpu_perf",
-            "xpu_serial_kernels",
-        )
-    },
-    # CUPTI's per-API activity records instead of callbacks, against the callbacks' dispatch
-    "api_path": {
-        "launch_bound": (
-            "baseline",
-            "cupti_kernels_unparsed",
-            "cupti_kernels_api_activity_unparsed",
-            "cupti_kernels_api_activity",
-            "cupti_kernels_callbacks_noop",
-            "cupti_callbacks_noop",
-        )
-    },
-    # which API callback domain carries CUPTI's dispatch cost, launch-bound only
-    "domains": {
-        "launch_bound": (
-            "baseline",
-            "cupti_callbacks_noop",
-            "cupti_callbacks_noop_runtime",
-            "cupti_callbacks_noop_driver",
         )
     },
     # which activity kind costs what (CUPTI alone), launch-bound only
@@ -251,7 +214,9 @@ def child(workload: str, steps: int, warmup: int, profiler: str) -> None:
     print(json.dumps({"ms": ms}))
 
 
-def run_mode(workload: str, mode: str, library: Path) -> dict[str, float]:
+def run_mode(workload: str, mode: str, libraries: dict[bool, Path]) -> dict[str, float]:
+    """One fresh process of `workload` under `mode`; libraries: product (False) and, where a
+    mode of the set needs it, experiments (True)."""
     steps, warmup = WORKLOADS[workload]
     env = dict(os.environ)
     profiler = "none"
@@ -260,8 +225,8 @@ def run_mode(workload: str, mode: str, library: Path) -> dict[str, float]:
         streams = tempfile.mkdtemp(prefix="xpu-bench-")
         # What `record` sets (collector.commands.record.CuptiRecording.target_env).
         env.update(
-            CUDA_INJECTION64_PATH=str(library),
-            NVTX_INJECTION64_PATH=str(library),
+            CUDA_INJECTION64_PATH=str(libraries[needs_experiments(mode)]),
+            NVTX_INJECTION64_PATH=str(libraries[needs_experiments(mode)]),
             XPU_PERF_OUT_DIR=streams,
             **XPU_MODES[mode],
         )
@@ -272,6 +237,8 @@ def run_mode(workload: str, mode: str, library: Path) -> dict[str, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"{workload}/{mode} failed: {proc.stderr[-2000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if mode in XPU_MODES:
+        result["library"] = "experiments" if needs_experiments(mode) else "product"
     selftime = [ln for ln in proc.stderr.splitlines() if ln.startswith("xpu-perf selftime")]
     if selftime:
         result["selftime"] = selftime
@@ -298,8 +265,10 @@ def run_mode(workload: str, mode: str, library: Path) -> dict[str, float]:
 def bench(out: Path, rounds: int, mode_set: str) -> dict:
     from collector.inject_build import build
 
-    library = build()
     modes_of = MODE_SETS[mode_set]
+    libraries = {False: build()}
+    if any(needs_experiments(m) for ms in modes_of.values() for m in ms):
+        libraries[True] = build(experiments=True)
     samples: dict[str, dict[str, list[float]]] = {
         w: {m: [] for m in ms} for w, ms in modes_of.items()
     }
@@ -307,7 +276,7 @@ def bench(out: Path, rounds: int, mode_set: str) -> dict:
     for r in range(rounds):
         for workload, modes in modes_of.items():
             for mode in modes:
-                res = run_mode(workload, mode, library)
+                res = run_mode(workload, mode, libraries)
                 samples[workload][mode].append(res["ms"])
                 extra.setdefault(f"{workload}.{mode}", {}).update(
                     {k: v for k, v in res.items() if k != "ms"}

@@ -29,10 +29,41 @@ SOURCE_DIR = REPO / "cupti_inject" / "src"
 SCHEMA = REPO / "protos" / "cupti_stream.def"
 LIBRARY_NAME = "libxpu_perf_cupti.so"
 SAMPLER_NAME = "libxpu_perf_sampler.so"
+# The sources of each library, by name (tests/test_inject_build.py fails on a .c file in
+# cupti_inject/src/ that is in none of these lists).  Shared by both libraries: the stream,
+# the CFI unwinder, the Python frame reader, interned strings, the module map and the
+# capture-window control page.
+SHARED_SOURCES = (
+    "modules.c",
+    "pyframes.c",
+    "stream.c",
+    "strings.c",
+    "unwind.c",
+    "window_control.c",
+)
+# The CUPTI injection library (CUDA_INJECTION64_PATH), one file per concern
+# (docs/ARCHITECTURE.md, "The injection library").
+CUPTI_SOURCES = (
+    "inject.c",
+    "config.c",
+    "api_callbacks.c",
+    "threads.c",
+    "launch_stacks.c",
+    "sync_ops.c",
+    "activity.c",
+    "nvtx.c",
+    "nvtx_window.c",
+    "windows.c",
+    "counters.c",
+    *SHARED_SOURCES,
+)
+# Measurement-only switches (experiments.h), built in only with experiments=True, which also
+# defines XPU_PERF_EXPERIMENTS: the benchmarks' library, never `record`'s.
+EXPERIMENT_SOURCES = ("experiments.c",)
+EXPERIMENTS_DEFINE = "-DXPU_PERF_EXPERIMENTS"
 # The CPU sampler is its own library (LD_PRELOAD into every process of the recorded tree,
 # with or without CUDA): the stream, unwinder and Python reader without CUPTI.
-CUPTI_ONLY = ("inject.c", "nvtx_window.c")
-SAMPLER_ONLY = ("sampler.c",)
+SAMPLER_SOURCES = ("sampler.c", *SHARED_SOURCES)
 CFLAGS = (
     "-O2",
     "-g",
@@ -140,21 +171,30 @@ def _link_name(lib_dir: Path) -> str:
     return f"-l:{versioned[0].name}"
 
 
-def build(cupti: Cupti | None = None, out_dir: Path | None = None, force: bool = False) -> Path:
+def build(
+    cupti: Cupti | None = None,
+    out_dir: Path | None = None,
+    force: bool = False,
+    experiments: bool = False,
+) -> Path:
     """Return the path of the built library, compiling it if the cache has none.
 
+    experiments: the benchmarks' variant, with the measurement-only switches of
+    cupti_inject/src/experiments.h (cached apart from the product library).
     $XPU_PERF_INJECT_LIB names a library built elsewhere (tests, a read-only install)."""
     prebuilt = os.environ.get("XPU_PERF_INJECT_LIB")
-    if prebuilt and cupti is None and out_dir is None:
+    if prebuilt and cupti is None and out_dir is None and not experiments:
         if not Path(prebuilt).is_file():
             raise BuildError(f"XPU_PERF_INJECT_LIB={prebuilt} does not exist")
         return Path(prebuilt)
     cupti = cupti or find_cupti()
-    key = f"cupti{cupti.version}-{_source_hash(str(cupti.lib_dir))}"
-    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c") if p.name not in SAMPLER_ONLY)
+    variant = "-experiments" if experiments else ""
+    key = f"cupti{cupti.version}{variant}-{_source_hash(str(cupti.lib_dir))}"
+    names = (*CUPTI_SOURCES, *EXPERIMENT_SOURCES) if experiments else CUPTI_SOURCES
     flags = [
+        *((EXPERIMENTS_DEFINE,) if experiments else ()),
         *(f"-I{d}" for d in cupti.include_dirs),
-        *sources,
+        *(str(SOURCE_DIR / name) for name in sorted(names)),
         f"-L{cupti.lib_dir}",
         _link_name(cupti.lib_dir),
         f"-Wl,-rpath,{cupti.lib_dir}",
@@ -208,7 +248,7 @@ def build_sampler(out_dir: Path | None = None, force: bool = False) -> Path:
         if not Path(prebuilt).is_file():
             raise BuildError(f"XPU_PERF_SAMPLER_LIB={prebuilt} does not exist")
         return Path(prebuilt)
-    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c") if p.name not in CUPTI_ONLY)
+    sources = [str(SOURCE_DIR / name) for name in sorted(SAMPLER_SOURCES)]
     target_dir = out_dir or cache_dir().parent / "sampler" / _source_hash("sampler")
     return _build_library(
         SAMPLER_NAME, target_dir, out_dir is None, "CPU sampler library", sources, force
@@ -216,10 +256,13 @@ def build_sampler(out_dir: Path | None = None, force: bool = False) -> Path:
 
 
 def main() -> int:
-    """`python -m collector.inject_build`: build (or find) the libraries and print their paths."""
+    """`python -m collector.inject_build [--force] [--experiments]`: build (or find) the
+    libraries and print their paths; --experiments builds the benchmarks' injection library
+    (measurement-only switches in) in place of the product one."""
+    force = "--force" in sys.argv
     try:
-        print(build_sampler(force="--force" in sys.argv))
-        print(build(force="--force" in sys.argv))
+        print(build_sampler(force=force))
+        print(build(force=force, experiments="--experiments" in sys.argv))
     except BuildError as exc:
         print(f"xpu-perf: {exc}", file=sys.stderr)
         return 2

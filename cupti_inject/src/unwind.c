@@ -10,7 +10,6 @@
 
 uint64_t xp_unwind_cfi_misses;
 uint64_t xp_unwind_fp_fallbacks;
-int xp_unwind_prefetch = 1;
 
 /* CFA_END: the CFI says this frame has no caller (DW_CFA_undefined of the return address, as
  * in _start and clone): the walk stops here instead of reading a stack word as a pc. */
@@ -443,8 +442,7 @@ __attribute__((noinline)) int xp_unwind(uint64_t *pcs, int max) {
     /* The previous unwind read each caller's return address just below its rsp: ask for
      * those stack lines all at once, so their cache misses overlap instead of queueing one
      * per frame (a prefetch never faults, so a stale address is harmless). */
-    if (xp_unwind_prefetch)
-        for (int i = 1; i < prev->n; i++) __builtin_prefetch((const void *)(prev->rsp[i] - 8));
+    for (int i = 1; i < prev->n; i++) __builtin_prefetch((const void *)(prev->rsp[i] - 8));
     while (n < max) {
         struct rule r;
         uint64_t cfa;

@@ -13,8 +13,6 @@ int xp_unwind(uint64_t *pcs, int max);
 /* Counters for the stream (per process). */
 extern uint64_t xp_unwind_cfi_misses;
 extern uint64_t xp_unwind_fp_fallbacks;
-/* Prefetch the stack lines the previous unwind read (default 1; XPU_PERF_UNWIND_PREFETCH). */
-extern int xp_unwind_prefetch;
 
 /* The CPU sampler's walk, from the registers a signal interrupted (async-signal-safe: no
  * locks, no allocation; _dl_find_object is async-signal-safe).  pcs[0] is the interrupted

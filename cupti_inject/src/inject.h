@@ -1,0 +1,173 @@
+/* Internal to the CUPTI injection library (not installed, not for the sampler): the state its
+ * files share and each file's entry points.  One job per file:
+ *   inject.c         entry point (InitializeInjection), set-up order, flush hook, exit,
+ *                    signal and fork handling
+ *   config.c         the product switches, read once (config.h)
+ *   api_callbacks.c  which APIs are traced, the callback: API rows, correlation aliases,
+ *                    the launch-site hook
+ *   threads.c        per-thread state: staged API/alias rows, thread ids and names
+ *   launch_stacks.c  the launch stack of an API call: unwind, Python frames, dedupe
+ *   sync_ops.c       SYNC rows from the sync calls' callbacks (and CUPTI's records)
+ *   activity.c       CUPTI activity buffers: request, parse records into batches, free
+ *   nvtx.c           NVTX: hand-off to CUPTI, MARKER activity once NVTX is used
+ *   windows.c        capture windows: open_window / close_window, delay timer, limit
+ *   counters.c       the counts written into the stream at the final flush
+ *   experiments.c    measurement-only switches (only with XPU_PERF_EXPERIMENTS) */
+#ifndef XP_INJECT_H
+#define XP_INJECT_H
+
+#include <cupti.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "experiments.h"
+#include "stream.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define NO_ID 0xffffffffu
+
+#define CHECK(call)                                                                          \
+    do {                                                                                     \
+        CUptiResult r_ = (call);                                                             \
+        if (r_ != CUPTI_SUCCESS) {                                                           \
+            const char *s_ = NULL;                                                           \
+            cuptiGetResultString(r_, &s_);                                                   \
+            fprintf(stderr, "xpu-perf: %s failed: %s\n", #call, s_ ? s_ : "?");             \
+        }                                                                                    \
+    } while (0)
+
+/* ---- inject.c ---- */
+/* At a thread's first traced call: our final flush must run before the driver's teardown. */
+void register_late_atexit_once(void);
+
+/* ---- api_callbacks.c ---- */
+/* What a traced API is, per callback id. */
+enum { TRACED = 1, LAUNCH = 2, SYNC_CONTEXT = 4, SYNC_STREAM = 8, SYNC_EVENT = 16, SYNC_WAIT = 32,
+       PROFILER_START = 64, PROFILER_STOP = 128 /* cudaProfilerStart/Stop, cuProfiler*: windows */ };
+#define SYNC_ANY (SYNC_CONTEXT | SYNC_STREAM | SYNC_EVENT | SYNC_WAIT)
+/* Sync ops from the API callbacks (not XPU_PERF_SYNC_ACTIVITY, callbacks on). */
+extern int sync_from_callbacks;
+void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                          const void *data);
+/* Subscribe to the traced runtime and driver APIs (and, for cudaProfilerApi windows, the
+ * profiler start/stop calls); write their names into the stream. */
+void enable_api_callbacks(CUpti_SubscriberHandle subscriber);
+/* The traced APIs' names, again (a forked child's stream is new). */
+void emit_api_names(void);
+
+/* ---- threads.c ---- */
+/* API and alias rows are staged row by row on the calling thread and turned into columnar
+ * batches only when a batch is emitted: one row is then one or two adjacent cache lines on
+ * the launch path instead of one line per column (the application's own work between two
+ * launches evicts them, so each line touched there is a cache miss). */
+struct api_row { uint32_t correlation_id, api_id, stack_id, unused; uint64_t start, end; };
+struct alias_row { uint32_t driver_correlation_id, runtime_correlation_id; };
+
+struct thread_state {
+    /* Hot: read or written at every traced call (kept together, first). */
+    pthread_mutex_t lock; /* rows vs the flushing thread */
+    int depth;
+    uint32_t tid;
+    uint32_t outer_corr;
+    uint32_t outer_api;
+    uint32_t outer_stack;
+    uint8_t outer_flags; /* TRACED/LAUNCH/SYNC_* of the outermost call, kept for its exit */
+    uint32_t n_api_rows, n_alias_rows;
+    uint64_t outer_start;
+    /* Per-thread counts (no shared cache line on the launch path); summed at flush. */
+    uint64_t n_api, n_launch, n_launch_stack, n_launch_no_stack, n_alias;
+    struct thread_state *next;
+    struct api_row *api_rows;     /* XP_BATCH_ROWS each */
+    struct alias_row *alias_rows;
+    struct xp_batch_API *api;     /* columnar scratch for emitting */
+    struct xp_batch_API_ALIAS *alias;
+#ifdef XPU_PERF_EXPERIMENTS
+    struct xp_selftime st;
+#endif
+};
+
+extern pthread_mutex_t threads_lock;
+extern struct thread_state *threads; /* every live thread's state, under threads_lock */
+extern __thread struct thread_state *tls_state __attribute__((tls_model("initial-exec")));
+
+struct thread_state *thread_state_new(void);
+/* This thread's state, made at its first traced call (NULL: out of memory). */
+static inline struct thread_state *thread_state(void) {
+    struct thread_state *ts = tls_state;
+    return ts ? ts : thread_state_new();
+}
+void threads_init(void);
+/* Turn the staged rows into a columnar chunk (caller holds ts->lock). */
+void emit_api_rows(struct thread_state *ts);
+void emit_alias_rows(struct thread_state *ts);
+/* Every thread's staged rows into the stream (the flush). */
+void threads_flush_rows(void);
+/* Only the calling thread lives on in a forked child. */
+void threads_fork_child(void);
+
+/* ---- launch_stacks.c ---- */
+extern pthread_mutex_t stack_emit_lock;
+int launch_stacks_init(void);
+/* After the stream is up: this library's code range (not part of a stack), the Python reader. */
+void launch_stacks_start(void);
+/* The stack id of the current call stack (0: none), its stack sent once on first sight. */
+uint32_t capture_stack(struct thread_state *ts);
+void launch_stacks_fork_child(void);
+
+/* ---- activity.c ---- */
+extern pthread_mutex_t activity_lock;
+int activity_init(void);
+/* Buffer callbacks and attributes (before any kind is enabled). */
+void activity_register(void);
+/* The enabled kinds per XPU_PERF_KINDS (windows.c's enable_kind). */
+void activity_enable_kinds(void);
+void activity_fork_child(void);
+
+/* ---- sync_ops.c ---- */
+int sync_ops_init(void);
+/* One SYNC row (caller holds activity_lock). */
+void push_sync(uint64_t start, uint64_t end, uint32_t correlation_id, uint32_t context,
+               uint32_t device, uint32_t stream, uint32_t type, uint32_t event_id);
+/* The sync op of a finished sync call, from its callback. */
+void add_api_sync(const CUpti_CallbackData *cb, uint8_t flags, uint64_t start, uint64_t end);
+void emit_sync_rows(void);
+void sync_ops_fork_child(void);
+
+/* ---- nvtx.c ---- */
+extern _Atomic int nvtx_used, cupti_ready, markers_enabled;
+/* MARKER activity on, once both CUPTI is set up and the process has used NVTX. */
+void enable_markers_once(void);
+/* A window opens or closes: markers follow it once the process has used NVTX. */
+void markers_follow_window(int on);
+
+/* ---- windows.c ---- */
+extern int window_mode;            /* enum xp_window_mode */
+extern atomic_int window_open;     /* 1 when no window mode is on */
+extern pthread_mutex_t window_lock; /* taken before the other locks wherever both are held */
+void configure_windows(void);
+/* Activity kind on: now without windows, else at each window's opening. */
+void enable_kind(CUpti_ActivityKind kind);
+void open_window(const char *reason);
+void close_window(const char *end_reason);
+/* After the set-up: --delay's timer (and a window already due). */
+void start_windows(void);
+/* At the final flush: a window still open ends with the process. */
+void end_open_window(void);
+void windows_fork_child(void);
+
+/* ---- counters.c ---- */
+struct xp_counters {
+    _Atomic uint64_t api_records, launches, launch_stacks, launches_no_stack, alias_records;
+    _Atomic uint64_t stacks_unique, stack_table_full, cupti_dropped, activity_buffers;
+    _Atomic uint64_t records_kernel, records_memcpy, records_memset, records_sync, records_marker;
+    _Atomic uint64_t records_other;
+    _Atomic uint64_t windows_recorded, windows_ignored;
+};
+extern struct xp_counters counters;
+void emit_counters(void);
+void counters_reset(void);
+
+#endif
