@@ -767,6 +767,14 @@ def main(args: argparse.Namespace) -> int:
             windows = sum(s.get("windows", 0) for s in stats.values())
             ignored = stats.get("cupti", {}).get("windows_ignored", 0)
             print(f"xpu-perf record: {window_summary(windows, ignored, plan)}", file=sys.stderr)
+            untracked = stats.get("cupti", {}).get("nvtx_ranges_untracked", 0)
+            if untracked:
+                print(
+                    f"xpu-perf record: {untracked} NVTX ranges could not be followed for "
+                    f"--capture-range {plan.mode} (too many domains or open ranges): a window "
+                    "may have ended late or not opened",
+                    file=sys.stderr,
+                )
         if "cpu" in stats:
             for line in cpu_summary_lines(stats["cpu"], freq):
                 print(f"xpu-perf record: {line}", file=sys.stderr)

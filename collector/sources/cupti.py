@@ -97,6 +97,7 @@ REPORTED_COUNTS = (
     "cupti_delivered_kernel",
     "windows",  # capture windows recorded (record --capture-range / --delay), all processes
     "windows_ignored",  # cudaProfilerStart calls past --capture-range-end's last window
+    "nvtx_ranges_untracked",  # NVTX ranges --capture-range nvtx:NAME could not follow
 )
 
 
@@ -171,6 +172,7 @@ class CuptiSource:
                 "api_alias_records",
                 "transport_bytes",
                 "windows_ignored",
+                "nvtx_ranges_untracked",
             ):
                 counts[key] += last.get(key, 0)
             minor = last.get("python_unsupported_minor", 0)

@@ -28,6 +28,10 @@ void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
                           CUpti_CallbackId cbid, const void *data) {
     (void)userdata;
     if (xp_exp.callback_noop) return;
+    if (domain == CUPTI_CB_DOMAIN_NVTX) {
+        nvtx_window_callback(cbid, data); /* subscribed only for --capture-range nvtx:NAME */
+        return;
+    }
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const CUpti_CallbackData *cb = data;
     if (window_mode != WINDOW_NONE) {
@@ -196,4 +200,5 @@ void enable_api_callbacks(CUpti_SubscriberHandle subscriber) {
                   driver_flags, driver_traced);
     emit_api_names();
     if (window_mode == WINDOW_PROFILER_API) enable_profiler_callbacks(subscriber);
+    subscribe_windows(subscriber);
 }

@@ -42,8 +42,13 @@ int xp_config_read(void) {
     const char *device_mb = getenv("XPU_PERF_DEVICE_BUFFER_MB");
     c->device_buffer_mb = device_mb && atoi(device_mb) > 0 ? (uint64_t)atoi(device_mb) : 0;
     const char *range = getenv("XPU_PERF_CAPTURE_RANGE");
-    if (range && strcmp(range, "cudaProfilerApi") == 0) {
-        c->window_mode = WINDOW_PROFILER_API;
+    int ranged = 1;
+    if (range && strcmp(range, "cudaProfilerApi") == 0) c->window_mode = WINDOW_PROFILER_API;
+    else if (range && strncmp(range, "nvtx:", 5) == 0) c->window_mode = WINDOW_NVTX;
+    else if (range && strcmp(range, "signal") == 0) c->window_mode = WINDOW_TREE;
+    else ranged = 0;
+    if (ranged) {
+        c->window_range = range;
         c->window_limit = env_u64("XPU_PERF_CAPTURE_RANGE_END", 1);
     } else if (getenv("XPU_PERF_WINDOW_DELAY_MS")) {
         c->window_mode = WINDOW_DELAY;

@@ -11,7 +11,9 @@
 enum xp_kind { XP_KIND_KERNEL = 1, XP_KIND_MEMCPY = 2, XP_KIND_MEMSET = 4, XP_KIND_SYNC = 8,
                XP_KIND_MARKER = 16 };
 
-enum xp_window_mode { WINDOW_NONE, WINDOW_PROFILER_API, WINDOW_DELAY };
+/* What opens the windows: cudaProfilerStart/Stop, an NVTX range by name, the target's start +
+ * --delay, or `record` (tree_open on the control page: --capture-range signal). */
+enum xp_window_mode { WINDOW_NONE, WINDOW_PROFILER_API, WINDOW_DELAY, WINDOW_NVTX, WINDOW_TREE };
 
 struct xp_config {
     int enabled;              /* XPU_PERF_OUT_DIR set: record this process */
@@ -23,7 +25,8 @@ struct xp_config {
     uint64_t device_buffer_mb; /* XPU_PERF_DEVICE_BUFFER_MB (0: CUPTI's default) */
     /* Capture windows (windows.c). */
     enum xp_window_mode window_mode;
-    uint64_t window_limit;    /* XPU_PERF_CAPTURE_RANGE_END (cudaProfilerApi; default 1, 0: all) */
+    uint64_t window_limit;    /* XPU_PERF_CAPTURE_RANGE_END (default 1, 0: all) */
+    const char *window_range; /* XPU_PERF_CAPTURE_RANGE as given (nvtx:NAME: the windows' reason) */
     int has_t0;               /* XPU_PERF_WINDOW_T0_NS given */
     uint64_t window_t0_ns;    /* XPU_PERF_WINDOW_T0_NS: the target's start (CLOCK_MONOTONIC) */
     uint64_t window_delay_ms; /* XPU_PERF_WINDOW_DELAY_MS */

@@ -3,6 +3,7 @@
  * prints them and puts them into the trace's metadata.  A stream without them is one whose
  * process ended without that flush. */
 #include "inject.h"
+#include "nvtx_window.h"
 #include "pyframes.h"
 #include "unwind.h"
 
@@ -38,6 +39,8 @@ void emit_counters(void) {
     xp_emit_counter("records_other", counters.records_other);
     xp_emit_counter("windows", counters.windows_recorded);
     xp_emit_counter("windows_ignored", counters.windows_ignored);
+    /* NVTX ranges the capture-range matching could not follow (nvtx_window.c). */
+    xp_emit_counter("nvtx_ranges_untracked", xp_nvtx_window_untracked());
     xp_emit_counter("unwind_cfi_misses", xp_unwind_cfi_misses);
     xp_emit_counter("unwind_fp_fallbacks", xp_unwind_fp_fallbacks);
     xp_emit_counter("python_guard_failures", xp_py_guard_failures);

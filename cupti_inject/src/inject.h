@@ -154,6 +154,10 @@ void open_window(const char *reason);
 void close_window(const char *end_reason);
 /* After the set-up: --delay's timer (and a window already due). */
 void start_windows(void);
+/* After cuptiSubscribe: NVTX callbacks for --capture-range nvtx:NAME. */
+void subscribe_windows(CUpti_SubscriberHandle subscriber);
+/* An NVTX callback (CUPTI_CB_DOMAIN_NVTX): may open or close an NVTX window. */
+void nvtx_window_callback(CUpti_CallbackId cbid, const void *data);
 /* At the final flush: a window still open ends with the process. */
 void end_open_window(void);
 void windows_fork_child(void);

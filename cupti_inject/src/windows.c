@@ -1,19 +1,27 @@
-/* Capture windows (record --capture-range cudaProfilerApi, --delay/--duration): with a window
+/* Capture windows (record --capture-range cudaProfilerApi|nvtx:NAME|signal, --delay/--duration): with a window
  * mode on, API calls and GPU ops are recorded only while a window is open.  Outside one the
  * cost is near zero: the API callbacks return after one flag load (no unwinding, no rows) and
  * the GPU activity kinds are disabled in CUPTI, so it produces no records at all; opening a
  * window enables them again.  GPU ops launched inside a window are kept when they finish
  * after it: CUPTI decides at launch, and the close flushes the buffers.
  *
- * Whatever opens or closes a window (the profiler API callbacks in api_callbacks.c, the delay
- * timer here) calls open_window(reason) / close_window(end_reason); each window becomes one
- * WINDOW row.  At most XPU_PERF_CAPTURE_RANGE_END windows are recorded (0: every one). */
+ * Whatever opens or closes a window (the profiler API callbacks in api_callbacks.c, the NVTX
+ * callbacks through nvtx_window.c, the delay timer and the control-page poll here) calls
+ * open_window(reason) / close_window(end_reason); each window becomes one WINDOW row.  At most
+ * XPU_PERF_CAPTURE_RANGE_END windows are recorded (0: every one).  Each open window counts in
+ * the control page's process_windows (window_control.h), which the CPU sampler of every
+ * process of the tree follows. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "inject.h"
+#include "nvtx_window.h"
+#include "window_control.h"
+
+/* --capture-range signal: how often the control page is read for record's toggles. */
+#define TREE_POLL_MS 10
 
 int window_mode = WINDOW_NONE;
 atomic_int window_open = 1;
@@ -29,6 +37,13 @@ static struct xp_batch_WINDOW *window_batch;
  * from the target's start as `record` saw it); 0 duration: open until the process ends. */
 static uint64_t delay_open_ns, delay_close_ns;
 static atomic_int delay_thread_done;
+static const char *range_reason = ""; /* the NVTX windows' reason: "nvtx:NAME" as given */
+
+/* The windows open in this process, as the CPU samplers of the tree see them. */
+static void count_process_window(int delta) {
+    struct xp_window_control *c = xp_window_control();
+    if (c) atomic_fetch_add(&c->process_windows, delta);
+}
 
 /* Turn the window's activity kinds on or off (caller holds window_lock). */
 static void set_window_kinds(int on) {
@@ -63,6 +78,7 @@ void open_window(const char *reason) {
     window_reason = reason;
     window_start_ns = xp_now_ns();
     atomic_store(&window_open, 1);
+    count_process_window(1);
     pthread_mutex_unlock(&window_lock);
 }
 
@@ -76,6 +92,7 @@ void close_window(const char *end_reason) {
     uint64_t end = xp_now_ns();
     set_window_kinds(0);
     push_window_row(end, end_reason);
+    count_process_window(-1);
     pthread_mutex_unlock(&window_lock);
     /* Hand over what CUPTI holds of this window now rather than at the next periodic pull,
      * so that a process that never opens another window loses nothing of this one. */
@@ -88,6 +105,7 @@ void end_open_window(void) {
     if (atomic_load(&window_open)) {
         atomic_store(&window_open, 0);
         push_window_row(xp_now_ns(), "exit");
+        count_process_window(-1);
     }
     pthread_mutex_unlock(&window_lock);
 }
@@ -121,11 +139,46 @@ static void start_delay_thread(void) {
     else fprintf(stderr, "xpu-perf: cannot start the --delay timer thread: no window opens\n");
 }
 
+/* --capture-range signal: `record` opens and closes the tree's window on the control page;
+ * this thread follows it.  Two toggles within one poll leave no window (nothing ran in it). */
+static void *tree_thread_main(void *arg) {
+    struct xp_window_control *c = arg;
+    struct timespec pause_for = {0, TREE_POLL_MS * 1000000L};
+    for (;;) {
+        int want = atomic_load_explicit(&c->tree_open, memory_order_acquire) != 0;
+        if (want != atomic_load(&window_open)) {
+            if (want) open_window("signal");
+            else close_window("signal");
+        }
+        nanosleep(&pause_for, NULL);
+    }
+    return NULL;
+}
+
+static void start_tree_thread(void) {
+    struct xp_window_control *c = xp_window_control();
+    pthread_t t;
+    if (!c) {
+        fprintf(stderr, "xpu-perf: no window control page (XPU_PERF_WINDOW_CONTROL): no capture "
+                        "window opens in this process\n");
+        return;
+    }
+    if (pthread_create(&t, NULL, tree_thread_main, c) == 0) pthread_detach(t);
+    else fprintf(stderr, "xpu-perf: cannot start the window thread: no capture window opens\n");
+}
+
 /* The window mode from the configuration (before any kind is enabled). */
 void configure_windows(void) {
     window_mode = xp_config.window_mode;
-    if (window_mode == WINDOW_PROFILER_API) {
+    if (window_mode == WINDOW_PROFILER_API || window_mode == WINDOW_TREE) {
         window_limit = xp_config.window_limit;
+    } else if (window_mode == WINDOW_NVTX) {
+        window_limit = xp_config.window_limit;
+        range_reason = xp_config.window_range;
+        if (xp_nvtx_window_configure(range_reason + strlen("nvtx:")) != 0) {
+            fprintf(stderr, "xpu-perf: --capture-range %s: not an NVTX range name: recording "
+                            "nothing\n", range_reason);
+        }
     } else if (window_mode == WINDOW_DELAY) {
         /* From the target's start (`record` passes its CLOCK_MONOTONIC time), else from now. */
         uint64_t t0 = xp_config.has_t0 ? xp_config.window_t0_ns : xp_now_ns();
@@ -154,7 +207,30 @@ void enable_kind(CUpti_ActivityKind kind) {
         window_kinds[n_window_kinds++] = kind;
 }
 
+/* After cuptiSubscribe: the callbacks the window mode needs beyond the traced APIs. */
+void subscribe_windows(CUpti_SubscriberHandle subscriber) {
+    if (window_mode != WINDOW_NVTX) return;
+    if (xp_nvtx_window_enable(subscriber) != CUPTI_SUCCESS)
+        fprintf(stderr, "xpu-perf: cannot subscribe to the NVTX callbacks: no capture window "
+                        "opens\n");
+}
+
+void nvtx_window_callback(CUpti_CallbackId cbid, const void *data) {
+    if (window_mode != WINDOW_NVTX) return;
+    switch (xp_nvtx_window_event(cbid, data)) {
+    case XP_NVTX_OPEN: open_window(range_reason); break;
+    case XP_NVTX_CLOSE: close_window("range end"); break;
+    case XP_NVTX_NONE: break;
+    }
+}
+
 void start_windows(void) {
+    if (window_mode == WINDOW_TREE) {
+        struct xp_window_control *c = xp_window_control();
+        if (c && atomic_load(&c->tree_open)) open_window("signal"); /* started inside one */
+        start_tree_thread();
+        return;
+    }
     if (window_mode != WINDOW_DELAY) return;
     /* Already past the delay (--delay 0, or a process started later): open before the
      * application's first call rather than whenever the timer thread first runs. */
@@ -167,7 +243,12 @@ void windows_fork_child(void) {
     pthread_mutex_init(&window_lock, NULL);
     counters.windows_recorded = counters.windows_ignored = 0;
     if (window_batch) window_batch->rows = 0;
-    /* The child's stream starts now: a window open at the fork is its window from here. */
-    if (atomic_load(&window_open)) window_start_ns = xp_now_ns();
+    /* The child's stream starts now: a window open at the fork is its window from here, and
+     * counts as one more open window until the child closes it. */
+    if (window_mode != WINDOW_NONE && atomic_load(&window_open)) {
+        window_start_ns = xp_now_ns();
+        count_process_window(1);
+    }
     if (window_mode == WINDOW_DELAY && !atomic_load(&delay_thread_done)) start_delay_thread();
+    if (window_mode == WINDOW_TREE) start_tree_thread(); /* threads do not survive a fork */
 }
