@@ -20,6 +20,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from collector import model
+from collector.model import Frame, Stack
+
 NCCL_NAMES = (
     "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)",
@@ -127,3 +130,90 @@ def rank_kineto(path: Path, spec: RankSpec) -> Path:
 
 def kernels_per_rank(spec: RankSpec) -> int:
     return spec.steps * (len(_COMPUTE) + len(_NCCL))
+
+
+# -- the same job as `record` writes it ------------------------------------------------
+MONO_T0_NS = 50_000_000_000  # the monotonic clock of the recorded traces at their first step
+SAMPLE_STACK = Stack((Frame("main", "/usr/bin/python3"), Frame("train_step", "/app/train.so")))
+LAUNCH_STACK = Stack((Frame("train_step", "/app/train.so"), Frame("cudaLaunchKernel", "libcudart")))
+
+
+def recorded_rank_trace(
+    path: Path,
+    spec: RankSpec,
+    snapshot: dict[int, int],
+    window_steps: tuple[int, int] | None = None,
+) -> Path:
+    """A trace in `record`'s form, by the real writer: CLOCK_MONOTONIC timestamps with a
+    BOOTTIME/MONOTONIC/REALTIME snapshot, a ranked process, API calls with launch stacks and
+    flows to their kernels (the job's layout), one CPU sample per step, the host in the
+    metadata and, with `window_steps` (first, last), one capture window around those steps.
+    `spec.skew_us` shifts the events as in rank_kineto."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    from collector.commands.record import write_windows
+    from exporters.perfetto.writer import TraceWriter
+
+    pid, tid = spec.pid, spec.pid
+    events: list[model.Event] = [
+        model.ranked_process(pid, "python", ("python", "train.py"), spec.rank, 0, spec.world_size),
+        model.ThreadInfo(pid, tid, "python"),
+        model.GpuDevice(0, "NVIDIA H200"),
+    ]
+    correlation = 0
+    for step in range(spec.steps):
+        base = MONO_T0_NS + step * STEP_US * 1000 + round(spec.skew_us * 1000)
+        events.append(
+            model.CpuSlice(pid, tid, base - 30_000, (530 + spec.slow_us) * 1000, f"step {step}")
+        )
+        events.append(model.CpuSample(pid, tid, base - 29_000, SAMPLE_STACK))
+        kernels = [
+            (COMPUTE_NAME, s, e + (spec.slow_us if i == 2 else 0), COMPUTE_STREAM)
+            for i, (s, e) in enumerate(_COMPUTE)
+        ] + [(name, s, e, NCCL_STREAM) for name, (s, e) in zip(NCCL_NAMES, _NCCL, strict=True)]
+        for name, start, end, stream in sorted(kernels, key=lambda k: k[1]):
+            correlation += 1
+            flow = model.flow_id(pid, correlation)
+            launch = base + (start - 25) * 1000
+            events.append(
+                model.CpuSlice(
+                    pid,
+                    tid,
+                    launch,
+                    5000,
+                    "cudaLaunchKernel",
+                    model.CAT_CUDA_API,
+                    {"correlation_id": correlation},
+                    flow_ids=(flow,),
+                    launch_stack=LAUNCH_STACK,
+                )
+            )
+            events.append(
+                model.GpuOp(
+                    0,
+                    stream,
+                    base + start * 1000,
+                    (end - start) * 1000,
+                    name,
+                    model.CAT_KERNEL,
+                    {"correlation_id": correlation},
+                    correlation_id=correlation,
+                    terminating_flow_ids=(flow,),
+                )
+            )
+    with TraceWriter(
+        path,
+        command_line=["xpu-perf", "record", "--", "torchrun", "train.py"],
+        clock_id=pb.BUILTIN_CLOCK_MONOTONIC,
+        clock_snapshot=snapshot,
+        sample_frequency_hz=99,
+    ) as writer:
+        writer.producer("cupti").write_all(events)
+        writer.set_metadata("host", spec.host)
+        if window_steps is not None:
+            first, last = window_steps
+            skew = round(spec.skew_us * 1000)
+            start = MONO_T0_NS + first * STEP_US * 1000 - 40_000 + skew
+            end = MONO_T0_NS + last * STEP_US * 1000 + 600_000 + skew
+            write_windows(writer, [model.CaptureWindow(pid, start, end, "cudaProfilerApi", "exit")])
+    return path

@@ -96,6 +96,8 @@ def merge_traces(
         raise UserError(f"output {output} is also an input")
     if not output.parent.is_dir():
         raise UserError(f"cannot write {output}: no directory {output.parent}")
+    if output.is_dir():
+        raise UserError(f"cannot write {output}: it is a directory")
     inputs = read_inputs(list(paths))
     bases = [clocks.clock_basis(inp.head) for inp in inputs]
     offsets = clocks.clock_offsets(bases, align)

@@ -193,7 +193,11 @@ class TraceWriter:
         self._chunks.flush()
         self._deflater.finish()
         self._close_file()
-        os.replace(self.tmp_path, self.path)
+        try:
+            os.replace(self.tmp_path, self.path)
+        except OSError:
+            self.tmp_path.unlink(missing_ok=True)  # nothing half-written left behind
+            raise
         return self.path
 
     def abort(self) -> None:
