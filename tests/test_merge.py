@@ -285,3 +285,28 @@ def test_output_must_not_be_an_input(kineto_ranks: list[Path], tmp_path: Path) -
     assert proc.returncode == 2 and "also an input" in proc.stderr
     assert copy.read_bytes() == before
     assert os.listdir(tmp_path) == ["copy.perfetto-trace"]
+
+
+def test_record_output_merges_with_a_copy_of_itself(tmp_path: Path) -> None:
+    """The real `record` path (fake CUPTI: the injection library, the columnar writer,
+    launch stacks; CPU samples where eBPF runs): two copies stand for two nodes that
+    recorded the same pids."""
+    from .report_inputs import record_fake_gpu_app
+
+    recorded = record_fake_gpu_app(tmp_path).path
+    copy = tmp_path / "copy.perfetto-trace"
+    shutil.copy(recorded, copy)
+    out = tmp_path / "merged.perfetto-trace"
+    _merge([recorded, copy], out)
+    with open_trace(recorded) as t:
+        alone = _counts(t)
+        processes = t.scalar("select count(*) from xpu_process")
+    with open_trace(out) as t:
+        merged = _counts(t)
+        pids = [r["pid"] for r in t.query("select pid from xpu_process")]
+    assert alone["kernels"] > 0 and alone["launch_stacks"] > 0
+    assert merged["errors"] == 0
+    for key in ("flows", "kernels", "samples", "launch_stacks", "cpu_samples"):
+        assert merged[key] == 2 * alone[key], key
+    assert merged["slices"] == 2 * alone["slices"] + 1
+    assert len(pids) == 2 * processes == len(set(pids))

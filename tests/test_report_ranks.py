@@ -93,8 +93,7 @@ def test_window_limits_the_numbers(tmp_path: Path) -> None:
         pb.BUILTIN_CLOCK_REALTIME: 1_780_000_000_000_000_000,
     }
     traces = [
-        recorded_rank_trace(tmp_path / f"n{s.rank}.perfetto-trace", s, snap, (1, 2))
-        for s in SPECS
+        recorded_rank_trace(tmp_path / f"n{s.rank}.perfetto-trace", s, snap, (1, 2)) for s in SPECS
     ]
     merged = tmp_path / "merged.perfetto-trace"
     run_cli("merge", "-o", merged, *traces, check=True)

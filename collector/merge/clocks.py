@@ -68,3 +68,21 @@ def clock_offsets(bases: list[ClockBasis], align: str) -> list[int]:
         return [0] * len(bases)
     least = min(known)
     return [0 if b.realtime_at_zero is None else b.realtime_at_zero - least for b in bases]
+
+
+def least_offset(head: TraceHead) -> int:
+    """The smallest offset that keeps the input's times at or after 0 in BOOTTIME: `record`
+    reads BOOTTIME before MONOTONIC, so without a suspend its MONOTONIC 0 (the zero of
+    every incremental clock) reads a few microseconds before BOOTTIME 0."""
+    snap = head.clock_snapshot
+    if BOOTTIME not in snap:
+        return 0
+    return max([0] + [snap[c] - snap[BOOTTIME] for c in snap if c not in (BOOTTIME, REALTIME)])
+
+
+def lift(offsets: list[int], heads: list[TraceHead]) -> list[int]:
+    """`offsets` moved together (the alignment unchanged) until every input's is at least
+    its least_offset()."""
+    lift_by = max([0] + [least_offset(h) - off for h, off in zip(heads, offsets, strict=True)])
+    return [off + lift_by for off in offsets]
+

@@ -106,6 +106,7 @@ def merge_traces(
         ends = [nccl.collective_ends(inp.path, shell) for inp in inputs]
         report.nccl = nccl.refine(ends, offsets)
         offsets = report.nccl.offsets
+    offsets = clocks.lift(offsets, [inp.head for inp in inputs])
     try:
         writer = TraceWriter(
             output,
