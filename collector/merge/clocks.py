@@ -85,4 +85,3 @@ def lift(offsets: list[int], heads: list[TraceHead]) -> list[int]:
     its least_offset()."""
     lift_by = max([0] + [least_offset(h) - off for h, off in zip(heads, offsets, strict=True)])
     return [off + lift_by for off in offsets]
-
