@@ -69,17 +69,20 @@ def expand(specs: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(traces))
 
 
-def query_one(trace: str, sql: str, shell: str | None = None) -> TraceResult:
-    """Open one trace, run the SQL with the shared views, close it.  Runs in a worker."""
+def query_one(
+    trace: str, sql: str, shell: str | None = None, window: int | None = None
+) -> TraceResult:
+    """Open one trace, run the SQL with the shared views (over capture window `window` of
+    each process, or the whole trace), close it.  Runs in a worker."""
     # Imported here: a worker pays for the engine, the CLI's --help does not.
     from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
-    from exporters.perfetto.views import load_views
+    from exporters.perfetto.views import WindowError, load_views
 
     try:
         with open_trace(trace, shell) as t:
-            load_views(t)
+            load_views(t, window)
             columns, rows = t.query_columns(sql)
-    except (TraceOpenError, QueryError) as exc:
+    except (TraceOpenError, QueryError, WindowError) as exc:
         return TraceResult(trace, error=str(exc))
     return TraceResult(trace, list(columns), [tuple(r) for r in rows])
 
@@ -91,28 +94,28 @@ def run(
     shell: str | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
+    window: int | None = None,
 ) -> Iterator[TraceResult]:
     """The result of every trace, in the order of `traces`."""
     if scheduler is not None:
-        yield from _run_dask(traces, sql, shell, scheduler)
+        yield from _run_dask(traces, sql, shell, scheduler, window)
         return
     workers = max(1, min(jobs or os.cpu_count() or 1, len(traces)))
     if workers == 1:
         for trace in traces:
-            yield query_one(trace, sql, shell)
+            yield query_one(trace, sql, shell, window)
         return
     # spawn, not fork: a worker starts from a clean interpreter whatever threads or engine
     # state the parent holds.
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         # chunksize 1: traces differ in size by orders of magnitude; an idle worker takes
         # the next one.
-        yield from pool.map(
-            query_one, traces, [sql] * len(traces), [shell] * len(traces), chunksize=1
-        )
+        n = len(traces)
+        yield from pool.map(query_one, traces, [sql] * n, [shell] * n, [window] * n, chunksize=1)
 
 
 def _run_dask(
-    traces: Sequence[str], sql: str, shell: str | None, scheduler: str
+    traces: Sequence[str], sql: str, shell: str | None, scheduler: str, window: int | None
 ) -> Iterator[TraceResult]:
     try:
         from distributed import Client
@@ -127,7 +130,7 @@ def _run_dask(
     with client:
         # pure=False: the same path may hold a new trace by the next run; never reuse a
         # cached answer.
-        futures = client.map(query_one, traces, sql=sql, shell=shell, pure=False)
+        futures = client.map(query_one, traces, sql=sql, shell=shell, window=window, pure=False)
         for trace, future in zip(traces, futures, strict=True):
             try:
                 yield future.result()

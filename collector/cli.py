@@ -11,7 +11,7 @@ from collector import __version__
 from collector.errors import UserError
 
 # name -> module; each module has add_parser(subparsers) and main(args) -> int.
-COMMANDS = ("record", "convert", "query", "folded", "view", "report", "flamegraph")
+COMMANDS = ("record", "convert", "merge", "query", "folded", "view", "report", "flamegraph")
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:

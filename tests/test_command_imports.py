@@ -33,6 +33,7 @@ _READER = ("exporters.perfetto.trace_processor", "perfetto.trace_processor")
 FORBIDDEN = {
     "record": _QUERY_ENGINE + _CONVERTER + _READER,
     "convert": _QUERY_ENGINE + _RECORDER + _READER,
+    "merge": _QUERY_ENGINE + _RECORDER + _CONVERTER + _WRITER,
     "query": _QUERY_ENGINE + _RECORDER + _CONVERTER + _WRITER,
     "folded": _QUERY_ENGINE + _RECORDER + _CONVERTER + _WRITER,
     "report": _QUERY_ENGINE + _RECORDER + _CONVERTER + _WRITER,

@@ -26,7 +26,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "the most GPU time and every drop/match counter. -o also writes a self-contained "
         "HTML page with a utilisation timeline and an interactive flamegraph.",
     )
-    p.add_argument("trace", type=Path, help=".perfetto-trace file")
+    p.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help=".perfetto-trace file (with --ranks: several, a directory or a glob)",
+    )
+    p.add_argument(
+        "--ranks",
+        action="store_true",
+        help="only the per-rank table: GPU busy, compute vs NCCL communication, NCCL time "
+        "not hidden by compute, step times, and the slowest rank; of one (merged) trace, or "
+        "of several traces queried in parallel (one table, a `trace` column first)",
+    )
+    p.add_argument(
+        "--steps",
+        metavar="NAME",
+        default=None,
+        help="with --ranks: the step slices (NVTX ranges or any slice on a rank's threads), "
+        "a name or GLOB pattern (default: 'ProfilerStep#*')",
+    )
+    p.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="with --ranks: the table's format (csv/json: numbers in ns, unrounded)",
+    )
     p.add_argument("-o", "--output", type=Path, help="also write this HTML page")
     p.add_argument(
         "--top", type=int, default=DEFAULT_TOP, help=f"rows per table (default: {DEFAULT_TOP})"
@@ -56,6 +81,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.ranks:
+        from collector.commands.report_ranks import report_ranks
+
+        return report_ranks(args)
+    if args.steps is not None or args.format != "table":
+        raise UserError("--steps and --format go with --ranks")
+    if len(args.traces) != 1:
+        raise UserError("one trace at a time (several only with --ranks)")
+    args.trace = Path(args.traces[0])
     if args.top < 1:
         raise UserError("--top must be at least 1")
     if not 1 <= args.bins <= 2000:

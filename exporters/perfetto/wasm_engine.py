@@ -150,7 +150,15 @@ class WasmTransport:
         return out
 
     def close(self) -> None:
+        """Free the engine's memory (the trace's tables: tens of MB and more).  The store
+        holds the import callbacks, which hold this object: a cycle through wasmtime's
+        native side that Python's collector cannot see, so without dropping the store here
+        every trace opened stayed in memory until the process ended (a batch-query worker
+        grew by each trace it opened)."""
         self._replies.clear()
+        self._memory = None
+        for name in ("_on_request", "_instance", "_store"):
+            self.__dict__.pop(name, None)  # a second close finds them gone
 
     # --- callbacks from the engine ------------------------------------------------------
     def _on_reply(self, ptr: int, size: int) -> None:

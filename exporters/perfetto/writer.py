@@ -173,6 +173,16 @@ class TraceWriter:
         end.track_event.track_uuid = track
         self._chunks.emit(end)
 
+    def new_sequence_id(self) -> int:
+        """A trusted_packet_sequence_id of its own for packets written by write_packet()
+        (merge: each input sequence keeps its interning and clocks apart)."""
+        return self._trace.next_seq_id()
+
+    def write_packet(self, packet: bytes) -> None:
+        """One already-encoded TracePacket, as it is (merge passes the packets of other
+        xpu-perf traces through, their ids remapped); it goes into the file in call order."""
+        self._chunks.emit_bytes(wire.frame(packet))
+
     def close(self) -> Path:
         """Flush everything, write the metadata, and move the file into place."""
         if self._file is None:
@@ -183,7 +193,11 @@ class TraceWriter:
         self._chunks.flush()
         self._deflater.finish()
         self._close_file()
-        os.replace(self.tmp_path, self.path)
+        try:
+            os.replace(self.tmp_path, self.path)
+        except OSError:
+            self.tmp_path.unlink(missing_ok=True)  # nothing half-written left behind
+            raise
         return self.path
 
     def abort(self) -> None:

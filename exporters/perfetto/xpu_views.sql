@@ -82,6 +82,19 @@ SELECT p.upid, p.pid, p.name,
      AND a.string_value GLOB 'local_rank=*') AS local_rank,
   (SELECT CAST(substr(a.string_value, 12) AS INT) FROM args a
    WHERE a.arg_set_id = p.arg_set_id AND a.flat_key = 'chrome.process_label'
-     AND a.string_value GLOB 'world_size=*') AS world_size
+     AND a.string_value GLOB 'world_size=*') AS world_size,
+  -- `merge` labels each process with its input's host; a trace of one node has the host
+  -- in its metadata (record; convert where the Kineto trace names it).
+  coalesce(
+    (SELECT substr(a.string_value, 6) FROM args a
+     WHERE a.arg_set_id = p.arg_set_id AND a.flat_key = 'chrome.process_label'
+       AND a.string_value GLOB 'host=*'),
+    (SELECT string_value FROM xpu_metadata WHERE key = 'host')) AS host
 FROM process p
 WHERE p.pid != 0;
+
+-- NCCL kernels: the GPU side of collective communication (ncclDevKernel_*, ncclKernel_*);
+-- every other kernel is computation.
+CREATE PERFETTO VIEW xpu_nccl_kernel AS
+SELECT * FROM xpu_gpu_op
+WHERE category = 'kernel' AND (name LIKE 'nccl%' OR name LIKE 'void nccl%');

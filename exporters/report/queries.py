@@ -25,7 +25,9 @@ DEFAULT_BINS = 120
 class Column:
     key: str  # column of the SQL result
     title: str
-    kind: str = "text"  # text | name (long) | stack | count | ns | pct | bytes | gbps
+    # text | name (long) | stack | id (a number as it is: pid, rank) | count | ns | pct
+    # | bytes | gbps
+    kind: str = "text"
 
 
 @dataclass(frozen=True)

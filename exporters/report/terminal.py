@@ -26,12 +26,12 @@ def print_report(report: Report, console: Console | None = None) -> None:
     console.print(facts)
     for section in report.sections:
         console.print()
-        _print_section(console, section)
+        print_section(console, section)
         if section.key == "gpu_streams":
             _print_sparklines(console, report.timeline)
 
 
-def _print_section(console: Console, section: Section) -> None:
+def print_section(console: Console, section: Section) -> None:
     if not section.rows:
         console.print(f"[bold]{section.title}[/bold]: {section.empty}")
         return

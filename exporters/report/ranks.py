@@ -1,0 +1,102 @@
+"""`report --ranks`: the per-rank table (ranks.sql) of one trace or of many, and which rank
+is the slowest.
+
+One SQL script (gpu_busy.sql then ranks.sql, its last statement the table) answers on an
+opened trace and, unchanged, through the batch query (collector/batch_query.py: a process
+pool or a Dask cluster) on many: per-node traces that were not merged give one table whose
+first column names the trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.views import load_views
+from exporters.report.queries import Column, Section, sql_text
+
+DEFAULT_STEPS = "ProfilerStep#*"
+
+COLUMNS = (
+    Column("rank", "rank", "id"),
+    Column("host", "host"),
+    Column("pid", "pid", "id"),
+    Column("process", "process", "name"),
+    Column("gpu_busy_ns", "GPU busy", "ns"),
+    Column("gpu_busy_pct", "busy %", "pct"),
+    Column("compute_ns", "compute", "ns"),
+    Column("comm_ns", "NCCL", "ns"),
+    Column("comm_kernels", "NCCL ops", "count"),
+    Column("exposed_comm_ns", "NCCL exposed", "ns"),
+    Column("exposed_pct", "exposed %", "pct"),
+    Column("steps", "steps", "count"),
+    Column("step_mean_ns", "step mean", "ns"),
+    Column("step_max_ns", "step max", "ns"),
+)
+TRACE_COLUMN = Column("trace", "trace", "name")
+
+
+def ranks_sql(steps: str = DEFAULT_STEPS) -> str:
+    """The script: the busy-window tables, then the per-rank ones and the table."""
+    quoted = steps.replace("'", "''")  # a GLOB pattern inside a SQL string literal
+    return sql_text("gpu_busy.sql") + "\n" + sql_text("ranks.sql").replace("{steps}", quoted)
+
+
+def rank_rows(
+    trace: Trace, steps: str = DEFAULT_STEPS, window: int | None = None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The per-rank table of one opened trace (its views loaded for `window`)."""
+    load_views(trace, window)
+    return trace.query_columns(ranks_sql(steps))
+
+
+@dataclass(frozen=True)
+class Slowest:
+    row: dict[str, Any]
+    criterion: str  # "mean step time" or "compute time" (no steps marked)
+    value_ns: int
+    fastest_ns: int  # the same measure of the fastest rank
+
+    def describe(self) -> str:
+        row = self.row
+        who = f"rank {row['rank']}" if row.get("rank") is not None else f"pid {row.get('pid')}"
+        where = ", ".join(
+            str(v) for v in (row.get("trace"), row.get("host"), f"pid {row.get('pid')}") if v
+        )
+        extra = (
+            f", {100.0 * (self.value_ns - self.fastest_ns) / self.fastest_ns:.1f}% above the "
+            "fastest rank"
+            if self.fastest_ns > 0
+            else ""
+        )
+        return f"slowest: {who} ({where}): {self.criterion} {self.value_ns / 1e3:.1f} us{extra}"
+
+
+def slowest(rows: list[dict[str, Any]]) -> Slowest | None:
+    """The rank with the longest mean step; where no rank marks steps, the one with the
+    most compute time (the others wait for it in their collectives)."""
+    stepped = [r for r in rows if r.get("steps")]
+    if stepped:
+        key, criterion, pool = "step_mean_ns", "mean step time", stepped
+    else:
+        key, criterion = "compute_ns", "compute time"
+        pool = [r for r in rows if r.get("compute_ns")]
+    if not pool:
+        return None
+    worst = max(pool, key=lambda r: (r[key], -(r.get("rank") or 0)))
+    best = min(int(r[key]) for r in pool)
+    return Slowest(worst, criterion, int(worst[key]), best)
+
+
+def section(rows: list[dict[str, Any]], batch: bool, steps: str) -> Section:
+    columns = (TRACE_COLUMN, *COLUMNS) if batch else COLUMNS
+    return Section(
+        "ranks",
+        "Per rank: GPU busy, computation vs communication (NCCL), exposed communication, steps",
+        columns,
+        rows,
+        "no GPU ops and no step slices in this trace",
+        f"NCCL exposed = NCCL kernel time no compute kernel of the same GPU overlaps; "
+        f"steps = slices named {steps!r}",
+    )
