@@ -16,6 +16,7 @@
 set -uo pipefail
 rounds=${1:-4}
 out=${OUT:-/tmp/capture-window}
+sums=$(mktemp -d)  # the summaries go into the log: the device returns at most 8 files
 mkdir -p "$out"
 exec > >(tee "$out/log.txt") 2>&1
 . bench/device_deps.sh
@@ -28,7 +29,7 @@ for r in $(seq 1 "$rounds"); do
     log=$("${rec[@]}" --capture-range cudaProfilerApi -o "$out/window.perfetto-trace" -- \
         "${run[@]}" --mode cuda_profiler 2>&1)
     echo "xpu_window $r $(echo "$log" | line)"
-    [ "$r" = "$rounds" ] && echo "$log" | grep 'xpu-perf record' > "$out/window.summary.txt"
+    [ "$r" = "$rounds" ] && echo "$log" | grep 'xpu-perf record' > "$sums/window.summary.txt"
     echo "xpu_never $r $("${rec[@]}" --capture-range cudaProfilerApi -o "$out/never.perfetto-trace" \
         -- "${run[@]}" --mode never 2>&1 | line)"
     echo "torch_sched $r $("${run[@]}" --mode torch_profiler --trace "$out/torch.json" 2>&1 | line)"
@@ -38,10 +39,10 @@ for trigger in nvtx signal; do
     log=$("${rec[@]}" --capture-range "$range" -o "$out/$trigger.perfetto-trace" -- \
         "${run[@]}" --mode "$trigger" 2>&1)
     echo "xpu_$trigger 1 $(echo "$log" | line)"
-    echo "$log" | grep 'xpu-perf record' > "$out/$trigger.summary.txt"
+    echo "$log" | grep 'xpu-perf record' > "$sums/$trigger.summary.txt"
 done
 python3 -m collector.commands.record --no-cpu -o "$out/full120.perfetto-trace" -- \
     python3 -m bench.workloads.windowed --steps 100 --first 5000 --window 1 --mode never \
-    2>&1 | grep 'records:' > "$out/full120.summary.txt"
+    2>&1 | grep 'records:' > "$sums/full120.summary.txt"
 rm -f "$out/never.perfetto-trace" "$out/torch.json"
-for f in window nvtx signal full120; do echo "== $f"; cat "$out/$f.summary.txt"; done
+for f in window nvtx signal full120; do echo "== $f"; cat "$sums/$f.summary.txt"; done

@@ -56,7 +56,7 @@ def window_trace(path: Path, per_step: float) -> dict[str, object]:
             "kernels": kernels,
             "steps_in_window": round(kernels / per_step, 2) if per_step else None,
             "windows": len(windows),
-            "cupti_dropped": metadata(t, "cupti_cupti_dropped_records"),
+            "cupti_dropped": metadata(t, "cupti_dropped_records"),
             "transport_dropped": metadata(t, "cupti_transport_dropped_rows"),
             "gpu_ops_without_api": metadata(t, "cupti_gpu_ops_without_api"),
             "launches_without_stack": metadata(t, "cupti_launches_without_stack"),
