@@ -99,6 +99,8 @@ def test_profiler_api_window_records_only_inside(
     proc = record(fake, out, fake.app, WINDOW_LAUNCHES, 4, "profiler", flags=flags)
     assert proc.returncode == 4, proc.stderr
     assert f"capture windows (cudaProfilerApi): {n_windows}" in proc.stderr
+    # Before the first window the traced APIs' callbacks were off in CUPTI, not filtered.
+    assert "fake_app: API callbacks before the window: 0\n" in proc.stdout
     with open_trace(out) as t:
         # No outside_kernel: launches outside the windows made no kernel and no API row.
         assert kernel_names(t) == kernels
@@ -146,6 +148,8 @@ def test_without_window_options_everything_is_recorded(fake: FakeCupti, tmp_path
     proc = record(fake, out, fake.app, WINDOW_LAUNCHES, 0, "profiler")
     assert proc.returncode == 0, proc.stderr
     assert "capture windows" not in proc.stderr
+    # Without windows each outside launch calls back twice (enter, exit) in both APIs.
+    assert f"API callbacks before the window: {4 * WINDOW_LAUNCHES}\n" in proc.stdout
     with open_trace(out) as t:
         assert kernel_names(t) == {
             "outside_kernel": 2 * WINDOW_LAUNCHES + 3,

@@ -58,6 +58,9 @@ void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     if (!ts) return;
     XP_SELFTIME(ts->st.callbacks++);
     if (cb->callbackSite == CUPTI_API_ENTER) {
+        if (ts->depth > 0 && window_mode != WINDOW_NONE &&
+            ts->api_generation != atomic_load_explicit(&api_generation, memory_order_relaxed))
+            ts->depth = 0; /* its last call's exit came while the callbacks were off */
         if (ts->depth++ > 0) {
             /* A driver call made by a traced runtime call: GPU records may name either id. */
             if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
@@ -74,6 +77,7 @@ void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
         uint32_t api_id = ((uint32_t)domain << 16) | (uint32_t)cbid;
         ts->outer_corr = cb->correlationId;
         ts->outer_api = api_id;
+        ts->api_generation = atomic_load_explicit(&api_generation, memory_order_relaxed);
         ts->outer_flags = flags;
         uint64_t c_stack = xp_cycles();
         ts->outer_stack = xp_config.stacks ? capture_stack(ts) : 0;
@@ -193,7 +197,28 @@ static void enable_profiler_callbacks(CUpti_SubscriberHandle subscriber) {
     }
 }
 
+/* Outside capture windows the traced APIs' callbacks are off in CUPTI (windows.c turns them
+ * on and off): a callback CUPTI does not call costs nothing, where one that returns at once
+ * still costs CUPTI's dispatch at every API call.  Each time they come back on, the
+ * generation moves: a thread whose call was entered before they went off never got its
+ * exit, and its depth is stale. */
+static CUpti_SubscriberHandle api_subscriber;
+static int api_callbacks_on = 1;
+_Atomic uint32_t api_generation;
+
+void api_callbacks_set(int on) {
+    if (on == api_callbacks_on || !api_subscriber) return;
+    for (int i = 0; i < n_api_names; i++) {
+        uint32_t id = api_names[i].api_id;
+        cuptiEnableCallback((uint32_t)on, api_subscriber, (CUpti_CallbackDomain)(id >> 16),
+                            (CUpti_CallbackId)(id & 0xffffu));
+    }
+    if (on) atomic_fetch_add(&api_generation, 1);
+    api_callbacks_on = on;
+}
+
 void enable_api_callbacks(CUpti_SubscriberHandle subscriber) {
+    api_subscriber = subscriber;
     enable_domain(subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE,
                   runtime_flags, runtime_traced);
     enable_domain(subscriber, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE,

@@ -21,6 +21,13 @@ static CUpti_SubscriberHandle subscriber;
 /* ---- flushing ---- */
 static void flush_hook(int final) {
     cuptiActivityFlushAll(final ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+    if (!final) {
+        windows_periodic();
+        /* Normally at the first traced call; with the callbacks off outside capture windows
+         * there may be none, and the final flush must still run before the driver's own
+         * teardown (registered during cuInit, which has returned by now). */
+        register_late_atexit_once();
+    }
     threads_flush_rows();
     xp_modules_emit_if_changed();
     if (final) end_open_window();

@@ -75,6 +75,7 @@ struct thread_state {
     uint32_t outer_api;
     uint32_t outer_stack;
     uint8_t outer_flags; /* TRACED/LAUNCH/SYNC_* of the outermost call, kept for its exit */
+    uint32_t api_generation; /* api_callbacks.c's, at the outermost call's enter */
     uint32_t n_api_rows, n_alias_rows;
     uint64_t outer_start;
     /* Per-thread counts (no shared cache line on the launch path); summed at flush. */
@@ -143,6 +144,10 @@ void enable_markers_once(void);
 /* A window opens or closes: markers follow it once the process has used NVTX. */
 void markers_follow_window(int on);
 
+/* Turn the traced APIs' callbacks on or off in CUPTI (windows.c; caller holds window_lock). */
+void api_callbacks_set(int on);
+extern _Atomic uint32_t api_generation;
+
 /* ---- windows.c ---- */
 extern int window_mode;            /* enum xp_window_mode */
 extern atomic_int window_open;     /* 1 when no window mode is on */
@@ -158,6 +163,8 @@ void start_windows(void);
 void subscribe_windows(CUpti_SubscriberHandle subscriber);
 /* An NVTX callback (CUPTI_CB_DOMAIN_NVTX): may open or close an NVTX window. */
 void nvtx_window_callback(CUpti_CallbackId cbid, const void *data);
+/* From the periodic flush: the API callbacks go off a while after a window closed. */
+void windows_periodic(void);
 /* At the final flush: a window still open ends with the process. */
 void end_open_window(void);
 void windows_fork_child(void);

@@ -22,11 +22,15 @@
 
 /* --capture-range signal: how often the control page is read for record's toggles. */
 #define TREE_POLL_MS 10
+/* The API callbacks stay on this long after a window closes (then go off at the next periodic
+ * flush), so that a call in flight at the close, on any thread, still gets its exit. */
+#define CALLBACKS_OFF_AFTER_NS 500000000ull
 
 int window_mode = WINDOW_NONE;
 atomic_int window_open = 1;
 pthread_mutex_t window_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t window_start_ns;
+static uint64_t window_closed_ns; /* 0: the API callbacks are already off (or on in a window) */
 static const char *window_reason = "";
 static uint64_t window_limit; /* cudaProfilerApi: windows to record (0: every one) */
 /* The activity kinds a window turns on and off (not DEVICE: device names are always wanted). */
@@ -75,6 +79,8 @@ void open_window(const char *reason) {
         return;
     }
     set_window_kinds(1);
+    api_callbacks_set(1);
+    window_closed_ns = 0;
     window_reason = reason;
     window_start_ns = xp_now_ns();
     atomic_store(&window_open, 1);
@@ -90,6 +96,7 @@ void close_window(const char *end_reason) {
     }
     atomic_store(&window_open, 0);
     uint64_t end = xp_now_ns();
+    window_closed_ns = end;
     set_window_kinds(0);
     push_window_row(end, end_reason);
     count_process_window(-1);
@@ -207,8 +214,24 @@ void enable_kind(CUpti_ActivityKind kind) {
         window_kinds[n_window_kinds++] = kind;
 }
 
-/* After cuptiSubscribe: the callbacks the window mode needs beyond the traced APIs. */
+void windows_periodic(void) {
+    if (window_mode == WINDOW_NONE) return;
+    pthread_mutex_lock(&window_lock);
+    if (!atomic_load(&window_open) && window_closed_ns &&
+        xp_now_ns() - window_closed_ns >= CALLBACKS_OFF_AFTER_NS) {
+        api_callbacks_set(0);
+        window_closed_ns = 0;
+    }
+    pthread_mutex_unlock(&window_lock);
+}
+
+/* After cuptiSubscribe and the traced APIs' callbacks: off until a window opens; the
+ * callbacks the window mode itself needs (profiler start/stop, NVTX) stay on. */
 void subscribe_windows(CUpti_SubscriberHandle subscriber) {
+    if (window_mode == WINDOW_NONE) return;
+    pthread_mutex_lock(&window_lock);
+    if (!atomic_load(&window_open)) api_callbacks_set(0);
+    pthread_mutex_unlock(&window_lock);
     if (window_mode != WINDOW_NVTX) return;
     if (xp_nvtx_window_enable(subscriber) != CUPTI_SUCCESS)
         fprintf(stderr, "xpu-perf: cannot subscribe to the NVTX callbacks: no capture window "

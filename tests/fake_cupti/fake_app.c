@@ -52,6 +52,7 @@ extern void fake_set_device(uint32_t device);
 extern int cuptiActivityFlushAll(uint32_t flag);
 extern uint32_t fake_launch_kernel_for(const char *name, uint32_t stream, uint64_t dur_ns);
 extern void fake_profiler_start(int driver_only);
+extern uint64_t fake_callbacks_delivered(void);
 extern void fake_profiler_stop(int driver_only);
 extern int fake_nvtx_range_push(const char *message);
 extern int fake_nvtx_range_push_ex(const char *message);
@@ -116,6 +117,8 @@ int main(int argc, char **argv) {
     }
     if (argc > 3 && strcmp(argv[3], "profiler") == 0) {
         for (int i = 0; i < launches; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        printf("fake_app: API callbacks before the window: %llu\n",
+               (unsigned long long)fake_callbacks_delivered());
         fake_profiler_start(0);
         for (int i = 0; i < launches; i++) fake_launch_kernel("window_kernel", 7, 0);
         fake_memcpy_h2d(1 << 20, 7);

@@ -259,10 +259,16 @@ static int fake_device_of(CUcontext ctx, uint32_t *device) {
 EXPORT void fake_set_device(uint32_t device) { current_device = device % FAKE_DEVICES; }
 #define FAKE_STREAM_HANDLE(id) ((CUstream)(uintptr_t)(0x5000 + (id)))
 
+/* API callbacks delivered to the subscriber: a disabled callback costs CUPTI nothing, and a
+ * test can tell "disabled" from "filtered by the subscriber". */
+static _Atomic uint64_t callbacks_delivered;
+EXPORT uint64_t fake_callbacks_delivered(void) { return callbacks_delivered; }
+
 static void run_callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCallbackSite site,
                          uint32_t correlation, uint64_t *correlation_data) {
     uint8_t on = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? enabled_runtime[cbid] : enabled_driver[cbid];
     if (!subscriber_cb || !on) return;
+    callbacks_delivered++;
     CUpti_CallbackData data;
     memset(&data, 0, sizeof data);
     data.callbackSite = site;
