@@ -98,6 +98,19 @@ class ProcessRegistry:
         proc.parent = None  # the parent's layout no longer applies
         proc.name = comm
 
+    def prefetch_maps(self, pid: int) -> None:
+        """Read (or extend) the maps of a live process ahead of its events: a process that
+        exits right after its last launch is gone before the drain reads its events, and its
+        stacks would then have no maps to be symbolized with."""
+        proc = self._get(pid)
+        if proc.stale or proc.maps is None:
+            snapshot = MapsSnapshot(pid)
+            if snapshot.refresh():
+                proc.maps, proc.stale = snapshot, False
+                proc.cmdline = _read_cmdline(pid) or proc.cmdline
+        else:
+            proc.maps.refresh()  # libraries mapped since (dlopen)
+
     def on_event(
         self, pid: int, tid: int, comm: str, user_addrs: Iterable[int] = ()
     ) -> MapsSnapshot | None:

@@ -142,6 +142,8 @@ class BccLaunchUprobes(BccSource):
         if now - self._last_scan >= _SCAN_INTERVAL_S:
             self._last_scan = now
             self._scan_maps()
+            for pid in list(self._live):
+                self.registry.prefetch_maps(pid)
 
     def _scan_maps(self) -> None:
         """Attach name-given probes to matching libraries the followed processes mapped."""
