@@ -99,11 +99,22 @@ EXPERIMENT_SWITCHES = frozenset(
 )
 
 
+# The same product library built from an earlier revision (`bench --before-library PATH`):
+# a refactoring of the library measured against what it replaced, in one run.
+BEFORE_MODE = "xpu_perf_before"
+XPU_MODES[BEFORE_MODE] = {}
+
+
 def needs_experiments(mode: str) -> bool:
     return mode in XPU_MODES and not EXPERIMENT_SWITCHES.isdisjoint(XPU_MODES[mode])
 
 
 MODE_SETS = {
+    # the library against an earlier build of it (needs --before-library)
+    "before": {
+        "launch_bound": ("baseline", "xpu_perf", BEFORE_MODE),
+        "compute_bound": ("baseline", "xpu_perf", BEFORE_MODE),
+    },
     # the headline numbers: xpu-perf against the baseline and torch.profiler
     "core": {
         "launch_bound": (
@@ -214,19 +225,20 @@ def child(workload: str, steps: int, warmup: int, profiler: str) -> None:
     print(json.dumps({"ms": ms}))
 
 
-def run_mode(workload: str, mode: str, libraries: dict[bool, Path]) -> dict[str, float]:
+def run_mode(workload: str, mode: str, libraries: dict[bool | str, Path]) -> dict[str, float]:
     """One fresh process of `workload` under `mode`; libraries: product (False) and, where a
-    mode of the set needs it, experiments (True)."""
+    mode of the set needs it, experiments (True) and the earlier build ("before")."""
     steps, warmup = WORKLOADS[workload]
     env = dict(os.environ)
     profiler = "none"
     streams = None
     if mode in XPU_MODES:
         streams = tempfile.mkdtemp(prefix="xpu-bench-")
-        # What `record` sets (collector.commands.record.CuptiRecording.target_env).
+        library = libraries["before"] if mode == BEFORE_MODE else libraries[needs_experiments(mode)]
+        # What `record` sets (the GPU source's target environment).
         env.update(
-            CUDA_INJECTION64_PATH=str(libraries[needs_experiments(mode)]),
-            NVTX_INJECTION64_PATH=str(libraries[needs_experiments(mode)]),
+            CUDA_INJECTION64_PATH=str(library),
+            NVTX_INJECTION64_PATH=str(library),
             XPU_PERF_OUT_DIR=streams,
             **XPU_MODES[mode],
         )
@@ -238,7 +250,13 @@ def run_mode(workload: str, mode: str, libraries: dict[bool, Path]) -> dict[str,
         raise RuntimeError(f"{workload}/{mode} failed: {proc.stderr[-2000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if mode in XPU_MODES:
-        result["library"] = "experiments" if needs_experiments(mode) else "product"
+        result["library"] = (
+            "before"
+            if mode == BEFORE_MODE
+            else "experiments"
+            if needs_experiments(mode)
+            else "product"
+        )
     selftime = [ln for ln in proc.stderr.splitlines() if ln.startswith("xpu-perf selftime")]
     if selftime:
         result["selftime"] = selftime
@@ -262,11 +280,15 @@ def run_mode(workload: str, mode: str, libraries: dict[bool, Path]) -> dict[str,
     return result
 
 
-def bench(out: Path, rounds: int, mode_set: str) -> dict:
+def bench(out: Path, rounds: int, mode_set: str, before: Path | None = None) -> dict:
     from collector.inject_build import build
 
     modes_of = MODE_SETS[mode_set]
-    libraries = {False: build()}
+    libraries: dict[bool | str, Path] = {False: build()}
+    if any(BEFORE_MODE in ms for ms in modes_of.values()):
+        if before is None:
+            raise SystemExit(f"--set {mode_set} needs --before-library PATH")
+        libraries["before"] = before
     if any(needs_experiments(m) for ms in modes_of.values() for m in ms):
         libraries[True] = build(experiments=True)
     samples: dict[str, dict[str, list[float]]] = {
@@ -471,6 +493,11 @@ def main() -> int:
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--rounds", type=int, default=5)
     b.add_argument("--set", dest="mode_set", choices=sorted(MODE_SETS), default="core")
+    b.add_argument(
+        "--before-library",
+        type=Path,
+        help="--set before: the injection library built from an earlier revision",
+    )
     v = sub.add_parser("verify")
     v.add_argument("--out", type=Path, required=True)
     v.add_argument(
@@ -484,7 +511,7 @@ def main() -> int:
     if args.cmd == "child":
         child(args.workload, args.steps, args.warmup, args.profiler)
     elif args.cmd == "bench":
-        bench(args.out, args.rounds, args.mode_set)
+        bench(args.out, args.rounds, args.mode_set, args.before_library)
     elif args.cmd == "verify":
         verify(args.out, args.only)
     else:
