@@ -286,8 +286,8 @@ def bench(out: Path, rounds: int, mode_set: str, before: Path | None = None) -> 
     modes_of = MODE_SETS[mode_set]
     libraries: dict[bool | str, Path] = {False: build()}
     if any(BEFORE_MODE in ms for ms in modes_of.values()):
-        if before is None:
-            raise SystemExit(f"--set {mode_set} needs --before-library PATH")
+        if before is None or not before.is_file():
+            raise SystemExit(f"--set {mode_set} needs --before-library PATH (a built library)")
         libraries["before"] = before
     if any(needs_experiments(m) for ms in modes_of.values() for m in ms):
         libraries[True] = build(experiments=True)
