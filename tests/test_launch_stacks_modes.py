@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.commands.record import resolve_launch_stacks
 from collector.errors import UserError
 from collector.inject_build import BuildError
+from collector.recording.selection import resolve_launch_stacks
 from collector.setup_check import Problem
 from exporters.perfetto.trace_processor import open_trace
 from exporters.perfetto.views import load_views

@@ -5,7 +5,8 @@
 
 What `xpu-perf record --no-gpu` does with the CPU sampler and launch uprobes, kept as a thin
 entry for tests and for bringing eBPF up on a new machine (it adds `--uprobe`/`--marker`).
-It runs the target and writes the trace with `record`'s own `run_target` and `write_trace`.
+It runs the target and writes the trace with `record`'s own `run_target` and `write_trace`
+(collector/recording/).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from collector.commands.record import run_target, write_trace
+from collector.recording.target import run_target
+from collector.recording.trace import write_trace
 from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ, BccCpuSampler
 from collector.sources.bcc_source import BccSource
 from collector.sources.bcc_uprobes import BccLaunchUprobes, LaunchProbe, marker_probe

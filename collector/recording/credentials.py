@@ -1,0 +1,29 @@
+"""Who the target runs as: under sudo the invoking user, not root, so the stream
+directories the target writes into are handed to that user."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def target_credentials() -> dict[str, object]:
+    """Under sudo, the target runs as the invoking user (SUDO_UID/SUDO_GID), not as root:
+    Popen's user/group/extra_groups for it ({} when not under sudo)."""
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() != 0 or not uid or not gid:
+        return {}
+    import pwd
+
+    try:
+        groups = os.getgrouplist(pwd.getpwuid(int(uid)).pw_name, int(gid))
+    except KeyError:
+        groups = [int(gid)]
+    return {"user": int(uid), "group": int(gid), "extra_groups": groups}
+
+
+def share_with_target(directory: Path) -> None:
+    """A stream directory the target can write to: under sudo the target is the user."""
+    creds = target_credentials()
+    if creds:
+        os.chown(directory, int(creds["user"]), int(creds["group"]))  # type: ignore[call-overload]

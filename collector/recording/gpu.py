@@ -1,0 +1,91 @@
+"""The GPU source of a recording: the CUPTI injection library loaded into the target (and its
+children) through CUDA_INJECTION64_PATH, writing one stream per process into a private
+directory; after the target exits the streams become GPU ops, CUDA API slices, flows and
+launch stacks (collector/sources/cupti.py).  Needs no root."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from collector import model
+from collector.recording.credentials import share_with_target
+from collector.recording.options import KINDS
+from collector.recording.size_limit import directory_bytes
+from collector.recording.windows import NVTX_PREFIX, CapturePlan
+from collector.sources.cupti import CuptiSource
+
+
+class CuptiRecording:
+    """The GPU source: CUPTI injection into the target, streams read after it exits."""
+
+    name = "cupti"
+
+    def __init__(
+        self,
+        library: Path,
+        *,
+        stacks: bool = True,
+        python_frames: bool = True,
+        kinds: Sequence[str] = KINDS,
+        keep_streams: Path | None = None,
+        capture: CapturePlan | None = None,
+    ) -> None:
+        self.library = library
+        self.capture = capture or CapturePlan()
+        self.stacks = stacks
+        self.python_frames = python_frames
+        self.kinds = kinds
+        self.keep_streams = keep_streams
+        self.directory = Path(tempfile.mkdtemp(prefix="xpu-perf-cupti-"))
+        share_with_target(self.directory)
+        self._source: CuptiSource | None = None
+
+    def target_env(self) -> Mapping[str, str]:
+        env = {
+            "CUDA_INJECTION64_PATH": str(self.library),
+            "XPU_PERF_OUT_DIR": str(self.directory),
+            "XPU_PERF_STACKS": "1" if self.stacks else "0",
+            "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
+            "XPU_PERF_KINDS": ",".join(self.kinds),
+            **self.capture.library_env,
+        }
+        if "XPU_PERF_WINDOW_DELAY_MS" in env:
+            # --delay counts from the target's start: asked for just before it is started,
+            # on the CLOCK_MONOTONIC the library compares it with (the same in every process
+            # of the tree, so a child started later shares the window).
+            env["XPU_PERF_WINDOW_T0_NS"] = str(time.monotonic_ns())
+        if "marker" in self.kinds or self.capture.mode.startswith(NVTX_PREFIX):
+            # NVTX hands its callbacks to this library, which passes them to the process's own
+            # libcupti (pointing NVTX at a libcupti path could load a second copy).
+            env["NVTX_INJECTION64_PATH"] = str(self.library)
+        return env
+
+    def start(self) -> None:
+        pass
+
+    def target_started(self, pid: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self.keep_streams is not None:
+            self.keep_streams.mkdir(parents=True, exist_ok=True)
+            for p in self.directory.iterdir():
+                shutil.copy2(p, self.keep_streams / p.name)
+
+    def events(self) -> Iterable[model.Event]:
+        self._source = CuptiSource(self.directory)
+        yield from self._source.events()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def stats(self) -> Mapping[str, int]:
+        return dict(self._source.counts) if self._source else {}
+
+    def windows(self) -> Sequence[model.CaptureWindow]:
+        return list(self._source.windows) if self._source else []
+
+    def recorded_bytes(self) -> int:
+        return directory_bytes(self.directory)

@@ -1,0 +1,90 @@
+"""`record`'s options, checked: the command line as one typed value, so the rest of the
+recording never reads argparse's namespace.  Each check fails with the line the user sees."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from collector.errors import UserError
+from collector.recording.windows import CapturePlan, capture_plan
+
+# GPU activity kinds the injection library records (--kinds).
+KINDS = ("kernel", "memcpy", "memset", "sync", "marker")
+LAUNCH_STACK_MODES = ("auto", "inprocess", "ebpf", "off")
+# CPU samplers: the in-process one (CFI + Python frames, no privilege) is the default; the eBPF
+# one (root) walks frame pointers but has kernel frames.  docs/ARCHITECTURE.md has the numbers.
+CPU_SAMPLERS = ("inprocess", "ebpf")
+MAX_FREQ_HZ = 10_000
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """One recording's options, checked (but --freq: see check_freq)."""
+
+    cmd: list[str]  # the target's command line
+    output: Path
+    gpu: bool
+    cpu: bool
+    kinds: list[str]  # GPU activity kinds, each one of KINDS
+    cpu_sampler: str  # one of CPU_SAMPLERS
+    freq: int  # CPU samples per second, as given
+    launch_stacks: str  # as asked for (--no-stacks: off), before resolve_launch_stacks
+    python_frames: bool
+    kernel_stacks: bool  # in-process sampler: eBPF kernel frames where root
+    keep_streams: Path | None
+    plan: CapturePlan  # the capture-window mode
+    max_bytes: int | None  # --max-size in bytes
+    stop_after_s: float | None  # --duration when it stops the target (not a window's length)
+    quiet: bool
+
+
+def check_options(args: argparse.Namespace) -> RecordOptions:
+    """The parsed options, checked in the order the user reads them."""
+    cmd = list(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
+    if not cmd:
+        raise UserError("no command given (put it after --)")
+    if not args.output.parent.resolve().is_dir():
+        raise UserError(f"output directory does not exist: {args.output.parent}")
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise UserError(f"unknown --kinds: {', '.join(sorted(unknown))}")
+    gpu = not args.no_gpu
+    plan = capture_plan(args)
+    max_bytes = None
+    if args.max_size is not None:
+        if not args.max_size > 0:
+            raise UserError(f"--max-size {args.max_size}: give a number of megabytes > 0")
+        max_bytes = round(args.max_size * 1e6)
+    if plan.in_process and not gpu:
+        raise UserError(
+            f"--capture-range {plan.mode}: the GPU recording sees those calls; drop --no-gpu"
+        )
+    return RecordOptions(
+        cmd=cmd,
+        output=args.output,
+        gpu=gpu,
+        cpu=not args.no_cpu,
+        kinds=kinds,
+        cpu_sampler=args.cpu_sampler,
+        freq=args.freq,
+        launch_stacks="off" if args.no_stacks else args.launch_stacks,
+        python_frames=not args.no_python,
+        kernel_stacks=not args.no_kernel_stacks,
+        keep_streams=args.keep_streams,
+        plan=plan,
+        max_bytes=max_bytes,
+        # --duration stops the target, unless it is the length of a --delay window.
+        stop_after_s=None if plan.windowed else args.duration,
+        quiet=args.quiet,
+    )
+
+
+def check_freq(freq: int) -> int:
+    """--freq for the in-process sampler (checked when that sampler is chosen, after the GPU
+    library is built, so the errors come in the order they always have)."""
+    if not 1 <= freq <= MAX_FREQ_HZ:
+        raise UserError(f"--freq {freq}: give 1..10000 samples per second")
+    return freq

@@ -1,0 +1,121 @@
+"""Which sources a recording runs, from its options: the GPU recording (with its launch
+stacks from the in-process unwinder or from eBPF uprobes), and a CPU sampler (in-process, or
+eBPF as root).  What cannot run here is said in one line, or fails the recording when
+nothing would be left to record."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from collector.errors import UserError
+from collector.inject_build import BuildError, build, build_sampler
+from collector.launch_join import EbpfLaunchStacks
+from collector.recording.cpu import InprocessCpuRecording
+from collector.recording.gpu import CuptiRecording
+from collector.recording.options import RecordOptions, check_freq
+from collector.recording.source import RecordSource
+from collector.recording.summary import say
+from collector.setup_check import Problem, check_ebpf
+from collector.sources.bcc_sampler import BccCpuSampler, BccKernelModeSampler
+from collector.sources.bcc_uprobes import CUDA_LAUNCH_PROBES, BccLaunchUprobes, marker_probe
+
+# What `--launch-stacks auto` picks when the GPU is recorded: the in-process unwinder, from the
+# H100 comparison in docs/benchmarks.md (eBPF's frame-pointer walk stops in libraries built
+# without frame pointers, such as libcupti and libtorch_cuda).
+AUTO_WITH_GPU = "inprocess"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The sources to run, in start order, and the CPU sampling rate (0: no CPU samples)."""
+
+    sources: list[RecordSource]
+    freq: int
+
+
+def select_sources(options: RecordOptions) -> Selection:
+    """The sources the options ask for, as far as this machine can run them."""
+    needs_ebpf = options.cpu or options.launch_stacks in ("ebpf", "auto")
+    ebpf_problems = check_ebpf() if needs_ebpf else []
+    stacks, note = resolve_launch_stacks(options.launch_stacks, options.gpu, ebpf_problems)
+    if note:
+        say(note)
+    sources = gpu_sources(options, stacks)
+    freq = 0
+    if options.cpu:
+        cpu, freq = cpu_source(options, ebpf_problems)
+        sources += [cpu] if cpu is not None else []
+    if not sources:
+        raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
+    return Selection(sources, freq)
+
+
+def resolve_launch_stacks(
+    requested: str, gpu: bool, ebpf_problems: Sequence[Problem]
+) -> tuple[str, str | None]:
+    """The launch-stack mode to use, and a line for the user when it is not the one asked for.
+
+    inprocess needs the GPU recording (its unwinder runs in the injection library); ebpf needs
+    root and bcc, and without the GPU recording probes cudaLaunchKernel/cuLaunchKernel (stacks
+    without correlation ids) instead of the library's marker.
+    """
+    if requested == "off":
+        return "off", None
+    if requested == "inprocess" and not gpu:
+        raise UserError("--launch-stacks inprocess needs GPU recording (drop --no-gpu)")
+    if requested == "auto":
+        if gpu:
+            return AUTO_WITH_GPU, None
+        return ("off", None) if ebpf_problems else ("ebpf", None)
+    if requested == "ebpf" and ebpf_problems:
+        fallback = "inprocess" if gpu else "off"
+        why = "; ".join(map(str, ebpf_problems))
+        return fallback, f"eBPF launch stacks skipped, using {fallback}: {why}"
+    return requested, None
+
+
+def gpu_sources(options: RecordOptions, stacks: str) -> list[RecordSource]:
+    """The GPU recording with launch stacks in mode `stacks` (resolved); without the GPU,
+    the eBPF launch probes alone when that mode is ebpf."""
+    if not options.gpu:
+        return [BccLaunchUprobes(CUDA_LAUNCH_PROBES)] if stacks == "ebpf" else []
+    try:
+        library = build()
+    except BuildError as exc:
+        raise UserError(str(exc)) from None
+    cupti = CuptiRecording(
+        library,
+        stacks=stacks == "inprocess",
+        python_frames=options.python_frames,
+        kinds=options.kinds,
+        keep_streams=options.keep_streams,
+        capture=options.plan,
+    )
+    if stacks == "ebpf":
+        # The library's unwinder is off; a uprobe on its launch marker takes each stack.
+        return [EbpfLaunchStacks(cupti, BccLaunchUprobes([marker_probe(str(library))]))]
+    return [cupti]
+
+
+def cpu_source(
+    options: RecordOptions, ebpf_problems: Sequence[Problem]
+) -> tuple[RecordSource | None, int]:
+    """The CPU sampler and its rate; (None, 0) when the eBPF one cannot run here (said)."""
+    if options.cpu_sampler != "ebpf":
+        freq = check_freq(options.freq)
+        try:
+            sampler = build_sampler()
+        except BuildError as exc:
+            raise UserError(str(exc)) from None
+        # As root with eBPF: kernel frames on top of the samples taken in the kernel.
+        kernel = None if ebpf_problems or not options.kernel_stacks else BccKernelModeSampler(freq)
+        cpu = InprocessCpuRecording(
+            sampler, freq, python_frames=options.python_frames, kernel=kernel
+        )
+        return cpu, freq
+    if ebpf_problems:
+        say("CPU sampling skipped: " + "; ".join(map(str, ebpf_problems)))
+        return None, 0
+    # Started before the target, like every source.
+    return BccCpuSampler(options.freq), options.freq

@@ -1,0 +1,41 @@
+"""What `record` asks of a source: the protocols the recording is written against.
+
+Every source (the GPU recording, the CPU samplers, the eBPF launch probes) is started before
+the target and stopped after it, then writes its events through a producer of its own; the
+optional protocols mark what only some sources can do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from collector import model
+
+
+class RecordSource(Protocol):
+    """What `record` needs from a source: environment for the target, a start before it, a
+    stop after it, then its events and counters (written as metadata `<name>_<counter>`)."""
+
+    name: str
+
+    def target_env(self) -> Mapping[str, str]: ...
+    def start(self) -> None: ...
+    def target_started(self, pid: int) -> None: ...
+    def stop(self) -> None: ...
+    def events(self) -> Iterable[model.Event]: ...
+    def stats(self) -> Mapping[str, int]: ...
+
+
+@runtime_checkable
+class WindowedSource(Protocol):
+    """A source that recorded capture windows (the GPU source under --capture-range/--delay)."""
+
+    def windows(self) -> Sequence[model.CaptureWindow]: ...
+
+
+@runtime_checkable
+class SizedSource(Protocol):
+    """A source whose target writes files while it runs (--max-size measures them)."""
+
+    def recorded_bytes(self) -> int: ...

@@ -1,0 +1,182 @@
+"""What `record` tells the user on stderr, each line prefixed `xpu-perf record: `: how to
+drive a signal window before the run, and after it the summary of what was recorded and
+lost, source by source (the same counters are in the trace's metadata)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from collector.recording.size_limit import SizeLimit
+from collector.recording.windows import CapturePlan, window_summary
+from collector.sources.cpu_stream import UNWIND_ENDS
+
+PREFIX = "xpu-perf record: "
+
+
+def say(line: str) -> None:
+    """One line for the user, on stderr (stdout is the target's)."""
+    print(f"{PREFIX}{line}", file=sys.stderr)
+
+
+def toggle_hint(plan: CapturePlan, pid: int) -> str | None:
+    """With --capture-range signal: which signal to send to whom (record's own pid)."""
+    sig = plan.toggle_signal
+    if sig is None:
+        return None
+    return (
+        f"window closed; send {sig.name} to {pid} to open it and again to close it "
+        f"(kill -{sig.name[3:]} {pid})"
+    )
+
+
+def summary(
+    stats: Mapping[str, Mapping[str, int]],
+    plan: CapturePlan,
+    freq: int,
+    size_limit: SizeLimit | None,
+    output: Path,
+) -> list[str]:
+    """The end-of-record summary: each source's part (by the name it wrote its counters
+    under), the capture windows, the --max-size cut, the trace written."""
+    lines = []
+    if "cupti" in stats:
+        lines += gpu_summary_lines(stats["cupti"])
+        if not stats["cupti"].get("streams"):
+            lines.append(
+                "no GPU activity: no process of the target initialised "
+                "CUDA (no GPU visible, no CUDA use, or CUDA linked statically without "
+                "injection support); the trace has no GPU tracks"
+            )
+    if plan.windowed:
+        windows = sum(s.get("windows", 0) for s in stats.values())
+        ignored = stats.get("cupti", {}).get("windows_ignored", 0)
+        lines.append(window_summary(windows, ignored, plan))
+        untracked = stats.get("cupti", {}).get("nvtx_ranges_untracked", 0)
+        if untracked:
+            lines.append(
+                f"{untracked} NVTX ranges could not be followed for "
+                f"--capture-range {plan.mode} (too many domains or open ranges): a window "
+                "may have ended late or not opened"
+            )
+    if "cpu" in stats:
+        lines += cpu_summary_lines(stats["cpu"], freq)
+    if "ebpf_launch" in stats:
+        lines.append(ebpf_launch_line(stats["ebpf_launch"]))
+    if "ebpf" in stats:
+        lines.append(ebpf_cpu_line(stats["ebpf"], freq))
+    cut = size_limit.summary() if size_limit else None
+    if cut:
+        lines.append(cut)
+    lines.append(f"wrote {output}")
+    return lines
+
+
+def gpu_summary_lines(cupti: Mapping[str, int]) -> list[str]:
+    """The GPU part of the end-of-record summary."""
+    ops = cupti.get("gpu_ops", 0)
+    launches = cupti.get("launches", 0)
+    lines = [
+        f"records: kernel={cupti.get('records_kernel', 0)} memcpy={cupti.get('records_memcpy', 0)} "
+        f"memset={cupti.get('records_memset', 0)} sync={cupti.get('records_sync', 0)} "
+        f"api={cupti.get('records_api', 0)} nvtx={cupti.get('records_marker', 0)} "
+        f"(processes={cupti.get('streams', 0)})",
+        f"dropped: cupti={cupti.get('cupti_dropped_records', 0)} "
+        f"transport={cupti.get('transport_dropped_rows', 0)}",
+        f"gpu ops without api call: {cupti.get('gpu_ops_without_api', 0)} of {ops}",
+        f"launches without stack: {cupti.get('launches_without_stack', 0)} of {launches}",
+    ]
+    no_python = cupti.get("streams_python_unsupported", 0)
+    if no_python:
+        lines.append(
+            f"launch stacks of {no_python} processes have no Python frames: CPython "
+            f"3.{cupti.get('python_unsupported_minor', 0)}'s frame layout was not recognised "
+            "(this build reads 3.11-3.14); their native frames are there"
+        )
+    # A stream cut inside a chunk also lacks its final counters: counted once, here.
+    unflushed = cupti.get("streams_without_counters", 0)
+    if unflushed:
+        # Killed (SIGKILL, a crash): the library's periodic flush runs every second, so what
+        # the process did in its last second before it died is not in the trace.
+        lines.append(
+            f"{unflushed} of {cupti.get('streams', 0)} processes ended without their final "
+            "flush (killed or crashed): up to their last second of GPU activity and API calls "
+            "is missing"
+        )
+    if "ebpf_launch_stacks" in cupti:
+        lost = {
+            k.removeprefix("ebpf_launch_"): v
+            for k, v in cupti.items()
+            if k.startswith("ebpf_launch_") and v and k != "ebpf_launch_stacks"
+        }
+        lines.append(
+            f"eBPF launch stacks: {cupti['ebpf_launch_stacks']}, "
+            f"unmatched: {cupti.get('launch_stacks_unmatched', 0)}, lost/errors: {lost or 'none'}"
+        )
+    return lines
+
+
+def cpu_summary_lines(cpu: Mapping[str, int], freq: int) -> list[str]:
+    """The in-process CPU sampler's part of the end-of-record summary."""
+    samples = cpu.get("samples", 0)
+    stopped = {r: cpu.get(f"unwind_{r}", 0) for r in UNWIND_ENDS[1:] if cpu.get(f"unwind_{r}", 0)}
+    pct = (lambda n: f"{100.0 * n / samples:.1f}%") if samples else (lambda n: "-")
+    lines = [
+        f"cpu samples: {samples} at {freq} Hz from {cpu.get('streams', 0)} processes, "
+        f"unwound to the root: {pct(cpu.get('unwind_complete', 0))}, "
+        f"with Python frames: {pct(cpu.get('samples_with_python', 0))}",
+        (
+            f"cpu samples in the kernel: {cpu.get('kernel_joined', 0)} with kernel frames"
+            f" (of {cpu['kernel_samples']} eBPF kernel samples)"
+            if "kernel_samples" in cpu
+            else "cpu samples in the kernel: not sampled (not root, or no bcc)"
+        ),
+        f"cpu samples stopped early: {stopped or 'none'}; lost: "
+        f"ring_full={cpu.get('samples_ring_full', 0)} "
+        f"transport={cpu.get('transport_dropped_rows', 0)} "
+        f"timers_failed={cpu.get('timers_failed', 0)}",
+    ]
+    if cpu.get("process_ns", 0):
+        own = cpu.get("handler_ns", 0) + cpu.get("scanner_ns", 0)
+        lines.append(
+            f"sampler's own CPU time: {own / 1e6:.1f} ms = {100 * own / cpu['process_ns']:.2f}% "
+            f"of the sampled processes' {cpu['process_ns'] / 1e9:.1f} s"
+        )
+    if cpu.get("timer_overruns", 0):
+        lines.append(
+            f"{cpu['timer_overruns']} sampling periods were merged by the kernel (CPU-time "
+            f"timers fire on scheduler ticks): {freq} Hz is above this kernel's tick rate"
+        )
+    if cpu.get("streams_python_unsupported", 0):
+        lines.append(
+            f"cpu samples of {cpu['streams_python_unsupported']} processes have no Python "
+            f"frames: CPython 3.{cpu.get('python_unsupported_minor', 0)}'s layout was not "
+            "recognised (3.11-3.14 are read); their native frames are there"
+        )
+    if cpu.get("streams_without_counters", 0):
+        lines.append(
+            f"{cpu['streams_without_counters']} of {cpu.get('streams', 0)} sampled processes "
+            "ended without their final flush (killed): their last samples are missing"
+        )
+    return lines
+
+
+def ebpf_launch_line(launch: Mapping[str, int]) -> str:
+    """The eBPF launch probes' line (launch stacks without the GPU recording)."""
+    lost = {k: v for k, v in launch.items() if v and k not in ("stacks", "unresolved_frames")}
+    return (
+        f"eBPF launch stacks (cudaLaunchKernel/cuLaunchKernel): "
+        f"{launch.get('stacks', 0)}, lost/errors: {lost or 'none'}"
+    )
+
+
+def ebpf_cpu_line(ebpf: Mapping[str, int], freq: int) -> str:
+    """The eBPF CPU sampler's line."""
+    quiet = ("cpu_samples", "bpf_runs", "bpf_run_ns", "unresolved_frames")
+    lost = {k: v for k, v in ebpf.items() if v and k not in quiet}
+    return (
+        f"cpu samples: {ebpf.get('cpu_samples', 0)} at {freq} Hz, "
+        f"lost/errors: {lost or 'none'}, "
+        f"unresolved frames: {ebpf.get('unresolved_frames', 0)}"
+    )

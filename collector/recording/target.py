@@ -1,0 +1,126 @@
+"""Running the target: the sources' environment, the target started as the right user, and
+its end — its own exit, or Ctrl-C / --duration / --max-size passed on as SIGINT, then
+SIGTERM, then SIGKILL — while record opens and closes the tree's capture windows."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+
+from collector.errors import UserError
+from collector.recording.credentials import target_credentials
+from collector.recording.size_limit import SizeLimit
+from collector.recording.source import RecordSource, SizedSource
+from collector.recording.windows import TreeWindows
+
+# After Ctrl-C the target gets SIGINT, then SIGTERM, then SIGKILL, this far apart.
+STOP_GRACE_S = 2.0
+# How long one wait for the target's exit lasts between two looks at the stop conditions.
+POLL_S = 0.05
+
+
+class Interrupt:
+    """The SIGINT/SIGTERM handler while the target runs: notes the signal, which the loop
+    passes on to the target (record itself must live on to write the trace)."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        self.signal = signum
+
+
+def run_target(
+    cmd: Sequence[str],
+    sources: Sequence[RecordSource],
+    duration: float | None = None,
+    size_limit: SizeLimit | None = None,
+    tree: TreeWindows | None = None,
+) -> int:
+    """Start the sources, run `cmd` with their environment, stop them; returns the target's
+    exit status (128+N when killed by signal N).  Ctrl-C (or the end of `duration`, or the
+    recorded data reaching `size_limit`, which notes when) is passed on to the target as
+    SIGINT, then SIGTERM, then SIGKILL.  `tree`: the windows record opens for the whole tree
+    (--delay on record's clock; the toggle signal of --capture-range signal)."""
+    env = dict(os.environ)
+    for source in sources:
+        env.update(source.target_env())
+    if tree is not None:
+        env.update(tree.env())
+    for source in sources:
+        source.start()
+    interrupt = Interrupt()
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    toggle = tree.plan.toggle_signal if tree is not None else None
+    if tree is not None and toggle is not None:
+        # Python runs the handler in this thread between bytecodes: no race with poll().
+        previous[toggle] = signal.signal(toggle, lambda _s, _f: tree.toggle())
+    try:
+        try:
+            creds = target_credentials()
+            proc = subprocess.Popen(list(cmd), env=env, **creds)  # type: ignore[call-overload]
+        except OSError as exc:
+            raise UserError(f"cannot run {cmd[0]}: {exc.strerror}") from None
+        started_ns = time.monotonic_ns()
+        if size_limit is not None:
+            size_limit.started_ns = started_ns
+        if tree is not None:
+            tree.target_started(proc.pid, started_ns)
+        for source in sources:
+            source.target_started(proc.pid)
+        _wait(
+            proc,
+            [s for s in sources if isinstance(s, SizedSource)],
+            interrupt,
+            duration,
+            size_limit,
+            tree,
+        )
+        if tree is not None:
+            tree.finish()
+        code = proc.returncode
+        return 128 - code if code < 0 else code
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for source in sources:
+            source.stop()
+
+
+def _wait(
+    proc: subprocess.Popen,
+    sized: Sequence[SizedSource],
+    interrupt: Interrupt,
+    duration: float | None,
+    size_limit: SizeLimit | None,
+    tree: TreeWindows | None,
+) -> None:
+    """Until the target exits: measure the recorded data, pass a stop on (escalating every
+    STOP_GRACE_S), and open and close the timed windows on time."""
+    escalation = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
+    last_sent: float | None = None
+    deadline = time.monotonic() + duration if duration else None
+    while proc.poll() is None:
+        if size_limit is not None:
+            size_limit.poll(sized)
+        due = last_sent is None or time.monotonic() - last_sent >= STOP_GRACE_S
+        stopping = (
+            interrupt.signal is not None
+            or (deadline is not None and time.monotonic() >= deadline)
+            or (size_limit is not None and size_limit.reached)
+        )
+        if stopping and escalation and due:
+            proc.send_signal(escalation.pop(0))
+            last_sent = time.monotonic()
+        wait_s = POLL_S
+        if tree is not None:
+            tree.poll(time.monotonic_ns())
+            # The timed window opens and closes on time, not at the next 50 ms poll.
+            due_s = tree.next_change_s(time.monotonic_ns())
+            wait_s = min(wait_s, due_s) if due_s is not None else wait_s
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait_s)

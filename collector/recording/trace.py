@@ -1,0 +1,82 @@
+"""Writing the recording: every source's events through a producer of its own into one
+Perfetto trace, with the counters, the --max-size cut and the capture windows as metadata
+and slices that SQL reads."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from collector import model
+from collector.recording.size_limit import SizeLimit
+from collector.recording.source import RecordSource, WindowedSource
+from collector.recording.windows import CapturePlan, TreeWindows
+from exporters.perfetto.writer import TraceWriter
+
+WINDOW_CATEGORY = "xpu_perf_window"
+
+
+def write_trace(
+    out: Path,
+    sources: Sequence[RecordSource],
+    command_line: Sequence[str],
+    freq: int = 0,
+    capture: CapturePlan | None = None,
+    size_limit: SizeLimit | None = None,
+    tree: TreeWindows | None = None,
+) -> dict[str, dict[str, int]]:
+    """Every source through its own producer; counters as metadata `<source>_<counter>`
+    (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice).  `capture`:
+    the window mode, written with the window count as metadata `capture_range` and
+    `windows`; the windows of the injection library, else (no GPU recording, or no process
+    used CUDA) those `tree` opened, as slices."""
+    stats: dict[str, dict[str, int]] = {}
+    with TraceWriter(
+        out,
+        command_line=command_line,
+        clock_id=pb.BUILTIN_CLOCK_MONOTONIC,
+        sample_frequency_hz=freq,  # also written as metadata, read by `folded`
+    ) as writer:
+        written = 0  # window slices
+        # Which machine: a multi-node job is one record per node, queried together later.
+        writer.set_metadata("host", socket.gethostname())
+        for source in sources:
+            producer = writer.producer(source.name)
+            producer.write_all(source.events())
+            stats[source.name] = dict(source.stats())
+            for key, value in stats[source.name].items():
+                prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"
+                writer.set_metadata(prefixed, value)
+            if isinstance(source, WindowedSource):
+                written += write_windows(writer, source.windows())
+        if tree is not None and not written:
+            written = write_windows(writer, tree.windows)
+            stats["record"] = {"windows": written, "toggles": tree.toggles}
+        if size_limit is not None:
+            for key, value in size_limit.metadata().items():
+                writer.set_metadata(key, value)
+        if capture is not None and capture.windowed:
+            writer.set_metadata("capture_range", capture.label)
+            writer.set_metadata("windows", written)
+            if tree is not None and capture.toggle_signal is not None:
+                writer.set_metadata("toggles", tree.toggles)
+    return stats
+
+
+def write_windows(writer: TraceWriter, windows: Sequence[model.CaptureWindow]) -> int:
+    """Each capture window as a slice named by what opened it, on the `xpu-perf` track's
+    lane of its process (SQL: category `xpu_perf_window`, args `debug.reason`,
+    `debug.end_reason`, `debug.pid`)."""
+    for w in windows:
+        writer.add_tool_slice(
+            f"capture windows (pid {w.pid})",
+            w.start,
+            w.end - w.start,
+            f"capture window ({w.reason})",
+            WINDOW_CATEGORY,
+            {"reason": w.reason, "end_reason": w.end_reason, "pid": w.pid},
+        )
+    return len(windows)
