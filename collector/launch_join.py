@@ -15,7 +15,7 @@ from typing import Protocol
 
 from collector import model
 from collector.sources.bcc_uprobes import BccLaunchUprobes, with_launch_stacks
-from collector.sources.cupti import has_user_frame, is_launch
+from collector.sources.cupti_api import has_user_frame, is_launch
 
 
 class GpuRecording(Protocol):
