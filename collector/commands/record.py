@@ -120,6 +120,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """One recording; returns the target's exit status."""
     options = check_options(args)
     size_limit = SizeLimit(options.max_bytes) if options.max_bytes is not None else None
     selection = select_sources(options)
@@ -130,6 +131,7 @@ def main(args: argparse.Namespace) -> int:
     if hint and not options.quiet:
         say(hint)
     try:
+        # Start the sources, run the target until it ends (or is stopped), stop the sources.
         code = run_target(options.cmd, selection.sources, options.stop_after_s, size_limit, tree)
         stats = write_trace(
             options.output,
