@@ -151,7 +151,7 @@ def recorded_rank_trace(
     `spec.skew_us` shifts the events as in rank_kineto."""
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-    from collector.commands.record import write_windows
+    from collector.recording.trace import write_windows
     from exporters.perfetto.writer import TraceWriter
 
     pid, tid = spec.pid, spec.pid
