@@ -20,6 +20,7 @@ from pathlib import Path
 
 from collector import model
 from collector.errors import UserError
+from collector.recording.credentials import share_with_target
 from collector.window_control import WindowControl
 
 PROFILER_API = "cudaProfilerApi"
@@ -140,10 +141,12 @@ class TreeWindows:
     def __init__(self, plan: CapturePlan) -> None:
         self.plan = plan
         self._directory = Path(tempfile.mkdtemp(prefix="xpu-perf-window-"))
-        self._directory.chmod(0o755)  # under sudo the target (the user) maps it read-only
         path = self._directory / "control"
         self.control = WindowControl(path)
-        path.chmod(0o644)
+        # Every process of the target maps it read-write (its libraries count their windows
+        # in it): under sudo the target runs as the user, who gets the directory and file.
+        share_with_target(self._directory)
+        share_with_target(path)
         self.pid = 0
         self.toggles = 0
         self.windows: list[model.CaptureWindow] = []
