@@ -6,7 +6,8 @@
 #   xpu_never    the same, the window never opened (no profiler start/stop call)
 #   torch_sched  torch.profiler with schedule(wait=999, warmup=1, active=50)
 # record runs as users run it (CPU sampling on, paused outside the windows), without the
-# eBPF kernel-stack sampler (--no-kernel-stacks: it is not paused by windows).  Before the
+# eBPF kernel-stack sampler (--no-kernel-stacks: this script sets up no bcc, and the
+# sampler followed no windows when docs/benchmarks.md's runs were taken).  Before the
 # rounds (a run cut by the time limit keeps them), one run each of the other window
 # triggers, traces kept for their checks:
 #   xpu_nvtx     --capture-range nvtx:window (an NVTX range pushed around the 50 steps)

@@ -20,6 +20,10 @@
 
 #define XP_MAX_FRAMES 127
 
+/* paused[0] != 0: outside the recording's capture windows (record sets it from the window
+ * control page): no sample, no signal. */
+BPF_ARRAY(paused, u32, 1);
+
 struct xp_sample_event {
     u32 kind;
     u32 pid;
@@ -38,6 +42,10 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx)
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
     if (tgid == 0 || !xp_is_tracked(tgid))
+        return 0;
+    u32 zero = 0;
+    u32 *is_paused = paused.lookup(&zero);
+    if (is_paused && *is_paused)
         return 0;
 #ifdef XP_KERNEL_MODE_ONLY
     if ((ctx->regs.cs & 3) != 0) /* interrupted user space: the in-process sampler's part */

@@ -15,6 +15,7 @@ import os
 import struct
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 MAGIC = 0x43575058  # "XPWC"
 VERSION = 1
@@ -24,6 +25,15 @@ _TREE_OPEN = 8
 _TREE_CHANGES = 12
 _PROCESS_WINDOWS = 16
 SIZE = 64  # room for later fields; the libraries check magic and version
+
+
+class WindowState(Protocol):
+    """The recording's capture windows as a sampler in record's process sees them."""
+
+    @property
+    def tree_open(self) -> bool: ...
+    @property
+    def process_windows(self) -> int: ...
 
 
 class WindowControl:

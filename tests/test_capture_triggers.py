@@ -18,6 +18,7 @@ from exporters.perfetto.trace_processor import open_trace
 
 from .conftest import REPO, run_cli
 from .fake_cupti.build import FakeCupti, build_fake
+from .native.bpf_harness import requires_bpf
 from .test_capture_windows import assert_complete, kernel_names, windows
 from .test_cupti_fake import metadata, pytestmark, record  # noqa: F401
 
@@ -244,3 +245,46 @@ def test_record_help_names_every_capture_range() -> None:
     proc = run_cli("record", "--help")
     for mode in ("cudaProfilerApi", "nvtx:NAME", "signal", "--toggle-signal"):
         assert mode in proc.stdout
+
+
+IO_PHASES = """
+import os, time
+t0 = time.monotonic()
+def until(t, work):
+    while time.monotonic() - t0 < t:
+        work()
+def outside_io():
+    os.pread(fd, 1 << 20, 0)  # kernel-mode time: /dev/zero fills the buffer
+def inside_io():
+    os.pread(fd, 1 << 20, 0)
+fd = os.open("/dev/zero", os.O_RDONLY)
+until(0.6, outside_io)
+until(1.0, lambda: time.sleep(0.01))
+until(1.6, inside_io)
+until(2.0, lambda: time.sleep(0.01))
+until(2.6, outside_io)
+"""
+
+
+@requires_bpf
+@pytest.mark.parametrize("sampler", ["inprocess", "ebpf"])
+def test_ebpf_samplers_pause_outside_the_window(tmp_path: Path, sampler: str) -> None:
+    """As root the eBPF samplers follow the windows too: the kernel-mode sampler beside the
+    in-process one (kernel frames on top), and `--cpu-sampler ebpf`."""
+    script = tmp_path / "io.py"
+    script.write_text(IO_PHASES)
+    out = tmp_path / f"{sampler}.perfetto-trace"
+    proc = run_cli(
+        "record", "--no-gpu", "--cpu-sampler", sampler, "--freq", "499", "--delay", "0.8",
+        "--duration", "1", "-o", out, "--", sys.executable, script,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with open_trace(out) as t:
+        (w,) = windows(t)
+        n, outside = cpu_sample_counts(t, w)
+        assert outside == 0, proc.stderr
+        assert n >= 499 // 5, proc.stderr
+        frames = cpu_sample_frames(t)
+        assert not any(f.startswith("outside_io") for f in frames), frames
+        if sampler == "inprocess":
+            assert any(f.startswith("inside_io") for f in frames), frames

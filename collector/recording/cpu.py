@@ -16,6 +16,7 @@ from collector.recording.credentials import share_with_target, target_credential
 from collector.recording.size_limit import directory_bytes
 from collector.sources.bcc_sampler import BccKernelModeSampler
 from collector.sources.cpu_stream import InprocessCpuSource
+from collector.window_control import WindowState
 
 
 class InprocessCpuRecording:
@@ -63,6 +64,12 @@ class InprocessCpuRecording:
     def target_started(self, pid: int) -> None:
         if self.kernel:
             self.kernel.target_started(pid)
+
+    def follow_windows(self, windows: WindowState) -> None:
+        """The library samples only inside windows by itself; the eBPF kernel-mode sampler
+        beside it is paused from here."""
+        if self.kernel:
+            self.kernel.follow_windows(windows)
 
     def stop(self) -> None:
         if self.kernel:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from collector import model
+from collector.window_control import WindowState
 
 
 class RecordSource(Protocol):
@@ -32,6 +33,14 @@ class WindowedSource(Protocol):
     """A source that recorded capture windows (the GPU source under --capture-range/--delay)."""
 
     def windows(self) -> Sequence[model.CaptureWindow]: ...
+
+
+@runtime_checkable
+class WindowFollower(Protocol):
+    """A source that samples only inside the recording's capture windows, following the
+    control page from record's side (the eBPF samplers: their BPF program is paused)."""
+
+    def follow_windows(self, windows: WindowState) -> None: ...
 
 
 @runtime_checkable

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from collector.errors import UserError
 from collector.recording.credentials import target_credentials
 from collector.recording.size_limit import SizeLimit
-from collector.recording.source import RecordSource, SizedSource
+from collector.recording.source import RecordSource, SizedSource, WindowFollower
 from collector.recording.windows import TreeWindows
 
 # After Ctrl-C the target gets SIGINT, then SIGTERM, then SIGKILL, this far apart.
@@ -51,6 +51,9 @@ def run_target(
         env.update(source.target_env())
     if tree is not None:
         env.update(tree.env())
+        for source in sources:
+            if isinstance(source, WindowFollower):
+                source.follow_windows(tree.control)
     for source in sources:
         source.start()
     interrupt = Interrupt()

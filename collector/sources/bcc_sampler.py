@@ -7,12 +7,14 @@ for T seconds of CPU time therefore yields about freq × T samples.
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from collections.abc import Iterator
 
 from collector.model import CpuSample, Event, Frame, Stack
 from collector.sources.bcc_source import EV_SAMPLE, MAX_FRAMES, BccSource, comm_str, stack_words
 from collector.symbolize import MapsSnapshot, Symbolizer
+from collector.window_control import WindowState
 
 DEFAULT_FREQ_HZ = 99
 
@@ -36,6 +38,21 @@ class BccCpuSampler(BccSource):
         self.kernel_stacks = kernel_stacks
         self._samples: list[tuple[int, int, int, int, MapsSnapshot | None, bytes, bytes]] = []
         self._symbolizer = Symbolizer()
+        self._windows: WindowState | None = None
+        self._paused: bool | None = None
+
+    def follow_windows(self, windows: WindowState) -> None:
+        """Sample only inside the recording's capture windows: the BPF program is paused
+        (no sample, no signal) while none is open, checked on every drain round (~100 ms)."""
+        self._windows = windows
+
+    def periodic(self) -> None:
+        if self._windows is None or self.bpf is None:
+            return
+        paused = not (self._windows.tree_open or self._windows.process_windows > 0)
+        if paused != self._paused:
+            self.bpf["paused"][ctypes.c_int(0)] = ctypes.c_uint32(int(paused))
+            self._paused = paused
 
     def attach(self) -> None:
         from bcc import PerfSWConfig, PerfType
@@ -49,6 +66,7 @@ class BccCpuSampler(BccSource):
             sample_period=1_000_000_000 // self.freq,
             cpu=-1,
         )
+        self.periodic()  # paused from the start when the windows are closed
 
     def detach(self) -> None:
         from bcc import PerfSWConfig, PerfType

@@ -229,8 +229,14 @@ static void on_kernel_signal(int sig, siginfo_t *info, void *context) {
         int saved_errno = errno;
         pid_t tid = (pid_t)syscall(SYS_gettid);
         struct sampled_thread *t = atomic_load_explicit(&tid_threads[tid % TID_SLOTS], memory_order_acquire);
-        if (t && t->tid == tid && t->magic == THREAD_MAGIC) take_sample(t, 1, context);
-        else atomic_fetch_add(&kernel_signals_unmatched, 1);
+        if (t && t->tid == tid && t->magic == THREAD_MAGIC) {
+            /* The eBPF sampler is paused outside windows from record's side, within a
+             * drain round (~100 ms): what it sent in between is no sample either. */
+            if (xp_window_any_open(window_control)) take_sample(t, 1, context);
+            else atomic_fetch_add_explicit(&samples_outside_window, 1, memory_order_relaxed);
+        } else {
+            atomic_fetch_add(&kernel_signals_unmatched, 1);
+        }
         errno = saved_errno;
     }
     chain(&previous_urg_action, sig, info, context);
