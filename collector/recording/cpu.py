@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from collector import model
@@ -70,6 +70,10 @@ class InprocessCpuRecording:
         beside it is paused from here."""
         if self.kernel:
             self.kernel.follow_windows(windows)
+
+    def keep_only(self, windows: Sequence[model.CaptureWindow]) -> None:
+        """Nothing to drop: the library takes no sample outside a window, and a kernel-mode
+        sample outside one finds no in-process sample to join."""
 
     def stop(self) -> None:
         if self.kernel:

@@ -38,9 +38,12 @@ class WindowedSource(Protocol):
 @runtime_checkable
 class WindowFollower(Protocol):
     """A source that samples only inside the recording's capture windows, following the
-    control page from record's side (the eBPF samplers: their BPF program is paused)."""
+    control page from record's side while the target runs (the eBPF samplers: their BPF
+    program is paused), then keeping only the samples inside the windows (the pause follows
+    the page within a drain round)."""
 
     def follow_windows(self, windows: WindowState) -> None: ...
+    def keep_only(self, windows: Sequence[model.CaptureWindow]) -> None: ...
 
 
 @runtime_checkable

@@ -173,10 +173,13 @@ def ebpf_launch_line(launch: Mapping[str, int]) -> str:
 
 def ebpf_cpu_line(ebpf: Mapping[str, int], freq: int) -> str:
     """The eBPF CPU sampler's line."""
-    quiet = ("cpu_samples", "bpf_runs", "bpf_run_ns", "unresolved_frames")
+    quiet = ("cpu_samples", "bpf_runs", "bpf_run_ns", "unresolved_frames", "samples_outside_window")
     lost = {k: v for k, v in ebpf.items() if v and k not in quiet}
+    # Taken in the pause's lag after a window closed: not lost, outside what was asked for.
+    outside = ebpf.get("samples_outside_window", 0)
     return (
         f"cpu samples: {ebpf.get('cpu_samples', 0)} at {freq} Hz, "
         f"lost/errors: {lost or 'none'}, "
         f"unresolved frames: {ebpf.get('unresolved_frames', 0)}"
+        + (f", {outside} taken just after a capture window dropped" if outside else "")
     )

@@ -12,7 +12,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
 from collector.recording.size_limit import SizeLimit
-from collector.recording.source import RecordSource, WindowedSource
+from collector.recording.source import RecordSource, WindowedSource, WindowFollower
 from collector.recording.windows import CapturePlan, TreeWindows
 from exporters.perfetto.writer import TraceWriter
 
@@ -43,7 +43,12 @@ def write_trace(
         written = 0  # window slices
         # Which machine: a multi-node job is one record per node, queried together later.
         writer.set_metadata("host", socket.gethostname())
+        # The windows known so far (the GPU source comes before the CPU ones): a sampler that
+        # follows them from record's side keeps only what falls inside one.
+        seen = list(tree.windows) if tree is not None else []
         for source in sources:
+            if tree is not None and isinstance(source, WindowFollower):
+                source.keep_only(seen)
             producer = writer.producer(source.name)
             producer.write_all(source.events())
             stats[source.name] = dict(source.stats())
@@ -52,6 +57,7 @@ def write_trace(
                 writer.set_metadata(prefixed, value)
             if isinstance(source, WindowedSource):
                 written += write_windows(writer, source.windows())
+                seen += source.windows()
         if tree is not None and not written:
             written = write_windows(writer, tree.windows)
             stats["record"] = {"windows": written, "toggles": tree.toggles}

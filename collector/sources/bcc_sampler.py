@@ -7,11 +7,12 @@ for T seconds of CPU time therefore yields about freq × T samples.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-from collector.model import CpuSample, Event, Frame, Stack
+from collector.model import CaptureWindow, CpuSample, Event, Frame, Stack
 from collector.sources.bcc_source import EV_SAMPLE, MAX_FRAMES, BccSource, comm_str, stack_words
 from collector.symbolize import MapsSnapshot, Symbolizer
 from collector.window_control import WindowState
@@ -40,11 +41,23 @@ class BccCpuSampler(BccSource):
         self._symbolizer = Symbolizer()
         self._windows: WindowState | None = None
         self._paused: bool | None = None
+        self.samples_outside_window = 0
 
     def follow_windows(self, windows: WindowState) -> None:
         """Sample only inside the recording's capture windows: the BPF program is paused
-        (no sample, no signal) while none is open, checked on every drain round (~100 ms)."""
+        (no sample, no signal) while none is open, checked on every drain round, 10 ms
+        apart here (a window's first 10 ms may have no eBPF sample)."""
         self._windows = windows
+        self.poll_ms = 10
+
+    def keep_only(self, windows: Sequence[CaptureWindow]) -> None:
+        """Drop the samples taken outside every window (those of the pause's lag after a
+        close), counted as samples_outside_window; call after stop()."""
+        spans = _union(windows)
+        starts = [start for start, _ in spans]
+        kept = [s for s in self._samples if _inside(spans, starts, s[2])]
+        self.samples_outside_window += len(self._samples) - len(kept)
+        self._samples = kept
 
     def periodic(self) -> None:
         if self._windows is None or self.bpf is None:
@@ -106,6 +119,7 @@ class BccCpuSampler(BccSource):
         counters = self.kernel_counters()
         return {
             "cpu_samples": len(self._samples),
+            "samples_outside_window": self.samples_outside_window,
             "lost_ringbuf_full": counters.get("lost_ringbuf_full", 0),
             "user_stack_errors": counters.get("user_stack_errors", 0),
             "kernel_stack_errors": counters.get("kernel_stack_errors", 0),
@@ -118,6 +132,23 @@ class BccCpuSampler(BccSource):
             "bpf_run_ns": counters.get("bpf_run_ns", 0),
             "bpf_runs": counters.get("bpf_runs", 0),
         }
+
+
+def _union(windows: Sequence[CaptureWindow]) -> list[tuple[int, int]]:
+    """The windows' spans merged where they overlap (windows of several processes)."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted((w.start, w.end) for w in windows):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _inside(spans: Sequence[tuple[int, int]], starts: Sequence[int], ts: int) -> bool:
+    """Is `ts` in one of the disjoint sorted `spans` (`starts`: their starts)?"""
+    i = bisect.bisect_right(starts, ts) - 1
+    return i >= 0 and ts <= spans[i][1]
 
 
 def _words(raw: bytes) -> list[int]:

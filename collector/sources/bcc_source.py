@@ -83,6 +83,7 @@ class BccSource:
     program = ""  # file in bpf/
     ringbuf_pages = 1024  # power of two
     cflags: tuple[str, ...] = ()  # extra -D switches of the program
+    poll_ms = 100  # the drain thread's ring-buffer wait: periodic() runs about this often
 
     def __init__(self) -> None:
         self.bpf: Any = None
@@ -164,7 +165,7 @@ class BccSource:
 
     def _drain(self) -> None:
         while not self._stop.is_set():
-            self.bpf.ring_buffer_poll(100)
+            self.bpf.ring_buffer_poll(self.poll_ms)
             self.periodic()
 
     # --- subclass hooks ----------------------------------------------------------------
