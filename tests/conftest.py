@@ -1,4 +1,4 @@
-"""Shared fixtures: the repo's bundled example traces and a CLI runner."""
+"""Shared fixtures: the repo's bundled example traces, a CLI runner, the fake CUPTI build."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from collector.inject_build import BuildError
+
+from .fake_cupti.build import FakeCupti, build_fake
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "bench" / "data" / "example_kineto.json.gz"
@@ -40,3 +44,12 @@ def example_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("convert") / "example.perfetto-trace"
     run_cli("convert", EXAMPLE, "-o", out, check=True)
     return out
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCupti:
+    """The fake CUPTI and its test application, built once per module that asks."""
+    try:
+        return build_fake(tmp_path_factory.mktemp("fake_cupti"))
+    except (BuildError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot build the fake CUPTI: {exc}")

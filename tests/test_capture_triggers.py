@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.inject_build import BuildError
 from exporters.perfetto.trace_processor import open_trace
 
 from .conftest import REPO, run_cli
-from .fake_cupti.build import FakeCupti, build_fake
 from .native.bpf_harness import requires_bpf
 from .test_capture_windows import assert_complete, kernel_names, windows
 from .test_cupti_fake import metadata, pytestmark, record  # noqa: F401
@@ -30,14 +28,6 @@ NVTX_STEPS = {
     "nvtx_kernel_4": 6,  # the same by a registered string
     "nvtx_kernel_5": 2,  # pushEx "step" with a "step" nested in it
 }
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCupti:
-    try:
-        return build_fake(tmp_path_factory.mktemp("fake_cupti"))
-    except (BuildError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot build the fake CUPTI: {exc}")
 
 
 def nvtx_record(fake, tmp_path: Path, *flags: str) -> tuple[Path, subprocess.CompletedProcess]:

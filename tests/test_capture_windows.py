@@ -6,15 +6,13 @@ every GPU op with its flow and every API call with its stack, the window slices 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from collector.inject_build import BuildError
 from exporters.perfetto.trace_processor import open_trace
 
-from .fake_cupti.build import FakeCupti, build_fake
+from .fake_cupti.build import FakeCupti
 from .test_cupti_fake import (
     CHILD_KERNELS,
     GPU_CATS,
@@ -28,14 +26,6 @@ from .test_cupti_fake import (
 WINDOW_LAUNCHES = 50  # fake_app's LAUNCHES in the profiler mode: per phase
 SECOND_WINDOW = 7  # its driver-only launches inside the cuProfilerStart/Stop window
 FIRST_WINDOW_KERNELS = {"window_kernel": WINDOW_LAUNCHES, "long_window_kernel": 1}
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCupti:
-    try:
-        return build_fake(tmp_path_factory.mktemp("fake_cupti"))
-    except (BuildError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot build the fake CUPTI: {exc}")
 
 
 def kernel_names(t) -> dict[str, int]:

@@ -17,14 +17,13 @@ from pathlib import Path
 import pytest
 
 from collector import model
-from collector.inject_build import BuildError
 from collector.sources.cupti import CuptiSource
 from collector.sources.cupti_stream import read_stream
 from exporters.perfetto.trace_processor import open_trace
 from exporters.perfetto.views import load_views
 
 from .conftest import REPO
-from .fake_cupti.build import FakeCupti, build_fake, cupti_headers
+from .fake_cupti.build import FakeCupti, cupti_headers
 
 pytestmark = pytest.mark.skipif(cupti_headers() is None, reason="CUPTI headers not installed")
 
@@ -33,14 +32,6 @@ LAUNCHES = 200
 PARENT_KERNELS = 2 * LAUNCHES + 10 + 5 + 5
 CHILD_KERNELS = 10
 GPU_CATS = "('kernel','memcpy','memset','sync')"
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCupti:
-    try:
-        return build_fake(tmp_path_factory.mktemp("fake_cupti"))
-    except (BuildError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot build the fake CUPTI: {exc}")
 
 
 def record(
