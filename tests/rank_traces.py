@@ -63,6 +63,16 @@ class RankSpec:
         return 530 + self.slow_us
 
 
+def step_kernels(spec: RankSpec) -> list[tuple[str, int, int, int]]:
+    """One step's kernels of a rank, (name, start us, end us, stream) in start order: the
+    compute kernels (the third one longer on a slow rank) and the NCCL ones."""
+    kernels = [
+        (COMPUTE_NAME, s, e + (spec.slow_us if i == 2 else 0), COMPUTE_STREAM)
+        for i, (s, e) in enumerate(_COMPUTE)
+    ] + [(name, s, e, NCCL_STREAM) for name, (s, e) in zip(NCCL_NAMES, _NCCL, strict=True)]
+    return sorted(kernels, key=lambda k: k[1])
+
+
 def _event(**fields: object) -> dict:
     return dict(fields)
 
@@ -86,11 +96,7 @@ def rank_kineto(path: Path, spec: RankSpec) -> Path:
                 dur=530 + spec.slow_us,
             )
         )
-        kernels = [
-            (COMPUTE_NAME, s, e + (spec.slow_us if i == 2 else 0), COMPUTE_STREAM)
-            for i, (s, e) in enumerate(_COMPUTE)
-        ] + [(name, s, e, NCCL_STREAM) for name, (s, e) in zip(NCCL_NAMES, _NCCL, strict=True)]
-        for name, start, end, stream in sorted(kernels, key=lambda k: k[1]):
+        for name, start, end, stream in step_kernels(spec):
             correlation += 1
             launch = base + start - 25
             events.append(
@@ -167,11 +173,7 @@ def recorded_rank_trace(
             model.CpuSlice(pid, tid, base - 30_000, (530 + spec.slow_us) * 1000, f"step {step}")
         )
         events.append(model.CpuSample(pid, tid, base - 29_000, SAMPLE_STACK))
-        kernels = [
-            (COMPUTE_NAME, s, e + (spec.slow_us if i == 2 else 0), COMPUTE_STREAM)
-            for i, (s, e) in enumerate(_COMPUTE)
-        ] + [(name, s, e, NCCL_STREAM) for name, (s, e) in zip(NCCL_NAMES, _NCCL, strict=True)]
-        for name, start, end, stream in sorted(kernels, key=lambda k: k[1]):
+        for name, start, end, stream in step_kernels(spec):
             correlation += 1
             flow = model.flow_id(pid, correlation)
             launch = base + (start - 25) * 1000
