@@ -278,3 +278,24 @@ def test_ebpf_samplers_pause_outside_the_window(tmp_path: Path, sampler: str) ->
         assert not any(f.startswith("outside_io") for f in frames), frames
         if sampler == "inprocess":
             assert any(f.startswith("inside_io") for f in frames), frames
+
+
+def test_toggle_signal_is_caught_from_the_hint_on() -> None:
+    """record prints where to send the signal before it builds and starts its sources (which
+    take seconds with eBPF): a signal in that time toggles the window instead of killing it."""
+    import signal as signals
+
+    from collector.recording.windows import CapturePlan, TreeWindows
+
+    plan = CapturePlan(mode="signal", toggle_signal=signals.SIGUSR2)
+    before = signals.getsignal(signals.SIGUSR2)
+    tree = TreeWindows(plan)
+    try:
+        os.kill(os.getpid(), signals.SIGUSR2)
+        assert tree.control.tree_open
+        os.kill(os.getpid(), signals.SIGUSR2)
+        assert not tree.control.tree_open
+        assert tree.toggles == 2 and len(tree.windows) == 1
+    finally:
+        tree.close()
+    assert signals.getsignal(signals.SIGUSR2) == before

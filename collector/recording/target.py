@@ -58,10 +58,6 @@ def run_target(
         source.start()
     interrupt = Interrupt()
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
-    toggle = tree.plan.toggle_signal if tree is not None else None
-    if tree is not None and toggle is not None:
-        # Python runs the handler in this thread between bytecodes: no race with poll().
-        previous[toggle] = signal.signal(toggle, lambda _s, _f: tree.toggle())
     try:
         try:
             creds = target_credentials()

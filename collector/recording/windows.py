@@ -154,6 +154,12 @@ class TreeWindows:
         self._open_reason = ""
         self._open_at: int | None = None  # --delay: CLOCK_MONOTONIC ns of the opening
         self._close_at: int | None = None
+        self._previous_handler: object = None
+        if plan.toggle_signal is not None:
+            # From now, not from the target's start: record says where to send it before
+            # it builds and starts its sources, and a signal then must not kill it.  Python
+            # runs the handler in the main thread between bytecodes: no race with poll().
+            self._previous_handler = signal.signal(plan.toggle_signal, lambda _s, _f: self.toggle())
 
     def env(self) -> dict[str, str]:
         return self.control.env()
@@ -208,6 +214,8 @@ class TreeWindows:
         self._open_since = None
 
     def close(self) -> None:
+        if self.plan.toggle_signal is not None:
+            signal.signal(self.plan.toggle_signal, self._previous_handler)  # type: ignore[arg-type]
         self.control.close()
         for p in self._directory.iterdir():
             p.unlink()
