@@ -106,6 +106,18 @@ def test_signal_to_record_opens_and_closes_windows(fake, tmp_path: Path) -> None
         assert t.scalar("select count(*) from slice where category = 'sync'") == 1
 
 
+def test_signal_window_limit_counts_each_refused_opening_once(fake, tmp_path: Path) -> None:
+    out = tmp_path / "toggle_stop.perfetto-trace"
+    flags = ("--capture-range", "signal", "--capture-range-end", "stop")
+    proc = record(fake, out, fake.app, N, 0, "toggle", flags=flags)
+    assert proc.returncode == 0, proc.stderr
+    assert "capture windows (signal): 1, 1 openings after the last one ignored" in proc.stderr
+    with open_trace(out) as t:
+        assert kernel_names(t) == {"window_kernel": N}
+        assert metadata(t, "cupti_windows_ignored") == 1  # not once per 10 ms poll
+        assert_complete(t)
+
+
 BURN = """
 import os, signal, sys, time
 def spin(seconds):

@@ -151,11 +151,15 @@ static void start_delay_thread(void) {
 static void *tree_thread_main(void *arg) {
     struct xp_window_control *c = arg;
     struct timespec pause_for = {0, TREE_POLL_MS * 1000000L};
+    /* Act on changes of record's state only: an opening refused past --capture-range-end is
+     * counted once, not at every poll. */
+    int seen = atomic_load(&window_open);
     for (;;) {
         int want = atomic_load_explicit(&c->tree_open, memory_order_acquire) != 0;
-        if (want != atomic_load(&window_open)) {
+        if (want != seen) {
             if (want) open_window("signal");
             else close_window("signal");
+            seen = want;
         }
         nanosleep(&pause_for, NULL);
     }
