@@ -49,6 +49,13 @@ class Frame:
     build_id: str = ""
 
 
+def is_python_frame(frame: Frame) -> bool:
+    """A frame of Python code: its module is a .py file, or the pseudo-file of code without
+    one (`<string>` for `python -c`, `<stdin>`, `<frozen importlib._bootstrap>`)."""
+    name = frame.module.rsplit("/", 1)[-1]
+    return name.endswith(".py") or (name.startswith("<") and name.endswith(">"))
+
+
 @dataclass(frozen=True, slots=True)
 class Stack:
     """A call stack, outermost caller first (the order flamegraphs print)."""

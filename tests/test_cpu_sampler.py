@@ -312,3 +312,23 @@ def test_unwinds_through_signal_frames(tmp_path: Path) -> None:
     through = sum(n for s, n in in_handler.items() if ";main;main_loop;" in s)
     assert sum(in_handler.values()) >= 50, stacks.most_common(5)
     assert through >= 0.95 * sum(in_handler.values()), stacks.most_common(5)
+
+
+def test_python_c_program_counts_its_python_frames(tmp_path: Path) -> None:
+    """`python -c` code has no .py file (its frames' file is `<string>`): the summary still
+    counts its samples as having Python frames, which they have."""
+    trace = tmp_path / "c.perfetto-trace"
+    code = (
+        "import time\n"
+        "def spin_here():\n"
+        "    end = time.monotonic() + 1.5\n"
+        "    while time.monotonic() < end:\n"
+        "        pass\n"
+        "spin_here()\n"
+    )
+    proc = run_cli(
+        "record", "--no-gpu", "--no-kernel-stacks", "-o", trace, "--", sys.executable, "-c", code
+    )
+    assert proc.returncode == 0, proc.stderr
+    share = re.search(r"with Python frames: ([0-9.]+)%", proc.stderr)
+    assert share and float(share.group(1)) >= 90.0, proc.stderr

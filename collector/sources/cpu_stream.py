@@ -97,7 +97,7 @@ class InprocessCpuSource:
             stack = stacks.get(samples["stack_id"][i], empty)
             if triggers[i]:
                 stack = self._with_kernel(stack, samples["tid"][i], samples["timestamp"][i], cursor)
-            if any(f.module.endswith(".py") for f in stack.frames):
+            if any(model.is_python_frame(f) for f in stack.frames):
                 counts["samples_with_python"] += 1
             counts["samples"] += 1
             yield model.CpuSample(pid, samples["tid"][i], samples["timestamp"][i], stack)

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from collector.model import Frame, Stack
+from collector.model import Frame, Stack, is_python_frame
 from collector.sources.cupti_stream import Stream
 from collector.symbolize import Symbolizer
 
@@ -121,7 +121,7 @@ def drop_interpreter_addresses(frames: list[Frame]) -> tuple[list[Frame], int]:
     (`python3.12+0x6bcf22`) only repeat what the Python frames say, the way py-spy's native
     mode leaves them out; they go, and the caller counts them.  Named interpreter frames
     (`PyObject_Vectorcall`) and every frame of other objects stay."""
-    if not any(f.module.endswith(".py") for f in frames):
+    if not any(is_python_frame(f) for f in frames):
         return frames, 0
     kept = [
         f
