@@ -90,6 +90,7 @@ class MapsSnapshot:
     mappings: list[Mapping] = field(default_factory=list)
     _starts: list[int] = field(default_factory=list)
     uid: int | None = None  # the process's (effective) uid, while it lived
+    _last_text: str = ""  # the maps as last read: an unchanged re-read is not parsed again
 
     @classmethod
     def read(cls, pid: int) -> MapsSnapshot:
@@ -108,6 +109,9 @@ class MapsSnapshot:
         if self.uid is None:
             with contextlib.suppress(OSError):
                 self.uid = os.stat(f"/proc/{self.pid}").st_uid
+        if text == self._last_text:
+            return True  # the periodic re-reads of a live process (bcc_uprobes) mostly are
+        self._last_text = text
         known = {(m.start, m.end, m.path) for m in self.mappings}
         fresh = [m for m in parse_maps(text) if (m.start, m.end, m.path) not in known]
         if fresh:

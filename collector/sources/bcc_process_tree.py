@@ -104,12 +104,20 @@ class ProcessRegistry:
         stacks would then have no maps to be symbolized with."""
         proc = self._get(pid)
         if proc.stale or proc.maps is None:
-            snapshot = MapsSnapshot(pid)
-            if snapshot.refresh():
-                proc.maps, proc.stale = snapshot, False
-                proc.cmdline = _read_cmdline(pid) or proc.cmdline
+            self._read_image(proc)
         else:
             proc.maps.refresh()  # libraries mapped since (dlopen)
+
+    @staticmethod
+    def _read_image(proc: _Process) -> bool:
+        """A first snapshot of the process's current image (maps, command line); False when
+        the process is gone."""
+        snapshot = MapsSnapshot(proc.pid)
+        if not snapshot.refresh():
+            return False
+        proc.maps, proc.stale = snapshot, False
+        proc.cmdline = _read_cmdline(proc.pid) or proc.cmdline
+        return True
 
     def on_event(
         self, pid: int, tid: int, comm: str, user_addrs: Iterable[int] = ()
@@ -120,16 +128,11 @@ class ProcessRegistry:
         proc.threads[tid] = comm
         if tid == pid or not proc.name:
             proc.name = comm
-        if proc.stale:
+        if proc.stale and not self._read_image(proc):
+            # Gone already: a forked child that had not exec'd had its parent's layout.
             proc.stale = False
-            snapshot = MapsSnapshot(pid)
-            if snapshot.refresh():
-                proc.maps = snapshot
-                proc.cmdline = _read_cmdline(pid) or proc.cmdline
-            elif proc.parent is not None and proc.parent in self._processes:
-                proc.maps = self._processes[proc.parent].maps
-            else:
-                proc.maps = None
+            parent = self._processes.get(proc.parent) if proc.parent is not None else None
+            proc.maps = parent.maps if parent is not None else None
         addrs = list(user_addrs)
         if proc.maps is not None and not proc.maps.covers(addrs):
             proc.maps.refresh()
