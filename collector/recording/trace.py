@@ -65,7 +65,7 @@ def write_trace(
             for key, value in size_limit.metadata().items():
                 writer.set_metadata(key, value)
         if capture is not None and capture.windowed:
-            writer.set_metadata("capture_range", capture.label)
+            writer.set_metadata("capture_range", capture.mode)
             writer.set_metadata("windows", written)
             if tree is not None and capture.toggle_signal is not None:
                 writer.set_metadata("toggles", tree.toggles)

@@ -51,11 +51,6 @@ class CapturePlan:
         """Windows the target's own calls open (the injection library must see them)."""
         return self.mode == PROFILER_API or self.mode.startswith(NVTX_PREFIX)
 
-    @property
-    def label(self) -> str:
-        """The reason the windows of this mode carry (metadata `capture_range`)."""
-        return self.mode
-
 
 def capture_range_end(value: str) -> int:
     """--capture-range-end as the library's window limit: stop = 1, repeat = 0 (every
