@@ -51,18 +51,6 @@ class TraceHead:
     size: int = 0
 
 
-def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """The varint at data[pos:] and the position after it; IndexError past the end."""
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
 def _frames_in(data: bytes) -> Iterator[bytes]:
     """The packets framed in `data` (a chunk's content): tag 0x0A, length, packet."""
     pos, end = 0, len(data)
@@ -71,7 +59,7 @@ def _frames_in(data: bytes) -> Iterator[bytes]:
         if data[pos] != _FRAME_TAG:
             raise TraceFileError(f"bad packet framing inside a compressed chunk at byte {pos}")
         try:
-            length, pos = _varint(data, pos + 1)
+            length, pos = wire.read_varint(data, pos + 1)
         except IndexError:
             raise TraceFileError("a compressed chunk ends inside a packet header") from None
         if pos + length > end:
@@ -85,16 +73,16 @@ def _compressed_payload(packet: bytes) -> bytes | None:
     Fields beside it (a tracing service adds its own) are ignored, as trace_processor does."""
     pos, end = 0, len(packet)
     while pos < end:
-        tag, pos = _varint(packet, pos)
+        tag, pos = wire.read_varint(packet, pos)
         kind = tag & 7
         if kind == wire.VARINT:
-            _, pos = _varint(packet, pos)
+            _, pos = wire.read_varint(packet, pos)
         elif kind == wire.FIXED64:
             pos += 8
         elif kind == 5:  # fixed32
             pos += 4
         elif kind == wire.LEN:
-            length, pos = _varint(packet, pos)
+            length, pos = wire.read_varint(packet, pos)
             if tag >> 3 == wire.PACKET_COMPRESSED:
                 return packet[pos : pos + length]
             pos += length
@@ -140,7 +128,7 @@ class _FrameFile:
                     f"{pos})"
                 )
             try:
-                length, used = _varint(head, 1)
+                length, used = wire.read_varint(head, 1)
             except IndexError:
                 raise TraceFileError(f"{self.path} is truncated at byte {pos}") from None
             start = pos + used

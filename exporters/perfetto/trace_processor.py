@@ -19,6 +19,8 @@ from perfetto.trace_processor.backend import TraceProcessorBackend
 from perfetto.trace_processor.protos import ProtoFactory
 from perfetto.trace_processor.rpc import TraceProcessorRpc
 
+from exporters.perfetto import wire
+
 ENV_SHELL = "XPU_PERF_TRACE_PROCESSOR"
 # Traces are fed to the engine in chunks of this size (the engine's request buffer
 # must hold one chunk plus framing).
@@ -95,15 +97,11 @@ class _FramingCheck:
                 raise TraceOpenError(
                     f"not a Perfetto protobuf trace (bad packet framing at byte {base + pos})"
                 )
-            length, shift, i = 0, 0, pos + 1
-            while i < end and data[i] & 0x80:
-                length |= (data[i] & 0x7F) << shift
-                shift += 7
-                i += 1
-            if i >= end:
+            try:
+                length, body = wire.read_varint(data, pos + 1)
+            except IndexError:
                 break  # the length prefix continues in the next chunk
-            length |= data[i] << shift
-            pos = i + 1 + length
+            pos = body + length
         self.next_packet = base + pos
         self.offset = base + len(data)
         self._carry = data[pos:] if pos < end else b""

@@ -83,6 +83,19 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The varint at data[pos:] and the position after it; IndexError when it runs past the
+    end (a reader of streamed or truncated data decides what that means)."""
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
 def key(field: int, wire_type: int) -> bytes:
     """The tag of a field: varint of (field number << 3 | wire type)."""
     return varint(field << 3 | wire_type)
