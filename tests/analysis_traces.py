@@ -67,18 +67,45 @@ def write(path: Path, scenario: str, steps: int = 12) -> Expected:
     ]
     state = {"corr": 0}
 
-    def launch(ts: int, dur: int, kernel_ts: int, kernel_dur: int, name: str,
-               stack: Stack = LAUNCH_STACK, api: str = "cudaLaunchKernel",
-               category: str = model.CAT_KERNEL) -> None:
+    def launch(
+        ts: int,
+        dur: int,
+        kernel_ts: int,
+        kernel_dur: int,
+        name: str,
+        stack: Stack = LAUNCH_STACK,
+        api: str = "cudaLaunchKernel",
+        category: str = model.CAT_KERNEL,
+    ) -> None:
         state["corr"] += 1
         corr = state["corr"]
         flow = model.flow_id(PID, corr)
-        events.append(model.CpuSlice(PID, TID, ts, dur, api, model.CAT_CUDA_API,
-                                     {"correlation_id": corr}, flow_ids=(flow,),
-                                     launch_stack=stack))
-        events.append(model.GpuOp(0, STREAM, kernel_ts, kernel_dur, name, category,
-                                  {"correlation_id": corr}, correlation_id=corr,
-                                  terminating_flow_ids=(flow,)))
+        events.append(
+            model.CpuSlice(
+                PID,
+                TID,
+                ts,
+                dur,
+                api,
+                model.CAT_CUDA_API,
+                {"correlation_id": corr},
+                flow_ids=(flow,),
+                launch_stack=stack,
+            )
+        )
+        events.append(
+            model.GpuOp(
+                0,
+                STREAM,
+                kernel_ts,
+                kernel_dur,
+                name,
+                category,
+                {"correlation_id": corr},
+                correlation_id=corr,
+                terminating_flow_ids=(flow,),
+            )
+        )
 
     def samples(start: int, end: int, stack: Stack) -> None:
         t = start + PERIOD
@@ -93,16 +120,32 @@ def write(path: Path, scenario: str, steps: int = 12) -> Expected:
         # A step of tiny kernels (an embedding, 10 layers forward, a loss, 10 layers
         # backward, an update), each launched 10 us after the last: the GPU runs 2 us and
         # waits 8 us for the next launch (a host part under the launch threshold).
-        sequence = (["embedding_fwd"] + ["gemm_fwd", "relu_fwd"] * 10 + ["loss"]
-                    + ["relu_bwd", "gemm_bwd"] * 10 + ["sgd_update"])
+        sequence = (
+            ["embedding_fwd"]
+            + ["gemm_fwd", "relu_fwd"] * 10
+            + ["loss"]
+            + ["relu_bwd", "gemm_bwd"] * 10
+            + ["sgd_update"]
+        )
         for _ in range(steps):
             for name in sequence:
                 launch(t, 4_000, t + 6_000, 2_000, name)
                 t += 10_000
         gap_ns["launch"] = (steps * len(sequence) - 1) * 8_000
-        return _finish(path, events, pb, TraceWriter,
-                       Expected(steps, "launch", "forward (train.py:44)", "LAUNCH_BOUND",
-                                len(sequence) * 8_000, gap_ns))
+        return _finish(
+            path,
+            events,
+            pb,
+            TraceWriter,
+            Expected(
+                steps,
+                "launch",
+                "forward (train.py:44)",
+                "LAUNCH_BOUND",
+                len(sequence) * 8_000,
+                gap_ns,
+            ),
+        )
     for step in range(steps):
         # The step's kernels: launched 20 us apart, queued, run back to back for 4 ms.
         gpu_t = t + 30_000
@@ -120,10 +163,18 @@ def write(path: Path, scenario: str, steps: int = 12) -> Expected:
             # loss.item(): a sync that returns 10 us after the GPU ran dry, then 2 ms of
             # logging in Python before the next step's first launch.
             sync_end = gpu_end + 10_000
-            events.append(model.CpuSlice(PID, TID, host_start, sync_end - host_start,
-                                         "cudaStreamSynchronize", model.CAT_CUDA_API,
-                                         {"correlation_id": 10_000_000 + step},
-                                         launch_stack=SYNC_STACK))
+            events.append(
+                model.CpuSlice(
+                    PID,
+                    TID,
+                    host_start,
+                    sync_end - host_start,
+                    "cudaStreamSynchronize",
+                    model.CAT_CUDA_API,
+                    {"correlation_id": 10_000_000 + step},
+                    launch_stack=SYNC_STACK,
+                )
+            )
             next_t = sync_end + 2_000_000
             samples(sync_end, next_t, HOST_STACK)
             cls = "sync"
@@ -140,20 +191,29 @@ def write(path: Path, scenario: str, steps: int = 12) -> Expected:
         t = next_t
     if scenario == "gpu_bound":
         gap_ns["launch"] = (steps - 1) * 1_000
-        return _finish(path, events, pb, TraceWriter,
-                       Expected(steps, None, None, None, 1_000, gap_ns))
-    where = {"sync": "log_loss (train.py:31)", "data": "SlowDecode.__getitem__ (train.py:21)",
-             "host": "augment (train.py:77)"}[scenario]
+        return _finish(
+            path, events, pb, TraceWriter, Expected(steps, None, None, None, 1_000, gap_ns)
+        )
+    where = {
+        "sync": "log_loss (train.py:31)",
+        "data": "SlowDecode.__getitem__ (train.py:21)",
+        "host": "augment (train.py:77)",
+    }[scenario]
     code = {"sync": "HOST_SYNC", "data": "INPUT_PIPELINE", "host": "PYTHON_BETWEEN_LAUNCHES"}
     per_step = sum(gap_ns.values()) // (steps - 1)
-    return _finish(path, events, pb, TraceWriter,
-                   Expected(steps, cls, where, code[scenario], per_step, gap_ns))
+    return _finish(
+        path, events, pb, TraceWriter, Expected(steps, cls, where, code[scenario], per_step, gap_ns)
+    )
 
 
-def _finish(path: Path, events: list[model.Event], pb: object, writer_cls: type,
-            expected: Expected) -> Expected:
-    with writer_cls(path, command_line=["xpu-perf", "record", "--", "python3", "train.py"],
-                    sample_frequency_hz=HZ) as writer:
+def _finish(
+    path: Path, events: list[model.Event], pb: object, writer_cls: type, expected: Expected
+) -> Expected:
+    with writer_cls(
+        path,
+        command_line=["xpu-perf", "record", "--", "python3", "train.py"],
+        sample_frequency_hz=HZ,
+    ) as writer:
         writer.producer("cupti").write_all(sorted(events, key=_event_ts))
     return expected
 
