@@ -29,6 +29,9 @@ class Scope:
     detect_steps: bool = True
 
 
+DEFAULT_SCOPE = Scope()
+
+
 def _sql(name: str) -> str:
     return resources.files("exporters.analysis").joinpath(name).read_text()
 
@@ -43,7 +46,7 @@ def sample_period_ns(trace: Trace) -> int:
     return int(1e9 / freq) if freq else 0
 
 
-def load(trace: Trace, scope: Scope = Scope()) -> None:
+def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
     """Create the analysis tables for `scope` (the shared views must be loaded)."""
     if trace.scalar("select count(*) from sqlite_master where name = 'xpu_analysis_scope'"):
         loaded = trace.query("select span_all, steps_glob, detect from xpu_analysis_scope")[0]
