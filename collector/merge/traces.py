@@ -84,9 +84,11 @@ def merge_traces(
     shell: str | None = None,
     command_line: Sequence[str] = (),
     on_input: Callable[[int, Path], None] | None = None,
+    add_events: Callable[[TraceWriter], None] | None = None,
 ) -> MergeReport:
     """Merge `paths` into `output` (written as OUT.tmp, renamed at the end: a failure leaves
-    no file).  Input and output problems are UserErrors with one line."""
+    no file).  Input and output problems are UserErrors with one line.  `add_events` writes
+    events of its own into the merged trace (in its BOOTTIME domain) after the inputs."""
     if align not in clocks.ALIGN_MODES:
         raise UserError(f"--align must be one of {', '.join(clocks.ALIGN_MODES)}")
     if not paths:
@@ -148,6 +150,8 @@ def merge_traces(
                         remapper.counts,
                     )
                 )
+            if add_events is not None:
+                add_events(writer)
             _write_metadata(writer, report)
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc.strerror}") from None

@@ -137,7 +137,7 @@ def input_pipeline(ctx: Context) -> Finding | None:
         lambda: idle.sample_sites(ctx.trace, data=True),
         lambda ns, s: (
             f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
-            "launching thread loaded data; samples in the gaps: "
+            "launching thread loaded data, in: "
             + ", ".join(f"{x.location} ({_ms(x.ns)})" for x in s)
         ),
         lambda s: (
@@ -159,7 +159,7 @@ def python_between_launches(ctx: Context) -> Finding | None:
         lambda: idle.sample_sites(ctx.trace, data=False),
         lambda ns, s: (
             f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
-            "launching thread ran other code; samples in the gaps: "
+            "launching thread ran other code, in: "
             + ", ".join(f"{x.location} ({_ms(x.ns)})" for x in s)
         ),
         lambda s: (

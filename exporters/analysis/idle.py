@@ -84,11 +84,17 @@ def sync_sites(trace: Trace, top: int = 3) -> list[Site]:
 
 def launch_sites(trace: Trace, top: int = 3) -> list[Site]:
     """The launches the GPU waited for, by the line that made them."""
+    return next_call_sites(trace, "launch_ns", top)
+
+
+def next_call_sites(trace: Trace, part: str, top: int = 3) -> list[Site]:
+    """The launches that ended gaps with time in `part` (a column of xpu_gpu_gap), by the
+    line that made them, weighted by that time."""
     rows = trace.query(
-        """
+        f"""
         WITH a AS MATERIALIZED (
-          SELECT g.api_id, g.next_op, g.launch_ns, s.ts, g.utid
-          FROM xpu_gpu_gap g JOIN slice s ON s.id = g.api_id WHERE g.launch_ns > 0
+          SELECT g.api_id, g.next_op, g.{part} AS launch_ns, s.ts, g.utid
+          FROM xpu_gpu_gap g JOIN slice s ON s.id = g.api_id WHERE g.{part} > 0
         ),
         ls AS MATERIALIZED (
           SELECT utid, ts, callsite_id FROM xpu_launch_stack WHERE ts IN (SELECT ts FROM a)
@@ -112,6 +118,10 @@ def sample_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
         GROUP BY s.callsite_id
         """
     )
+    if not rows:
+        # No samples in the gaps (converted traces, --no-cpu): the code that made the next
+        # launch, from its launch stack or the CPU slices around it.
+        return next_call_sites(trace, part, top)
     frames = locations.callsite_frames(trace, (r["callsite_id"] for r in rows))
     weights: dict[str, list[int]] = {}
     for r in rows:

@@ -18,8 +18,10 @@ CREATE PERFETTO TABLE xpu_analysis_span AS
 WITH ops AS (SELECT min(ts) AS ts, max(end_ts) AS end_ts FROM xpu_analysis_op),
 scope AS (SELECT min(ts) AS ts, max(end_ts) AS end_ts FROM xpu_scope_span),
 whole AS (
-  SELECT coalesce(scope.ts, tb.start_ts) AS ts, coalesce(scope.end_ts, tb.end_ts) AS end_ts
-  FROM trace_bounds tb, scope
+  -- A capture window reaches the end of the last op launched inside it.
+  SELECT coalesce(scope.ts, tb.start_ts) AS ts,
+         coalesce(max(scope.end_ts, coalesce(ops.end_ts, 0)), tb.end_ts) AS end_ts
+  FROM trace_bounds tb, scope, ops
 )
 SELECT
   CASE WHEN {span_all} OR ops.ts IS NULL THEN whole.ts ELSE ops.ts END AS ts,

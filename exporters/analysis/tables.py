@@ -46,6 +46,11 @@ def sample_period_ns(trace: Trace) -> int:
     return int(1e9 / freq) if freq else 0
 
 
+def span_sql(span_all: bool = False) -> str:
+    """span.sql alone (the span and the GPU ops in it), for scripts that need only those."""
+    return _sql("span.sql").replace("{span_all}", "1" if span_all else "0")
+
+
 def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
     """Create the analysis tables for `scope` (the shared views must be loaded)."""
     if trace.scalar("select count(*) from sqlite_master where name = 'xpu_analysis_scope'"):
