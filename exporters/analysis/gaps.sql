@@ -46,6 +46,7 @@ SELECT row_number() OVER (ORDER BY tt.utid, g.ts, g.device_track_id) AS id,
 FROM _xpu_gap_raw g
 LEFT JOIN slice a ON a.id = g.api_id
 LEFT JOIN thread_track tt ON tt.id = a.track_id;
+CREATE PERFETTO INDEX _xpu_gap_id ON _xpu_gap(id);
 
 -- Calls that block the host until the GPU is done: syncs and copies (a copy to or from
 -- pageable memory, or a synchronous cudaMemcpy, returns only when the copy ran).
@@ -99,6 +100,7 @@ SELECT gap_id,
 FROM counted
 WHERE gap_id IS NOT NULL
 GROUP BY gap_id;
+CREATE PERFETTO INDEX _xpu_gap_lookup_gap ON _xpu_gap_lookup(gap_id);
 
 -- The blocking call in flight when the GPU ran dry (begun before the gap, ended after its
 -- start, on the launching thread).
@@ -108,6 +110,7 @@ FROM _xpu_gap_lookup l
 JOIN _xpu_gap g ON g.id = l.gap_id
 JOIN _xpu_block_call b ON b.seq = l.block_seq
 WHERE b.utid = g.utid AND b.end_ts >= g.ts - 2000 AND g.host_end > g.ts;
+CREATE PERFETTO INDEX _xpu_gap_block_gap ON _xpu_gap_block(gap_id);
 
 -- Frames of the callsites that gap samples stand on, leaf first (up = 0).
 CREATE PERFETTO TABLE _xpu_gap_callsite_frame AS
@@ -149,6 +152,7 @@ JOIN _xpu_gap g ON g.id = l.gap_id
 JOIN _xpu_gap_thread_sample s ON s.seq BETWEEN l.first_sample AND l.last_sample
 LEFT JOIN _xpu_gap_callsite c USING (callsite_id)
 WHERE s.utid = g.utid AND g.host_end > g.ts;
+CREATE PERFETTO INDEX _xpu_gap_sample_gap ON _xpu_gap_sample(gap_id);
 
 -- Without timer samples on the thread (converted Kineto traces, --no-cpu), the CPU slices
 -- stand in: input-pipeline slices (the DataLoader's __next__, a dataset's __getitem__) that
@@ -178,6 +182,7 @@ FROM counted c
 JOIN _xpu_gap g ON g.id = c.gap_id
 JOIN _xpu_data_slice d ON d.seq = c.seq
 WHERE c.gap_id IS NOT NULL AND d.utid = g.utid;
+CREATE PERFETTO INDEX _xpu_gap_data_slice_gap ON _xpu_gap_data_slice(gap_id);
 
 -- Per gap: the host part split by cause.
 CREATE PERFETTO TABLE _xpu_gap_split AS
@@ -211,6 +216,7 @@ LEFT JOIN _xpu_gap_block b ON b.gap_id = g.id
 LEFT JOIN cover c ON c.gap_id = g.id
 LEFT JOIN last_seen ls ON ls.gap_id = g.id
 LEFT JOIN _xpu_gap_data_slice ds ON ds.gap_id = g.id;
+CREATE PERFETTO INDEX _xpu_gap_split_gap ON _xpu_gap_split(gap_id);
 
 -- The gaps, classified: ns per cause (they add up to dur), the class that explains most of
 -- the gap, the launching thread and call, the next op, the blocking call where one.
@@ -256,3 +262,4 @@ FROM classed c
 JOIN track t ON t.id = c.device_track_id
 LEFT JOIN slice o ON o.id = c.next_op_id
 LEFT JOIN _xpu_gap_block b ON b.gap_id = c.id;
+CREATE PERFETTO INDEX xpu_gpu_gap_id ON xpu_gpu_gap(id);
