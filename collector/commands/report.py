@@ -9,6 +9,7 @@ from pathlib import Path
 from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
+from collector.files import check_output
 from exporters.folded.folded import FoldedError
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
 from exporters.report.html_page import render_html
@@ -94,9 +95,9 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--top must be at least 1")
     if not 1 <= args.bins <= 2000:
         raise UserError("--bins must be 1..2000")
-    if args.output is not None and not args.output.parent.is_dir():
-        # Said before the queries run, not after.
-        raise UserError(f"cannot write {args.output}: no directory {args.output.parent}")
+    if args.output is not None:
+        # Said before the queries run, not after; never the input trace itself.
+        check_output(args.output, [args.trace])
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
             report = collect(
