@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
-from collector.errors import UserError
+from collector.errors import Terminated, UserError
+from collector.files import check_output
+from collector.recording.kept_streams import Manifest, StreamsDir, kept_sources, load_manifest
 from collector.recording.options import CPU_SAMPLERS, KINDS, LAUNCH_STACK_MODES, check_options
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
 from collector.recording.summary import say, summary, toggle_hint
 from collector.recording.target import run_target
 from collector.recording.trace import write_trace
-from collector.recording.windows import CAPTURE_RANGE_HELP, TreeWindows
+from collector.recording.windows import CAPTURE_RANGE_HELP, CapturePlan, TreeWindows
 from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ
 
 
@@ -114,6 +117,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--keep-streams", type=Path, metavar="DIR", help="copy the raw CUPTI streams here"
     )
+    p.add_argument(
+        "--from-streams",
+        type=Path,
+        metavar="DIR",
+        help="run nothing: write the trace (-o) from the streams a recording kept in DIR "
+        "because its trace could not be written (record says where)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=main)
@@ -121,27 +131,48 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """One recording; returns the target's exit status."""
+    if args.from_streams is not None:
+        return write_kept(args)
     options = check_options(args)
     size_limit = SizeLimit(options.max_bytes) if options.max_bytes is not None else None
-    selection = select_sources(options)
-    plan = options.plan
+    command_line = ["xpu-perf", "record", "--", *options.cmd]
+    # The streams go to one directory, kept if the trace cannot be written.
+    streams = StreamsDir.create()
+    try:
+        selection = select_sources(options, streams)
+        plan = options.plan
+        streams.write_manifest(Manifest(command_line, selection.freq, plan.mode))
+    except BaseException:
+        streams.remove()
+        raise
     # The windows record opens itself, for the whole tree (--delay, the toggle signal).
     tree = TreeWindows(plan) if plan.windowed else None
     hint = toggle_hint(plan, os.getpid())
     if hint and not options.quiet:
         say(hint)
     try:
-        # Start the sources, run the target until it ends (or is stopped), stop the sources.
-        code = run_target(options.cmd, selection.sources, options.stop_after_s, size_limit, tree)
-        stats = write_trace(
-            options.output,
-            selection.sources,
-            ["xpu-perf", "record", "--", *options.cmd],
-            selection.freq,
-            capture=plan,
-            size_limit=size_limit,
-            tree=tree,
-        )
+        try:
+            # Start the sources, run the target until it ends (or is stopped), stop them.
+            code = run_target(
+                options.cmd, selection.sources, options.stop_after_s, size_limit, tree
+            )
+        except BaseException:
+            streams.remove()  # the target did not run, or record was stopped: nothing kept
+            raise
+        try:
+            stats = write_trace(
+                options.output,
+                selection.sources,
+                command_line,
+                selection.freq,
+                capture=plan,
+                size_limit=size_limit,
+                tree=tree,
+            )
+        except (OSError, UserError, KeyboardInterrupt, Terminated) as exc:
+            keep_streams(streams, options.output, exc, size_limit, tree)
+            return code  # the target's status, as always: the recording is not lost
+        streams.remove()
     finally:
         if tree is not None:
             tree.close()
@@ -149,6 +180,67 @@ def main(args: argparse.Namespace) -> int:
         for line in summary(stats, plan, selection.freq, size_limit, options.output):
             say(line)
     return code
+
+
+def keep_streams(
+    streams: StreamsDir,
+    output: Path,
+    exc: BaseException,
+    size_limit: SizeLimit | None,
+    tree: TreeWindows | None,
+) -> None:
+    """The trace could not be written: keep the streams and say, in one line, where they
+    are and the command that writes the trace from them."""
+    if isinstance(exc, OSError):
+        why = exc.strerror or str(exc)
+    elif isinstance(exc, (KeyboardInterrupt, Terminated)):
+        why = "interrupted while writing"
+    else:
+        why = str(exc)
+    if not streams.has_streams():
+        streams.remove()
+        say(f"error: cannot write {output}: {why}; the recording is lost (nothing on disk)")
+        return
+    metadata = size_limit.metadata() if size_limit is not None else {}
+    if tree is not None and tree.plan.toggle_signal is not None:
+        metadata["toggles"] = tree.toggles
+    streams.add_to_manifest(metadata, list(tree.windows) if tree is not None else [])
+    say(
+        f"error: cannot write {output}: {why}; the recording is kept in {streams.path}: "
+        f"write the trace later with: xpu-perf record --from-streams {streams.path} -o {output}"
+    )
+
+
+def write_kept(args: argparse.Namespace) -> int:
+    """`record --from-streams DIR -o OUT`: the trace of a recording whose streams were kept;
+    the directory is removed once the trace is written."""
+    if args.cmd:
+        raise UserError("--from-streams runs nothing: give no command")
+    directory: Path = args.from_streams
+    if not directory.is_dir():
+        raise UserError(f"no such directory: {directory}")
+    manifest = load_manifest(directory)
+    sources = kept_sources(directory)
+    if not sources:
+        raise UserError(f"{directory} holds no streams")
+    check_output(args.output)
+    try:
+        stats = write_trace(
+            args.output,
+            sources,
+            manifest.command_line,
+            manifest.freq,
+            capture=CapturePlan(mode=manifest.capture_mode),
+            kept=manifest,
+        )
+    except OSError as exc:
+        raise UserError(f"cannot write {args.output}: {exc.strerror} (the streams stay)") from None
+    shutil.rmtree(directory, ignore_errors=True)
+    if not args.quiet:
+        plan = CapturePlan(mode=manifest.capture_mode)
+        for line in summary(stats, plan, manifest.freq, None, args.output):
+            say(line)
+    return 0
 
 
 if __name__ == "__main__":
