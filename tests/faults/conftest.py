@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -51,14 +52,14 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], check=True)
     try:
-        filler = mount / "filler"
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-                    f.flush()
-            except OSError:
-                pass
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass  # ENOSPC: full
+        finally:
+            os.close(fd)
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -53,6 +53,8 @@ _PREIMPORT = (
     "urllib.request",
     "webbrowser",
     "encodings.idna",
+    "importlib.readers",
+    "importlib.resources.readers",
 )
 
 _AS_USER = """

@@ -71,7 +71,7 @@ def test_a_batch_query_reports_the_unreadable_trace_and_answers_for_the_others(
         timeout=600,
     )
     assert proc.returncode == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"xpu-perf query: error: {batch / 'b.pftrace'}: cannot read {batch / 'b.pftrace'}: "
         "Permission denied"
