@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from collector.errors import Terminated, UserError
-from collector.files import check_output
-from collector.recording.kept_streams import Manifest, StreamsDir, kept_sources, load_manifest
+from collector.recording.keep import keep_streams, write_kept
+from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import CPU_SAMPLERS, KINDS, LAUNCH_STACK_MODES, check_options
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
 from collector.recording.summary import say, summary, toggle_hint
 from collector.recording.target import run_target
 from collector.recording.trace import write_trace
-from collector.recording.windows import CAPTURE_RANGE_HELP, CapturePlan, TreeWindows
+from collector.recording.windows import CAPTURE_RANGE_HELP, TreeWindows
 from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ
 
 
@@ -180,67 +179,6 @@ def main(args: argparse.Namespace) -> int:
         for line in summary(stats, plan, selection.freq, size_limit, options.output):
             say(line)
     return code
-
-
-def keep_streams(
-    streams: StreamsDir,
-    output: Path,
-    exc: BaseException,
-    size_limit: SizeLimit | None,
-    tree: TreeWindows | None,
-) -> None:
-    """The trace could not be written: keep the streams and say, in one line, where they
-    are and the command that writes the trace from them."""
-    if isinstance(exc, OSError):
-        why = exc.strerror or str(exc)
-    elif isinstance(exc, (KeyboardInterrupt, Terminated)):
-        why = "interrupted while writing"
-    else:
-        why = str(exc)
-    if not streams.has_streams():
-        streams.remove()
-        say(f"error: cannot write {output}: {why}; the recording is lost (nothing on disk)")
-        return
-    metadata = size_limit.metadata() if size_limit is not None else {}
-    if tree is not None and tree.plan.toggle_signal is not None:
-        metadata["toggles"] = tree.toggles
-    streams.add_to_manifest(metadata, list(tree.windows) if tree is not None else [])
-    say(
-        f"error: cannot write {output}: {why}; the recording is kept in {streams.path}: "
-        f"write the trace later with: xpu-perf record --from-streams {streams.path} -o {output}"
-    )
-
-
-def write_kept(args: argparse.Namespace) -> int:
-    """`record --from-streams DIR -o OUT`: the trace of a recording whose streams were kept;
-    the directory is removed once the trace is written."""
-    if args.cmd:
-        raise UserError("--from-streams runs nothing: give no command")
-    directory: Path = args.from_streams
-    if not directory.is_dir():
-        raise UserError(f"no such directory: {directory}")
-    manifest = load_manifest(directory)
-    sources = kept_sources(directory)
-    if not sources:
-        raise UserError(f"{directory} holds no streams")
-    check_output(args.output)
-    try:
-        stats = write_trace(
-            args.output,
-            sources,
-            manifest.command_line,
-            manifest.freq,
-            capture=CapturePlan(mode=manifest.capture_mode),
-            kept=manifest,
-        )
-    except OSError as exc:
-        raise UserError(f"cannot write {args.output}: {exc.strerror} (the streams stay)") from None
-    shutil.rmtree(directory, ignore_errors=True)
-    if not args.quiet:
-        plan = CapturePlan(mode=manifest.capture_mode)
-        for line in summary(stats, plan, manifest.freq, None, args.output):
-            say(line)
-    return 0
 
 
 if __name__ == "__main__":
