@@ -47,8 +47,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import ClassVar
 
-from exporters.perfetto.trace_processor import TraceOpenError, check_complete, check_trace_file
-
 INTERNAL_USER_SCRIPT = (
     b"https://storage.cloud.google.com/perfetto-ui-internal/is-internal-user/is_internal_user.js"
 )
@@ -86,6 +84,13 @@ def check_trace(path: Path) -> None:
     """That `path` is something the UI opens (the UI does the real parsing): a readable
     regular file (never a FIFO) of a trace format, and a Perfetto protobuf trace whole, as
     every other command requires (the UI would show a truncated one as if complete)."""
+    # Imported here: `view --help` loads no query engine (tests/test_command_imports.py).
+    from exporters.perfetto.trace_processor import (
+        TraceOpenError,
+        check_complete,
+        check_trace_file,
+    )
+
     try:
         check_trace_file(path)
     except TraceOpenError as exc:
