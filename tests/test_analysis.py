@@ -169,7 +169,7 @@ def test_report_json_and_annotated_copy(scenario_traces: dict, tmp_path: Path) -
     assert kernels == 4 * expected.steps  # the copy keeps the trace
     # The input is never the annotated output.
     bad = run_cli("report", path, "--annotate", path)
-    assert bad.returncode != 0 and "input trace" in bad.stderr
+    assert bad.returncode != 0 and "it is the input" in bad.stderr
 
 
 def test_folded_idle_adds_up_to_the_idle_time(scenario_traces: dict) -> None:

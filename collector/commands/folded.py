@@ -9,6 +9,7 @@ from pathlib import Path
 from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
+from collector.files import check_output
 from exporters.analysis.idle_stacks import MODES, fold_mode
 from exporters.folded.folded import UNITS, FoldedError
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
@@ -54,6 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.freq is not None and args.freq <= 0:
         raise UserError("--freq must be positive")
+    if args.output is not None:
+        check_output(args.output, [args.trace])  # before the queries; never the input
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
             stacks = fold_mode(

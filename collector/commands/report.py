@@ -10,6 +10,7 @@ from pathlib import Path
 from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
+from collector.files import check_output
 from exporters.analysis.annotate import annotations, write_annotated
 from exporters.analysis.tables import DEFAULT_STEPS, Scope
 from exporters.folded.folded import FoldedError
@@ -115,11 +116,9 @@ def main(args: argparse.Namespace) -> int:
     if not 1 <= args.bins <= 2000:
         raise UserError("--bins must be 1..2000")
     for out in (args.output, args.annotate):
-        if out is not None and not out.parent.is_dir():
-            # Said before the queries run, not after.
-            raise UserError(f"cannot write {out}: no directory {out.parent}")
-    if args.annotate is not None and _same_file(args.annotate, args.trace):
-        raise UserError(f"--annotate {args.annotate} is the input trace; name another file")
+        if out is not None:
+            # Said before the queries run, not after; never the input trace itself.
+            check_output(out, [args.trace])
     scope = Scope(span_all=args.span == "all", steps_glob=args.steps or DEFAULT_STEPS)
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
@@ -150,9 +149,3 @@ def main(args: argparse.Namespace) -> int:
             print(f"wrote {out}", file=sys.stderr)
     return 0
 
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and a.samefile(b)
-    except OSError:
-        return False

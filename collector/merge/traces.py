@@ -18,6 +18,7 @@ from pathlib import Path
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector.errors import UserError
+from collector.files import check_output
 from collector.merge import clocks, nccl
 from collector.merge.inputs import InputTrace, read_inputs
 from exporters.perfetto.packet_reader import TraceFileError, packets
@@ -96,10 +97,7 @@ def merge_traces(
     resolved = {p.resolve() for p in paths}
     if output.resolve() in resolved:
         raise UserError(f"output {output} is also an input")
-    if not output.parent.is_dir():
-        raise UserError(f"cannot write {output}: no directory {output.parent}")
-    if output.is_dir():
-        raise UserError(f"cannot write {output}: it is a directory")
+    check_output(output, paths)  # a hard link or symlink to an input, a directory, no dir
     inputs = read_inputs(list(paths))
     bases = [clocks.clock_basis(inp.head) for inp in inputs]
     offsets = clocks.clock_offsets(bases, align)

@@ -33,14 +33,18 @@ class CuptiRecording:
         kinds: Sequence[str] = KINDS,
         keep_streams: Path | None = None,
         capture: CapturePlan | None = None,
+        directory: Path | None = None,
     ) -> None:
+        """directory: where the streams go (record's kept_streams.StreamsDir, which removes
+        it once the trace is written); by default a temporary one this source removes."""
         self.library = library
         self.capture = capture or CapturePlan()
         self.stacks = stacks
         self.python_frames = python_frames
         self.kinds = kinds
         self.keep_streams = keep_streams
-        self.directory = Path(tempfile.mkdtemp(prefix="xpu-perf-cupti-"))
+        self._owns_directory = directory is None
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="xpu-perf-cupti-"))
         share_with_target(self.directory)
         self._source: CuptiSource | None = None
 
@@ -79,7 +83,8 @@ class CuptiRecording:
     def events(self) -> Iterable[model.Event]:
         self._source = CuptiSource(self.directory)
         yield from self._source.events()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def stats(self) -> Mapping[str, int]:
         return dict(self._source.counts) if self._source else {}
