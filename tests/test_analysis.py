@@ -33,19 +33,45 @@ def scenario_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple
     return traces
 
 
+COLUMNS = {
+    "sync": "sync_ns",
+    "data_loading": "data_ns",
+    "host_compute": "host_ns",
+    "launch": "launch_ns",
+    "other": "other_ns",
+}
+
+
+def _class_sums(t: object, where: str = "1") -> dict[str, int]:
+    row = t.query(  # type: ignore[attr-defined]
+        "select "
+        + ", ".join(f"sum({c}) as {k}" for k, c in COLUMNS.items())
+        + f" from xpu_gpu_gap where {where}"
+    )[0]
+    return {k: int(v) for k, v in row.items() if v}
+
+
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_gap_classes_are_exact(scenario_traces: dict, name: str) -> None:
     path, expected = scenario_traces[name]
     with open_trace(path) as t:
         analysis = analyze(t)
-        by_class = {k: v for k, v in analysis.idle.by_class.items() if v}
         # Every gap of the trace, to the nanosecond, and nothing else.
-        assert by_class == expected.gap_ns
-        assert analysis.idle.idle_ns == sum(expected.gap_ns.values())
+        assert _class_sums(t) == expected.gap_ns
         rows = t.query(
             "select dur, sync_ns + data_ns + host_ns + launch_ns + other_ns as s from xpu_gpu_gap"
         )
         assert all(r["dur"] == r["s"] for r in rows)
+        # The findings look from step 2 on: the gaps that start there.
+        focus = t.query("select ts, end_ts, kind from xpu_analysis_focus")[0]
+        assert focus["kind"] == "steps" and focus["ts"] == analysis.steps.steps[1].ts
+        in_focus = _class_sums(t, f"ts >= {focus['ts']}")
+    assert {k: v for k, v in analysis.idle.by_class.items() if v} == in_focus
+    assert analysis.span.focus_dur == analysis.span.end_ts - focus["ts"]
+    # Gaps of set-up and step 1 are left out (with run-ahead launches, step 2 starts before
+    # step 1's last kernel ends: then none is).
+    for cls, ns in expected.gap_ns.items():
+        assert 0 < in_focus.get(cls, 0) <= ns
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -53,6 +79,8 @@ def test_top_finding_names_the_cause_and_the_line(scenario_traces: dict, name: s
     path, expected = scenario_traces[name]
     with open_trace(path) as t:
         analysis = analyze(t)
+        focus_ts = t.scalar("select ts from xpu_analysis_focus")
+        in_focus = _class_sums(t, f"ts >= {focus_ts}")
     if expected.finding is None:
         # A GPU-bound program gets no idle finding.
         assert analysis.findings == []
@@ -61,8 +89,8 @@ def test_top_finding_names_the_cause_and_the_line(scenario_traces: dict, name: s
     assert top.code == expected.finding
     assert top.locations[0] == expected.location
     assert expected.location in top.title
-    assert top.idle_ns == expected.gap_ns[expected.gap_class]
-    assert top.share == pytest.approx(top.idle_ns / analysis.span.dur)
+    assert top.idle_ns == in_focus[expected.gap_class]
+    assert top.share == pytest.approx(top.idle_ns / analysis.span.focus_ns)
     assert top.suggestion and top.evidence
 
 

@@ -37,6 +37,13 @@ class Span:
     regions: int  # capture windows analysed (1: the span itself)
     busy_ns: int  # GPU busy, summed over devices
     devices: int
+    # What the findings and the idle causes cover: the steady-state steps (from each
+    # process's second step), else the span itself.
+    focus_ts: int
+    focus_dur: int
+    focus_kind: str  # 'steps', or the span's kind
+    focus_busy_ns: int
+    steps: int
 
     def describe(self) -> str:
         what = (
@@ -47,6 +54,19 @@ class Span:
         if self.regions > 1:
             what += f", inside {self.regions} capture windows"
         return f"{what}: {self.dur / 1e6:.1f} ms"
+
+    def describe_focus(self) -> str:
+        if self.focus_kind != "steps":
+            return self.describe()
+        return (
+            f"from step 2 of {self.steps} on (set-up and the warm-up step left out): "
+            f"{self.focus_dur / 1e6:.1f} ms of {self.describe()}"
+        )
+
+    @property
+    def focus_ns(self) -> int:
+        """The focus's device time: idle shares are of this."""
+        return self.focus_dur * max(1, self.devices)
 
 
 @dataclass(frozen=True)
@@ -66,6 +86,10 @@ class Analysis:
                 "regions": self.span.regions,
                 "gpu_busy_ns": self.span.busy_ns,
                 "devices": self.span.devices,
+                "focus": self.span.focus_kind,
+                "focus_ts": self.span.focus_ts,
+                "focus_dur_ns": self.span.focus_dur,
+                "focus_gpu_busy_ns": self.span.focus_busy_ns,
             },
             "findings": [f.to_json() for f in self.findings],
             "steps": [
@@ -111,8 +135,11 @@ def analyze(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = Non
         "select s.ts, s.end_ts, s.dur, s.kind, (select count(*) from xpu_analysis_region) as r, "
         "(select coalesce(sum(end_ts - ts), 0) from xpu_analysis_busy_island "
         " where kind = 'any') as busy, "
-        "(select count(distinct device_track_id) from xpu_analysis_op) as devices "
-        "from xpu_analysis_span s"
+        "(select count(distinct device_track_id) from xpu_analysis_op) as devices, "
+        "f.ts as f_ts, f.dur as f_dur, f.kind as f_kind, f.steps, "
+        "(select coalesce(sum(max(0, min(i.end_ts, f.end_ts) - max(i.ts, f.ts))), 0) "
+        " from xpu_analysis_busy_island i where i.kind = 'any') as f_busy "
+        "from xpu_analysis_span s, xpu_analysis_focus f"
     )[0]
     span = Span(
         ts=int(row["ts"]),
@@ -122,10 +149,13 @@ def analyze(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = Non
         regions=int(row["r"]),
         busy_ns=int(row["busy"]),
         devices=int(row["devices"]),
+        focus_ts=int(row["f_ts"]),
+        focus_dur=int(row["f_dur"]),
+        focus_kind=str(row["f_kind"]),
+        focus_busy_ns=int(row["f_busy"]),
+        steps=int(row["steps"]),
     )
     idle = summary(trace)
     stats = launch_stats(trace)
-    # Idle is per device: the span counts once per device the program used.
-    span_ns = span.dur * max(1, span.devices)
-    ranked = findings(Context(trace, span_ns, idle, stats))
+    ranked = findings(Context(trace, span.focus_ns, idle, stats))
     return Analysis(span, idle, step_table(trace), stats, ranked)

@@ -29,6 +29,12 @@ FP32_GEMM_SQL = (
 )
 
 
+# The ops the findings look at: those starting in the focus (steady-state steps).
+IN_FOCUS = (
+    "ts >= (select ts from xpu_analysis_focus) and ts < (select end_ts from xpu_analysis_focus)"
+)
+
+
 @dataclass(frozen=True)
 class Finding:
     code: str
@@ -203,7 +209,8 @@ def pageable_copies(ctx: Context) -> Finding | None:
     rows = ctx.trace.query(
         "select count(*) as n, coalesce(sum(dur), 0) as ns, coalesce(sum(bytes), 0) as bytes, "
         "coalesce(sum(api_dur), 0) as api_ns from xpu_copy "
-        "where host_memory = 'pageable' or api_name in ('cudaMemcpy', 'cuMemcpy')"
+        "where (host_memory = 'pageable' or api_name in ('cudaMemcpy', 'cuMemcpy')) "
+        f"and {IN_FOCUS}"
     )[0]
     ns = max(int(rows["ns"]), int(rows["api_ns"]))
     if ns < MIN_SHARE * ctx.span_ns:
@@ -237,10 +244,12 @@ def fp32_gemm(ctx: Context) -> Finding | None:
     """FP32_GEMM: GEMMs computed in FP32 on the CUDA cores take at least FP32_GEMM_SHARE of
     the GPU's compute time: the tensor cores sit idle.  Advice: TF32 or BF16."""
     gemm = ctx.trace.query(
-        f"select count(*) as n, coalesce(sum(dur), 0) as ns from xpu_launch where {FP32_GEMM_SQL}"
+        "select count(*) as n, coalesce(sum(dur), 0) as ns from xpu_launch "
+        f"where {FP32_GEMM_SQL} and {IN_FOCUS}"
     )[0]
     compute = ctx.trace.scalar(
-        "select coalesce(sum(dur), 0) from xpu_analysis_op where category = 'kernel'"
+        "select coalesce(sum(dur), 0) from xpu_analysis_op "
+        f"where category = 'kernel' and {IN_FOCUS}"
     )
     ns = int(gemm["ns"])
     if not compute or ns < FP32_GEMM_SHARE * compute or ns // 2 < MIN_SHARE * ctx.span_ns:

@@ -36,15 +36,15 @@ def summary(trace: Trace, longest: int = 5) -> IdleSummary:
     row = trace.query(
         "select count(*) as n, coalesce(sum(dur), 0) as idle, "
         + ", ".join(f"coalesce(sum({c}), 0) as {c}" for c in _COLUMNS.values())
-        + " from xpu_gpu_gap"
+        + " from xpu_focus_gap"
     )[0]
     counted = {
         r["class"]: int(r["n"])
-        for r in trace.query("select class, count(*) as n from xpu_gpu_gap group by class")
+        for r in trace.query("select class, count(*) as n from xpu_focus_gap group by class")
     }
     top = trace.query(
         "select g.ts, g.dur, g.device, g.class, g.next_op, g.api_name, g.block_name "
-        f"from xpu_gpu_gap g order by g.dur desc limit {int(longest)}"
+        f"from xpu_focus_gap g order by g.dur desc limit {int(longest)}"
     )
     return IdleSummary(
         gaps=int(row["n"]),
@@ -70,7 +70,7 @@ def sync_sites(trace: Trace, top: int = 3) -> list[Site]:
         """
         WITH b AS MATERIALIZED (
           SELECT g.block_id, g.block_name, g.sync_ns, s.ts, g.utid
-          FROM xpu_gpu_gap g JOIN slice s ON s.id = g.block_id WHERE g.sync_ns > 0
+          FROM xpu_focus_gap g JOIN slice s ON s.id = g.block_id WHERE g.sync_ns > 0
         ),
         ls AS MATERIALIZED (
           SELECT utid, ts, callsite_id FROM xpu_launch_stack WHERE ts IN (SELECT ts FROM b)
@@ -94,7 +94,7 @@ def next_call_sites(trace: Trace, part: str, top: int = 3) -> list[Site]:
         f"""
         WITH a AS MATERIALIZED (
           SELECT g.api_id, g.next_op, g.{part} AS launch_ns, s.ts, g.utid
-          FROM xpu_gpu_gap g JOIN slice s ON s.id = g.api_id WHERE g.{part} > 0
+          FROM xpu_focus_gap g JOIN slice s ON s.id = g.api_id WHERE g.{part} > 0
         ),
         ls AS MATERIALIZED (
           SELECT utid, ts, callsite_id FROM xpu_launch_stack WHERE ts IN (SELECT ts FROM a)
@@ -113,7 +113,7 @@ def sample_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
     rows = trace.query(
         f"""
         SELECT s.callsite_id, sum(s.covered_ns) AS ns, count(*) AS n
-        FROM _xpu_gap_sample s JOIN xpu_gpu_gap g ON g.id = s.gap_id
+        FROM _xpu_gap_sample s JOIN xpu_focus_gap g ON g.id = s.gap_id
         WHERE g.{part} > 0 AND s.is_data = {1 if data else 0}
         GROUP BY s.callsite_id
         """
@@ -192,7 +192,9 @@ def op_sites(trace: Trace, where: str, top: int = 3) -> list[Site]:
           SELECT l.api_id, l.name, l.dur AS ns, l.api_ts AS ts, tt.utid
           FROM xpu_launch l JOIN slice s ON s.id = l.api_id
           JOIN thread_track tt ON tt.id = s.track_id
-          WHERE {where}
+          WHERE ({where})
+            AND l.ts >= (SELECT ts FROM xpu_analysis_focus)
+            AND l.ts < (SELECT end_ts FROM xpu_analysis_focus)
         ),
         ls AS MATERIALIZED (
           SELECT utid, ts, callsite_id FROM xpu_launch_stack WHERE ts IN (SELECT ts FROM a)

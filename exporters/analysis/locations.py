@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from exporters.folded.names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
 
 # Python code that is not the user's: installed packages and the standard library.
@@ -30,17 +31,40 @@ def is_user_python(frame: Frame) -> bool:
     return is_python(frame) and not _LIBRARY_PATH.search(frame[1])
 
 
+# The CUDA libraries and unnamed addresses: they run on behalf of the code that called them.
+_CUDA_MODULE = re.compile(r"(^|/)lib(cuda|cudart|cublas\w*|cudnn\w*|nccl|cupti|nvrtc)[\w.+-]*\.so")
+_CUDA_NAME = re.compile(r"^(cuda|cu[A-Z]|cublas|cudnn|nccl|__device_stub__|0x|\[)|\.so[\d.]*\+0x")
+# Framework dispatch and the interpreter: the machinery between user code and the launch.
+_DISPATCH_NAME = re.compile(
+    r"^(at::|c10::|std::|torch::(?!autograd::generated::)|void |_Py|Py[A-Z])"
+)
+
+
+def _is_cuda(frame: Frame) -> bool:
+    return bool(_CUDA_MODULE.search(frame[1]) or _CUDA_NAME.search(frame[0]))
+
+
 def location(frames_leaf_first: Iterable[Frame]) -> str:
-    """The frame to name for a stack given leaf first ('' for an empty stack)."""
+    """The frame to name for a stack given leaf first ('' for an empty stack): the innermost
+    user Python frame, else Python frame; else (a stack without Python, such as the autograd
+    thread's) the innermost frame outside the CUDA libraries, framework dispatch and the
+    interpreter, else outside the CUDA libraries."""
     frames = list(frames_leaf_first)
     for pick in (is_user_python, is_python):
         for frame in frames:
             if pick(frame):
                 return frame[0]
     for frame in frames:
-        if not _INTERPRETER_MODULE.search(frame[1]):
-            return frame[0]
-    return frames[0][0] if frames else ""
+        if not (
+            _is_cuda(frame)
+            or _DISPATCH_NAME.search(frame[0])
+            or _INTERPRETER_MODULE.search(frame[1])
+        ):
+            return shorten_stack(frame[0])
+    for frame in frames:
+        if not _is_cuda(frame):
+            return shorten_stack(frame[0])
+    return shorten_stack(frames[0][0]) if frames else ""
 
 
 def kineto_location(slice_name: str) -> str | None:

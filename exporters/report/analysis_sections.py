@@ -21,9 +21,12 @@ CLASS_TEXT = {
 def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
     span = analysis.span
     busy = span.busy_ns / (span.dur * max(1, span.devices))
+    focus_busy = span.focus_busy_ns / span.focus_ns
     facts = [
         ("analysed span", span.describe()),
         ("GPU busy in span", f"{100 * busy:.1f}% ({units.duration(span.busy_ns)})"),
+        ("findings cover", span.describe_focus()),
+        ("GPU busy there", f"{100 * focus_busy:.1f}% ({units.duration(span.focus_busy_ns)})"),
     ]
     steps = analysis.steps
     if steps.steps:
@@ -43,7 +46,7 @@ def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
 
 
 def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Section, ...]:
-    span_ns = analysis.span.dur * max(1, analysis.span.devices)
+    span_ns = analysis.span.focus_ns
     idle_rows = [
         {
             "cause": CLASS_TEXT[c],
@@ -56,7 +59,9 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
     ]
     idle = Section(
         "idle_causes",
-        "GPU idle in the analysed span, by what the launching thread did",
+        "GPU idle in the steady state, by what the launching thread did"
+        if analysis.span.focus_kind == "steps"
+        else "GPU idle in the analysed span, by what the launching thread did",
         (
             Column("cause", "cause"),
             Column("idle_ns", "idle", "ns"),
