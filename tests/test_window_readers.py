@@ -95,8 +95,7 @@ def test_report_window_counts_its_api_calls_and_says_which_window(two_windows: P
             "where s.category = 'xpu_perf_window' order by s.ts"
         )[1].values()
         first_op, last_op = t.query(
-            "select min(ts) as a, max(ts + dur) as b from slice "
-            "where name = 'second_window_kernel'"
+            "select min(ts) as a, max(ts + dur) as b from slice where name = 'second_window_kernel'"
         )[0].values()
     with open_trace(two_windows) as t:
         window_all = collect(t, two_windows.name, window=2, scope=Scope(span_all=True))

@@ -148,4 +148,3 @@ def main(args: argparse.Namespace) -> int:
         if out is not None:
             print(f"wrote {out}", file=sys.stderr)
     return 0
-
