@@ -66,20 +66,12 @@ _COLUMNS = {
 
 def sync_sites(trace: Trace, top: int = 3) -> list[Site]:
     """The blocking calls the GPU ran dry behind, by the line that made them."""
-    rows = trace.query(
-        """
-        WITH b AS MATERIALIZED (
-          SELECT g.block_id, g.block_name, g.sync_ns, s.ts, g.utid
-          FROM xpu_focus_gap g JOIN slice s ON s.id = g.block_id WHERE g.sync_ns > 0
-        ),
-        ls AS MATERIALIZED (
-          SELECT utid, ts, callsite_id FROM xpu_launch_stack WHERE ts IN (SELECT ts FROM b)
-        )
-        SELECT b.block_id, b.block_name, b.sync_ns, ls.callsite_id
-        FROM b LEFT JOIN ls ON ls.utid = b.utid AND ls.ts = b.ts
-        """
+    return _call_sites(
+        trace,
+        "SELECT g.block_id AS call_id, s.ts, g.utid, g.sync_ns AS ns, g.block_name AS detail "
+        "FROM xpu_focus_gap g JOIN slice s ON s.id = g.block_id WHERE g.sync_ns > 0",
+        top,
     )
-    return _sites(trace, rows, "block_id", "sync_ns", "block_name", top)
 
 
 def launch_sites(trace: Trace, top: int = 3) -> list[Site]:
@@ -90,20 +82,25 @@ def launch_sites(trace: Trace, top: int = 3) -> list[Site]:
 def next_call_sites(trace: Trace, part: str, top: int = 3) -> list[Site]:
     """The launches that ended gaps with time in `part` (a column of xpu_gpu_gap), by the
     line that made them, weighted by that time."""
-    rows = trace.query(
-        f"""
-        WITH a AS MATERIALIZED (
-          SELECT g.api_id, g.next_op, g.{part} AS launch_ns, s.ts, g.utid
-          FROM xpu_focus_gap g JOIN slice s ON s.id = g.api_id WHERE g.{part} > 0
-        ),
-        ls AS MATERIALIZED (
-          SELECT utid, ts, callsite_id FROM xpu_launch_stack WHERE ts IN (SELECT ts FROM a)
-        )
-        SELECT a.api_id, a.next_op, a.launch_ns, ls.callsite_id
-        FROM a LEFT JOIN ls ON ls.utid = a.utid AND ls.ts = a.ts
-        """
+    return _call_sites(
+        trace,
+        f"SELECT g.api_id AS call_id, s.ts, g.utid, g.{part} AS ns, g.next_op AS detail "
+        f"FROM xpu_focus_gap g JOIN slice s ON s.id = g.api_id WHERE g.{part} > 0",
+        top,
     )
-    return _sites(trace, rows, "api_id", "launch_ns", "next_op", top)
+
+
+def op_sites(trace: Trace, where: str, top: int = 3) -> list[Site]:
+    """The launch sites of the GPU ops (xpu_launch rows) matching `where`, by GPU time."""
+    return _call_sites(
+        trace,
+        "SELECT l.api_id AS call_id, l.api_ts AS ts, tt.utid, l.dur AS ns, l.name AS detail "
+        "FROM xpu_launch l JOIN slice s ON s.id = l.api_id "
+        "JOIN thread_track tt ON tt.id = s.track_id "
+        f"WHERE ({where}) AND l.ts >= (SELECT ts FROM xpu_analysis_focus) "
+        "AND l.ts < (SELECT end_ts FROM xpu_analysis_focus)",
+        top,
+    )
 
 
 def sample_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
@@ -123,84 +120,75 @@ def sample_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
         # launch, from its launch stack or the CPU slices around it.
         return next_call_sites(trace, part, top)
     frames = locations.callsite_frames(trace, (r["callsite_id"] for r in rows))
-    weights: dict[str, list[int]] = {}
+    # Samples land on whatever line of a function runs: they are added up per function
+    # (the dataset's __getitem__, the function between launches), named by its heaviest line.
+    per_function: dict[str, dict[str, list[int]]] = {}
     for r in rows:
-        loc = (
-            _data_location(frames.get(int(r["callsite_id"]), []))
-            if data
-            else (locations.location(frames.get(int(r["callsite_id"]), [])))
-        )
-        w = weights.setdefault(loc, [0, 0])
+        loc = locations.location(frames.get(int(r["callsite_id"]), []))
+        lines = per_function.setdefault(locations.function_of(loc), {})
+        w = lines.setdefault(loc, [0, 0])
         w[0] += int(r["ns"])
         w[1] += int(r["n"])
+    weights = {
+        max(lines.items(), key=lambda kv: kv[1][0])[0]: [
+            sum(w[0] for w in lines.values()),
+            sum(w[1] for w in lines.values()),
+        ]
+        for lines in per_function.values()
+    }
     return _top(weights, top)
 
 
-def _data_location(frames: list[locations.Frame]) -> str:
-    """The dataset code of an input-pipeline stack: the innermost user frame, which is the
-    dataset's own code when the pipeline calls into it."""
-    return locations.location(frames)
+# Calls without a launch stack (converted traces) are located one by one through their
+# enclosing slices: only the heaviest.
+_UNSTACKED_CALLS = 200
 
 
-def _sites(
-    trace: Trace,
-    rows: list[dict[str, object]],
-    id_key: str,
-    ns_key: str,
-    detail_key: str,
-    top: int,
-) -> list[Site]:
-    with_stack = [r for r in rows if r["callsite_id"] is not None]
-    frames = locations.callsite_frames(trace, (r["callsite_id"] for r in with_stack))
-    # Without launch stacks (converted traces): the enclosing CPU slices, for the heaviest
-    # calls only (one query each).
-    without = sorted((r for r in rows if r["callsite_id"] is None), key=lambda r: -int(r[ns_key]))[
-        :200
-    ]
-    by_slice = locations.slice_locations(trace, (int(r[id_key]) for r in without))
+def _call_sites(trace: Trace, calls_sql: str, top: int) -> list[Site]:
+    """Sites of API calls (`calls_sql`: call_id, ts, utid, ns, detail), by the innermost user
+    frame of each call's launch stack (summed per stack in SQL), or of its enclosing slices."""
+    stacked = trace.query(
+        f"""
+        WITH a AS ({calls_sql})
+        SELECT ls.callsite_id, a.detail, sum(a.ns) AS ns, count(*) AS n
+        FROM a JOIN _xpu_launch_stack_at ls ON ls.ts = a.ts AND ls.utid = a.utid
+        GROUP BY ls.callsite_id, a.detail
+        """
+    )
+    unstacked = trace.query(
+        f"""
+        WITH a AS ({calls_sql})
+        SELECT a.call_id, a.detail, a.ns FROM a
+        WHERE NOT EXISTS (
+          SELECT 1 FROM _xpu_launch_stack_at ls WHERE ls.ts = a.ts AND ls.utid = a.utid)
+        ORDER BY a.ns DESC LIMIT {_UNSTACKED_CALLS}
+        """
+    )
+    frames = locations.callsite_frames(trace, (r["callsite_id"] for r in stacked))
+    by_slice = locations.slice_locations(trace, (int(r["call_id"]) for r in unstacked))
     weights: dict[str, list[int]] = {}
     details: dict[str, dict[str, int]] = {}
-    for r in with_stack + without:
-        if r["callsite_id"] is not None:
-            loc = locations.location(frames.get(int(r["callsite_id"]), []))
-        else:
-            loc = by_slice.get(int(r[id_key]), "")
+
+    def add(loc: str, detail: str, ns: int, n: int) -> None:
         if not loc:
-            continue
+            return
         w = weights.setdefault(loc, [0, 0])
-        w[0] += int(r[ns_key])
-        w[1] += 1
+        w[0] += ns
+        w[1] += n
         d = details.setdefault(loc, {})
-        d[str(r[detail_key])] = d.get(str(r[detail_key]), 0) + int(r[ns_key])
-    sites = _top(weights, top)
+        d[detail] = d.get(detail, 0) + ns
+
+    for r in stacked:
+        loc = locations.location(frames.get(int(r["callsite_id"]), []))
+        add(loc, str(r["detail"]), int(r["ns"]), int(r["n"]))
+    for r in unstacked:
+        add(by_slice.get(int(r["call_id"]), ""), str(r["detail"]), int(r["ns"]), 1)
     return [
         Site(s.location, s.ns, s.count, max(details[s.location].items(), key=lambda kv: kv[1])[0])
-        for s in sites
+        for s in _top(weights, top)
     ]
 
 
 def _top(weights: dict[str, list[int]], top: int) -> list[Site]:
     ranked = sorted(weights.items(), key=lambda kv: -kv[1][0])[:top]
     return [Site(loc, ns, n) for loc, (ns, n) in ranked if loc]
-
-
-def op_sites(trace: Trace, where: str, top: int = 3) -> list[Site]:
-    """The launch sites of the GPU ops (xpu_launch rows) matching `where`, by GPU time."""
-    rows = trace.query(
-        f"""
-        WITH a AS MATERIALIZED (
-          SELECT l.api_id, l.name, l.dur AS ns, l.api_ts AS ts, tt.utid
-          FROM xpu_launch l JOIN slice s ON s.id = l.api_id
-          JOIN thread_track tt ON tt.id = s.track_id
-          WHERE ({where})
-            AND l.ts >= (SELECT ts FROM xpu_analysis_focus)
-            AND l.ts < (SELECT end_ts FROM xpu_analysis_focus)
-        ),
-        ls AS MATERIALIZED (
-          SELECT utid, ts, callsite_id FROM xpu_launch_stack WHERE ts IN (SELECT ts FROM a)
-        )
-        SELECT a.api_id, a.name, a.ns, ls.callsite_id
-        FROM a LEFT JOIN ls ON ls.utid = a.utid AND ls.ts = a.ts
-        """
-    )
-    return _sites(trace, rows, "api_id", "ns", "name", top)

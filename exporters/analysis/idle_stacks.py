@@ -36,12 +36,9 @@ calls AS MATERIALIZED (
   SELECT g.utid, a.ts, g.launch_ns, '[launch] ' || g.next_op
   FROM xpu_gpu_gap g JOIN slice a ON a.id = g.api_id WHERE g.launch_ns > 0
 ),
-ls AS MATERIALIZED (
-  SELECT utid, ts, callsite_id FROM xpu_launch_stack WHERE ts IN (SELECT ts FROM calls)
-),
 called AS (
   SELECT c.utid, ls.callsite_id, c.w, c.leaf FROM calls c
-  LEFT JOIN ls ON ls.utid = c.utid AND ls.ts = c.ts
+  LEFT JOIN _xpu_launch_stack_at ls ON ls.ts = c.ts AND ls.utid = c.utid
 ),
 unsampled AS (
   -- host time of gaps with no sample, and the rest

@@ -67,6 +67,14 @@ def location(frames_leaf_first: Iterable[Frame]) -> str:
     return shorten_stack(frames[0][0]) if frames else ""
 
 
+_LINE = re.compile(r":\d+\)$")
+
+
+def function_of(location: str) -> str:
+    """`func (file.py)` of `func (file.py:12)`: the function, whatever line ran."""
+    return _LINE.sub(")", location)
+
+
 def kineto_location(slice_name: str) -> str | None:
     """`func (file.py:line)` for a Kineto python_function slice name, else None."""
     m = _KINETO_PYTHON.match(slice_name)

@@ -184,8 +184,9 @@ GROUP BY st.step;
 -- least 3 steps were found; else the whole analysed span.
 CREATE PERFETTO TABLE xpu_analysis_focus AS
 WITH steady AS (
-  SELECT min(s.ts) AS ts FROM xpu_step s
-  WHERE s.ts > (SELECT min(f.ts) FROM xpu_step f WHERE f.upid = s.upid)
+  SELECT min(ts) AS ts FROM (
+    SELECT ts, row_number() OVER (PARTITION BY upid ORDER BY ts) AS k FROM xpu_step
+  ) WHERE k > 1
 ),
 n AS (SELECT count(*) AS steps FROM xpu_step)
 SELECT CASE WHEN n.steps >= 3 THEN steady.ts ELSE sp.ts END AS ts,
