@@ -63,7 +63,9 @@ EXPERIMENT_SOURCES = ("experiments.c",)
 EXPERIMENTS_DEFINE = "-DXPU_PERF_EXPERIMENTS"
 # The CPU sampler is its own library (LD_PRELOAD into every process of the recorded tree,
 # with or without CUDA): the stream, unwinder and Python reader without CUPTI.
-SAMPLER_SOURCES = ("sampler.c", *SHARED_SOURCES)
+# process_hooks.c: what the preloaded library interposes for the whole process (_exit, kill,
+# raise, set*id): the final flush of both libraries, changes of user (process_hooks.h).
+SAMPLER_SOURCES = ("sampler.c", "process_hooks.c", *SHARED_SOURCES)
 CFLAGS = (
     "-O2",
     "-g",

@@ -14,6 +14,7 @@
 
 #include "inject.h"
 #include "modules.h"
+#include "pyframes.h"
 #include "strings.h"
 
 static CUpti_SubscriberHandle subscriber;
@@ -109,6 +110,7 @@ static void fork_child(void) {
     threads_fork_child();
     activity_fork_child();
     xp_strings_reset();
+    xp_py_fork_child();
     xp_modules_reset();
     counters_reset();
     xp_selftime_fork_child();
