@@ -6,6 +6,7 @@
  * nothing is written on the application's threads.  The switches are read once (config.c);
  * docs/ARCHITECTURE.md has their table. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -37,6 +38,15 @@ static void flush_hook(int final) {
 }
 
 static void at_exit(void) { xp_stream_flush(1); }
+
+/* The preloaded sampler library (record preloads it with or without CPU sampling) runs
+ * this final flush when the process ends through _exit or a signal it sends itself, which
+ * skip atexit (process_hooks.h).  Found by name: libcuda loads us RTLD_LOCAL. */
+static void register_exit_flush(void) {
+    void (*on_exit_flush)(void (*)(int)) =
+        (void (*)(void (*)(int)))dlsym(RTLD_DEFAULT, "xpu_perf_on_exit");
+    if (on_exit_flush) on_exit_flush(xp_stream_flush);
+}
 
 static pthread_once_t late_atexit_once = PTHREAD_ONCE_INIT;
 /* atexit handlers run last-registered first: registering again at the first API call (after
@@ -150,5 +160,6 @@ EXPORT int InitializeInjection(void) {
     start_signal_thread();
     install_signal_handlers();
     atexit(at_exit);
+    register_exit_flush();
     return 1;
 }

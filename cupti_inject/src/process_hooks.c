@@ -16,14 +16,14 @@
 #include "stream.h"
 
 #define MAX_FLUSHES 4
-static void (*flushes[MAX_FLUSHES])(void);
+static void (*flushes[MAX_FLUSHES])(int how);
 static atomic_int n_flushes;
 static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
 /* The process that ran the final flushes (a fork's child starts over; a vfork()ed child,
  * which shares this memory, runs them too, and each stream refuses a process not its own). */
 static _Atomic pid_t flushed_pid;
 
-void xpu_perf_on_exit(void (*flush)(void)) {
+void xpu_perf_on_exit(void (*flush)(int how)) {
     pthread_mutex_lock(&register_lock);
     int n = atomic_load(&n_flushes);
     int known = 0;
@@ -35,22 +35,22 @@ void xpu_perf_on_exit(void (*flush)(void)) {
     pthread_mutex_unlock(&register_lock);
 }
 
-static void final_flushes(void) {
+static void final_flushes(int how) {
     pid_t self = getpid();
     if (atomic_exchange(&flushed_pid, self) == self) return;
     int saved_errno = errno;
-    for (int i = atomic_load(&n_flushes) - 1; i >= 0; i--) flushes[i]();
+    for (int i = atomic_load(&n_flushes) - 1; i >= 0; i--) flushes[i](how);
     errno = saved_errno;
 }
 
 /* exit() runs atexit (our flush) and then glibc's own _exit, which is not this one. */
 XP_EXPORT void _exit(int status) {
-    final_flushes();
+    final_flushes(XP_FLUSH_FINAL);
     for (;;) syscall(SYS_exit_group, status);
 }
 
 XP_EXPORT void _Exit(int status) {
-    final_flushes();
+    final_flushes(XP_FLUSH_FINAL);
     for (;;) syscall(SYS_exit_group, status);
 }
 
@@ -74,12 +74,12 @@ static int ends_process(int sig) {
 }
 
 XP_EXPORT int kill(pid_t pid, int sig) {
-    if ((pid == 0 || pid == getpid()) && ends_process(sig)) final_flushes();
+    if ((pid == 0 || pid == getpid()) && ends_process(sig)) final_flushes(XP_FLUSH_FINAL);
     return (int)syscall(SYS_kill, pid, sig);
 }
 
 XP_EXPORT int raise(int sig) {
-    if (ends_process(sig)) final_flushes();
+    if (ends_process(sig)) final_flushes(XP_FLUSH_FINAL);
     int err = pthread_kill(pthread_self(), sig);
     if (err == 0) return 0;
     errno = err;
@@ -87,7 +87,8 @@ XP_EXPORT int raise(int sig) {
 }
 
 /* exec replaces the image and its unwritten data: the final flush first (the new image
- * writes a stream of its own).  If the exec fails, the rest of this image is not recorded. */
+ * writes a stream of its own); a stream of no events (a forked child that execs at once)
+ * is removed instead.  If the exec fails, the rest of this image is not recorded. */
 #define XP_EXEC(name, params, args)                                                         \
     XP_EXPORT int name params {                                                             \
         static int (*real) params;                                                          \
@@ -96,7 +97,7 @@ XP_EXPORT int raise(int sig) {
             errno = ENOSYS;                                                                 \
             return -1;                                                                      \
         }                                                                                   \
-        final_flushes();                                                                    \
+        final_flushes(XP_FLUSH_EXEC);                                                       \
         return real args;                                                                   \
     }
 

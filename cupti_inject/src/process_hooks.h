@@ -16,14 +16,14 @@
 
 #define XP_EXPORT __attribute__((visibility("default")))
 
-/* Register a final flush, run (last registered first, once per process) when the process
- * ends through _exit/_Exit or a signal it sends itself.  Exported under this name: the CUPTI
- * injection library, which libcuda loads RTLD_LOCAL, finds it with dlsym(RTLD_DEFAULT). */
-XP_EXPORT void xpu_perf_on_exit(void (*flush)(void));
+/* Register a final flush (each library's xp_stream_flush), run (last registered first, once
+ * per process) with XP_FLUSH_FINAL when the process ends through _exit/_Exit or a signal it
+ * sends itself, XP_FLUSH_EXEC before an exec.  Exported under this name: the CUPTI injection
+ * library, which libcuda loads RTLD_LOCAL, finds it with dlsym(RTLD_DEFAULT). */
+XP_EXPORT void xpu_perf_on_exit(void (*flush)(int how));
 
-/* sampler.c: its final flush; stop / restart its threads around a change of user (pause
- * returns what it stopped, for resume). */
-void xp_sampler_final_flush(void);
+/* sampler.c: stop / restart its threads around a change of user (pause returns what it
+ * stopped, for resume). */
 int xp_sampler_pause(void);
 void xp_sampler_resume(int paused);
 

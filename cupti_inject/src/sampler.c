@@ -688,8 +688,6 @@ static void flush_hook(int final) {
 
 static void at_exit(void) { xp_stream_flush(1); }
 
-void xp_sampler_final_flush(void) { xp_stream_flush(1); }
-
 static int start_sampling(void);
 static int scanner_running;
 static pid_t scanner_pid; /* the process whose scanner runs (not a vfork()ed child's) */
@@ -815,7 +813,7 @@ __attribute__((constructor)) static void sampler_init(void) {
     }
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);
-    xpu_perf_on_exit(xp_sampler_final_flush);
+    xpu_perf_on_exit(xp_stream_flush);
     if (start_sampling() != 0) return;
     /* The thread that loaded us (the main thread) is sampled from the first scan on. */
 }

@@ -39,6 +39,8 @@ static dev_t stream_dev;
 static ino_t stream_ino;
 static uint64_t whole_bytes;
 static uint64_t reopened, lost_bytes;
+/* Rows of events (not names, threads, modules, counters): a stream of none is empty. */
+static _Atomic uint64_t event_rows;
 static pthread_t writer_thread;
 static int writer_running;
 static int writer_stop;
@@ -116,6 +118,17 @@ static void enqueue(struct xp_chunk *chunk, uint32_t rows, int type) {
     pthread_mutex_unlock(&queue_lock);
 }
 
+static int is_event_chunk(int type) {
+    switch (type) {
+    case XP_CHUNK_API: case XP_CHUNK_API_ALIAS: case XP_CHUNK_KERNEL: case XP_CHUNK_MEMCPY:
+    case XP_CHUNK_MEMSET: case XP_CHUNK_SYNC: case XP_CHUNK_MARKER: case XP_CHUNK_CPU_SAMPLE:
+    case XP_CHUNK_WINDOW:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* The column writer per chunk type, generated first. */
 #define XP_PUT_CHUNK(n, id) static void xp_put_cols_##n(uint8_t *o, const struct xp_batch_##n *b, uint32_t rows) {
 #define XP_PUT_COL(n, c, k) o = col_put_##k(o, b->c, rows);
@@ -142,6 +155,7 @@ static void enqueue(struct xp_chunk *chunk, uint32_t rows, int type) {
         memcpy(ch->bytes, hdr, 12);                                                     \
         xp_put_cols_##n(ch->bytes + 12, b, rows);                                       \
         b->rows = 0;                                                                    \
+        if (is_event_chunk(XP_CHUNK_##n)) atomic_fetch_add(&event_rows, rows);          \
         enqueue(ch, rows, XP_CHUNK_##n);                                                \
     }
 #include "../../protos/cupti_stream.def"
@@ -446,6 +460,8 @@ void xp_stream_flush(int final) {
         pthread_mutex_unlock(&queue_lock);
         if (out_fd >= 0) close(out_fd);
         out_fd = -1;
+        if (final == XP_FLUSH_EXEC && atomic_load(&event_rows) == 0 && stream_path[0])
+            unlink(stream_path);
     }
     pthread_mutex_unlock(&flush_lock);
 }
@@ -481,6 +497,7 @@ static void atfork_child(void) {
     dropped_chunks = 0;
     written_bytes = 0;
     reopened = lost_bytes = 0;
+    atomic_store(&event_rows, 0);
     stream_path[0] = 0;
     closed = 0;
     if (enabled) {
