@@ -133,7 +133,8 @@ def test_python_stopped_by_sigint_is_not_called_killed(tmp_path: Path) -> None:
     """Ctrl-C on record: the Python target gets SIGINT, finalizes and re-raises SIGINT with
     the default action (kill(getpid(), SIGINT), which skips atexit).  Its final flush runs
     first, so it is not counted as killed, and its last samples are there."""
-    script = python_target(tmp_path, "print('ready', flush=True)\nwhile True: burn(0.01)\n")
+    body = "burn(0.3)\nprint('ready', flush=True)\nwhile True: burn(0.01)\n"
+    script = python_target(tmp_path, body)
     out = tmp_path / "sigint.perfetto-trace"
     rec = subprocess.Popen(
         [*RECORD, *CPU_ONLY, "-o", str(out), "--", PYTHON, str(script)],

@@ -111,6 +111,9 @@ class CuptiSource:
         counts = self.counts
         info = process_events(stream, counts)
         if info is None:
+            # Not even its first write: ended (killed) within its first flush period.
+            counts["streams_without_counters"] += 1
+            self.without_final_data.append(f"pid {stream_pid(stream.path)} (no data)")
             return
         pid, events = info
         yield from events
