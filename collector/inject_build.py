@@ -42,9 +42,11 @@ SHARED_SOURCES = (
     "window_control.c",
 )
 # The CUPTI injection library (CUDA_INJECTION64_PATH), one file per concern
-# (docs/ARCHITECTURE.md, "The injection library").
+# (docs/ARCHITECTURE.md, "The injection library"; state.h the shared state at the bottom,
+# inject.c the entry above all, which no other file calls: tests/test_inject_build.py).
 CUPTI_SOURCES = (
     "inject.c",
+    "lifecycle.c",
     "config.c",
     "api_callbacks.c",
     "threads.c",
