@@ -60,6 +60,9 @@ static int signal_thread_started;
 
 static void *signal_flush_main(void *arg) {
     (void)arg;
+    sigset_t all; /* the signal it flushes for goes to an application thread */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
     while (sem_wait(&signal_sem) != 0) {}
     xp_stream_flush(1);
     atomic_store(&signal_flush_done, 1);

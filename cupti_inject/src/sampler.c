@@ -615,11 +615,11 @@ static void follow_windows(void) {
 static void *scanner_main(void *arg) {
     (void)arg;
     prctl(PR_SET_NAME, "xpu-perf-sampler", 0, 0, 0);
-    /* This thread is the sampler's own: it is never sampled, and never interrupted. */
+    /* This thread is the sampler's own: it is never sampled, and never interrupted (the
+     * target's signals go to its own threads: a handler that ends the process runs the
+     * final flush, which must not find this thread inside a drain). */
     sigset_t block;
-    sigemptyset(&block);
-    sigaddset(&block, SAMPLE_SIGNAL);
-    sigaddset(&block, KERNEL_SIGNAL);
+    sigfillset(&block);
     pthread_sigmask(SIG_BLOCK, &block, NULL);
     while (!atomic_load(&scanner_stop)) {
         if (want_python && !xp_py_enabled) xp_py_init(); /* an interpreter loaded later */

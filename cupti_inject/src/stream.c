@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +292,11 @@ static void drain_queue(void) {
 
 static void *writer_main(void *arg) {
     (void)arg;
+    /* The target's signals go to its own threads: a handler that ends the process runs the
+     * final flush (process_hooks.c), which must not find this thread inside a drain. */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
     unsigned ticks = 0;
     for (;;) {
         struct timespec deadline;
