@@ -179,6 +179,25 @@ def test_setpriv_target_runs_and_is_sampled(tmp_path: Path) -> None:
     assert "python3" in names, names
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"), reason="needs root")
+def test_runuser_child_is_sampled(tmp_path: Path) -> None:
+    """runuser forks a child that becomes uid 65534 and execs python3: the child's exec
+    flush must not hang on the condition variable its parent's writer was waiting on at the
+    fork, and python3 (another user) loads the library from the run's world-readable copy
+    and writes into uid-65534/."""
+    out = tmp_path / "runuser.perfetto-trace"
+    proc = record_cpu(out, "runuser", "-u", "nobody", "--", PYTHON, "-c", BURN + "burn(0.5)")
+    assert proc.returncode == 0, proc.stderr
+    assert metadata(out, "cpu_processes_not_sampled") == 0, proc.stderr
+    with open_trace(out) as t:
+        # The process keeps its first image's name (runuser); its thread is python3's.
+        python_samples = t.scalar(
+            "select count(*) from perf_sample join thread using (utid) "
+            "where thread.name = 'python3'"
+        )
+    assert python_samples > 20, proc.stderr
+
+
 def test_child_without_the_library_is_named(tmp_path: Path) -> None:
     """A child started without LD_PRELOAD has no stream: the summary and the metadata name
     it as not sampled instead of saying nothing."""

@@ -487,6 +487,9 @@ static void atfork_parent(void) {
     pthread_mutex_unlock(&flush_lock);
 }
 static void atfork_child(void) {
+    /* The parent's writer may have been waiting on the condition: its waiter is not in this
+     * process, and a signal to it would wait for that ghost (an exec's final flush hung). */
+    pthread_cond_init(&queue_cond, NULL);
     struct xp_chunk *c = queue_head;
     while (c) { struct xp_chunk *n = c->next; free(c); c = n; }
     queue_head = queue_tail = NULL;
