@@ -30,7 +30,11 @@
  * The signal handler only walks and copies into its own thread's ring (single producer,
  * single consumer, no locks, no allocation), so it is async-signal-safe; deduplication,
  * Python names and the stream are the scanner's work.  SA_RESTART: the target's system calls
- * are restarted, not failed with EINTR. */
+ * are restarted, not failed with EINTR.
+ *
+ * The library is also the process's hooks (process_hooks.c; record preloads it for them even
+ * without sampling): the final flush of both libraries at _exit, exec and a signal the
+ * process sends itself, and its threads stopped around a change of user. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
