@@ -300,6 +300,7 @@ uint32_t xp_py_frame_id_at_line(struct xp_pyframe_key key) {
 }
 
 void xp_py_fork_child(void) {
+    pthread_mutex_init(&init_lock, NULL);
     pthread_mutex_init(&table_lock, NULL);
     free(table);
     table = NULL;

@@ -626,7 +626,13 @@ static void *scanner_main(void *arg) {
     sigfillset(&block);
     pthread_sigmask(SIG_BLOCK, &block, NULL);
     while (!atomic_load(&scanner_stop)) {
-        if (want_python && !xp_py_enabled) xp_py_init(); /* an interpreter loaded later */
+        if (want_python && !xp_py_enabled) { /* an interpreter loaded later */
+            /* Under drain_lock: a fork waits for it (fork_prepare), so no child inherits the
+             * reader's lock held mid-lookup (runuser's child hung on it). */
+            pthread_mutex_lock(&drain_lock);
+            xp_py_init();
+            pthread_mutex_unlock(&drain_lock);
+        }
         /* Only a process with an interpreter walks Python frames, and so needs them. */
         if (want_python && xp_py_enabled) keep_fault_handlers();
         if (window_control) follow_windows();
