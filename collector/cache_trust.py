@@ -10,7 +10,9 @@ otherwise the caller rebuilds in a private directory and says so in one line.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -68,8 +70,12 @@ def untrusted_reason(path: Path, root: Path) -> str | None:
 
 
 def private_dir(prefix: str) -> Path:
-    """A fresh directory only this user can use (mkdtemp: mode 0700)."""
-    return Path(tempfile.mkdtemp(prefix=prefix))
+    """A fresh directory only this user can use (mkdtemp: mode 0700), removed when the
+    process exits (what is built there serves this run only: one directory a run would
+    otherwise pile up in the temp directory)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def refuse(what: str, reason: str, instead: str) -> None:

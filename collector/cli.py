@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from collector import __version__
-from collector.errors import UserError
+from collector.errors import Terminated, UserError
+from collector.files import terminate_on_sigterm
 
 # name -> module; each module has add_parser(subparsers) and main(args) -> int.
 COMMANDS = ("record", "convert", "merge", "query", "folded", "view", "report", "flamegraph")
@@ -49,16 +52,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    terminate_on_sigterm()  # a `kill` runs the cleanups (temporary outputs) too
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a full disk behind `> file` shows here, not at exit
+        return code
     except UserError as exc:
         print(f"xpu-perf {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"xpu-perf {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"xpu-perf {args.command}: terminated by signal {exc.signum}", file=sys.stderr)
+        return 128 + exc.signum
     except BrokenPipeError:
+        _drop_stdout()
         return 0
+    except OSError as exc:
+        # The last resort: the commands turn the errors they expect into UserErrors; any
+        # other (a full disk under stdout, a file gone mid-run) is still one line.
+        print(f"xpu-perf {args.command}: error: {_os_error_line(exc)}", file=sys.stderr)
+        _drop_stdout()
+        return 1
+
+
+def _os_error_line(exc: OSError) -> str:
+    what = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        what += " (free some space and run it again)"
+    name = exc.filename
+    if name is None and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+        name = "standard output" if _stdout_failed() else None
+    return f"{name}: {what}" if name is not None else what
+
+
+def _stdout_failed() -> bool:
+    try:
+        sys.stdout.flush()
+    except OSError:
+        return True
+    return False
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what could not be written is dropped, so the flush at
+    interpreter exit cannot fail again and print a second, unhandled error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

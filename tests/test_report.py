@@ -54,7 +54,11 @@ def _raw(t: Trace) -> dict[str, Any]:
         ),
         "api": t.query("select id, name, dur from slice where category = 'cuda_api'"),
         "flow_targets": {r["slice_in"] for r in t.query("select slice_in from flow")},
-        "window": t.query("select start_ts, end_ts - start_ts as dur from trace_bounds")[0],
+        # The report's span: the active span, first GPU op to the end of the last.
+        "window": t.query(
+            "select min(ts) as start_ts, max(ts + dur) - min(ts) as dur from slice "
+            "where category in ('kernel', 'memcpy', 'memset') and dur > 0"
+        )[0],
         "metadata": t.query(
             "select substr(a.key, 7) as key, coalesce(a.int_value, a.real_value) as value "
             "from slice s join args a using (arg_set_id) "

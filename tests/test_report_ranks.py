@@ -103,8 +103,11 @@ def test_window_limits_the_numbers(tmp_path: Path) -> None:
     assert [_picked(r) for r in window] == [_expected(s, 2) for s in SPECS]
 
 
-def test_steps_and_format_need_ranks(converted: list[Path]) -> None:
-    proc = run_cli("report", converted[0], "--steps", "x")
+def test_csv_and_several_traces_need_ranks(converted: list[Path]) -> None:
+    # --steps serves the whole report now (its step table); csv is the rank table's only.
+    proc = run_cli("report", converted[0], "--steps", "ProfilerStep#*", "--format", "json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["step_source"] == "marked"
+    proc = run_cli("report", converted[0], "--format", "csv")
     assert proc.returncode == 2 and "--ranks" in proc.stderr
     proc = run_cli("report", *converted)
     assert proc.returncode == 2 and "several only with --ranks" in proc.stderr

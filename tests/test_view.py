@@ -13,6 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,12 +31,24 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedTrace:
     return record_fake_gpu_app(tmp_path_factory.mktemp("view_rec"))
 
 
+@dataclass(frozen=True)
+class Served:
+    """A running server: its origin (no token) and the run's token."""
+
+    origin: str
+    token: str
+
+    def __add__(self, path: str) -> str:
+        """origin + path, with the token: `served + "localtrace"`."""
+        return f"{self.origin}{path}{'&' if '?' in path else '?'}token={self.token}"
+
+
 @pytest.fixture
-def served(example_trace: Path) -> Iterator[str]:
+def served(example_trace: Path) -> Iterator[Served]:
     server = serve_ui(example_trace, port=0)
     start_in_thread(server)
     try:
-        yield server.url
+        yield Served(server.origin, server.token)
     finally:
         server.shutdown()
         server.server_close()
@@ -49,27 +62,27 @@ def _get(url: str) -> tuple[int, dict[str, str], bytes]:
         return exc.code, dict(exc.headers), exc.read()
 
 
-def test_server_answers_the_ui_hooks_and_serves_the_trace(served: str, example_trace: Path):
+def test_server_answers_the_ui_hooks_and_serves_the_trace(served: Served, example_trace: Path):
     status, _, body = _get(served + "vizviewer_info")
     assert status == 200 and json.loads(body) == {}
     status, _, body = _get(served + "localtrace")
     assert status == 200 and body == example_trace.read_bytes()
-    status, headers, body = _get(served)
+    status, headers, body = _get(served + "")
     assert status == 200 and b"Perfetto UI" in body
     # Everything the page may reach: this server and the trace_processor RPC port.
     assert "connect-src 'self'" in headers["Content-Security-Policy"]
 
 
-def test_server_rewrites_the_one_external_script(served: str):
-    status, _, index = _get(served)
+def test_server_rewrites_the_one_external_script(served: Served):
+    status, _, index = _get(served + "")
     version = json.loads(index.split(b"data-perfetto_version='")[1].split(b"'")[0])["stable"]
-    status, _, bundle = _get(f"{served}{version}/frontend_bundle.js")
+    status, _, bundle = _get(served + f"{version}/frontend_bundle.js")
     assert status == 200 and len(bundle) > 1_000_000
     assert INTERNAL_USER_SCRIPT not in bundle
     assert b"https://storage.cloud.google.com" not in bundle
 
 
-def test_server_stays_inside_its_web_build(served: str):
+def test_server_stays_inside_its_web_build(served: Served):
     for path in ("../../../../etc/passwd", "%2e%2e/%2e%2e/etc/passwd", "nonexistent.js"):
         status, _, body = _get(served + path)
         assert status == 404, path
@@ -77,7 +90,10 @@ def test_server_stays_inside_its_web_build(served: str):
 
 
 def _get_with_host(url: str, path: str, host: str | None) -> tuple[int, bytes]:
+    """GET `path` (with the token in `url`'s query, if any) from `url`'s server as `host`."""
     parsed = urllib.parse.urlsplit(url)
+    if parsed.query:
+        path += ("&" if "?" in path else "?") + parsed.query
     conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
     try:
         conn.putrequest("GET", path, skip_host=True)
@@ -90,9 +106,11 @@ def _get_with_host(url: str, path: str, host: str | None) -> tuple[int, bytes]:
         conn.close()
 
 
-def test_server_refuses_foreign_host_headers(served: str, example_trace: Path):
-    """DNS rebinding: a foreign site's name resolving to 127.0.0.1 sends its own Host."""
-    port = urllib.parse.urlsplit(served).port
+def test_server_refuses_foreign_host_headers(served: Served, example_trace: Path):
+    """DNS rebinding: a foreign site's name resolving to 127.0.0.1 sends its own Host (the
+    token in the URL does not help it)."""
+    port = urllib.parse.urlsplit(served.origin).port
+    served_url = served + ""
     trace = example_trace.read_bytes()
     for host in (
         "evil.example.com",
@@ -103,14 +121,14 @@ def test_server_refuses_foreign_host_headers(served: str, example_trace: Path):
         None,
     ):
         for path in ("/localtrace", "/", "/vizviewer_info"):
-            status, body = _get_with_host(served, path, host)
+            status, body = _get_with_host(served_url, path, host)
             assert status == 403, (host, path)
             assert trace[:64] not in body and b"Perfetto" not in body
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}"):
-        status, body = _get_with_host(served, "/localtrace", host)
+        status, body = _get_with_host(served_url, "/localtrace", host)
         assert status == 200 and body == trace, host
     # The page itself, asked for as localhost, moves to 127.0.0.1 (no analytics there).
-    status, _ = _get_with_host(served, "/", f"localhost:{port}")
+    status, _ = _get_with_host(served_url, "/", f"localhost:{port}")
     assert status == 302
 
 
@@ -171,7 +189,7 @@ def _view_in_chromium(trace: Path, shot: Path, host: str = "127.0.0.1") -> None:
         first = proc.stdout.readline()
         assert first.startswith("Perfetto UI with "), first + proc.stderr.read()
         url = first.rsplit(": ", 1)[1].strip()
-        assert url.startswith("http://127.0.0.1:")
+        assert url.startswith("http://127.0.0.1:") and "/?token=" in url
         url = url.replace("127.0.0.1", host, 1)
         with Chromium(width=1600, height=1000) as browser:
             browser.navigate(url)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from collector.inject_build import BuildError
+from exporters.analysis.tables import Scope
 from exporters.folded.folded import fold
 from exporters.perfetto.trace_processor import open_trace
 from exporters.report.queries import collect
@@ -85,17 +86,23 @@ def test_report_window_counts_its_api_calls_and_says_which_window(two_windows: P
     facts = dict(report.facts)
     assert "cudaProfilerApi in 1 process" in facts["capture window 2"]
     assert "2 per process at most" in facts["capture window 2"]
-    # Utilisation is over the window (to the end of its last op), not the whole trace.
+    # Utilisation is over the window's active span (its first op to the end of its last),
+    # or with --span all the whole window (to the end of its last op), never the trace.
     with open_trace(two_windows) as t:
-        whole = collect(t, two_windows.name)
+        whole = collect(t, two_windows.name, scope=Scope(span_all=True))
         start, end = t.query(
             "select s.ts, s.ts + s.dur as end_ts from slice s "
             "where s.category = 'xpu_perf_window' order by s.ts"
         )[1].values()
-        last_op = t.scalar("select max(ts + dur) from slice where name = 'second_window_kernel'")
+        first_op, last_op = t.query(
+            "select min(ts) as a, max(ts + dur) as b from slice where name = 'second_window_kernel'"
+        )[0].values()
+    with open_trace(two_windows) as t:
+        window_all = collect(t, two_windows.name, window=2, scope=Scope(span_all=True))
     assert "trace duration" in dict(whole.facts)
-    assert report.timeline.t0 == start
-    assert report.timeline.dur_ns == max(end, last_op) - start < whole.timeline.dur_ns
+    assert (report.timeline.t0, report.timeline.dur_ns) == (first_op, last_op - first_op)
+    assert window_all.timeline.t0 == start
+    assert window_all.timeline.dur_ns == max(end, last_op) - start < whole.timeline.dur_ns
 
 
 def test_folded_window_splits_the_gpu_time(two_windows: Path) -> None:

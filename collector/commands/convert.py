@@ -19,6 +19,7 @@ from rich.progress import (
 )
 
 from collector.errors import UserError
+from collector.files import check_input, check_output
 from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
 from exporters.perfetto.writer import CONVERT_COMPRESSION_LEVEL, TraceWriter
 
@@ -52,14 +53,11 @@ def main(args: argparse.Namespace) -> int:
     # Imported here so other subcommands (record on a GPU box) never need ijson.
     from collector.sources import kineto
 
-    src: Path = args.input
-    if not src.is_file():
-        raise UserError(f"no such file: {src}")
+    src: Path = check_input(args.input, "Kineto JSON file")  # never a FIFO: it would hang
     out: Path = args.output or default_output(src)
     if out.resolve() == src.resolve():
         raise UserError("output would overwrite the input; pass -o")
-    if not out.parent.is_dir():
-        raise UserError(f"output directory does not exist: {out.parent}")
+    check_output(out, [src])  # before the conversion, not after it
     console = Console(stderr=True, quiet=args.quiet)
     show_progress = not (args.no_progress or args.quiet) and sys.stderr.isatty()
     started = time.perf_counter()
@@ -94,6 +92,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     except PermissionError as exc:
         raise UserError(f"permission denied: {exc.filename}") from None
+    except OSError as exc:  # the output's disk is full (the partial file is gone)
+        raise UserError(f"cannot write {out}: {exc.strerror}") from None
     elapsed = time.perf_counter() - started
     print_summary(console, src, out, stats, elapsed)
     return 0
@@ -146,14 +146,22 @@ def summary_counters(stats: kineto.ConvertStats) -> dict[str, int]:
     return counters
 
 
+def size_ratio(in_size: int, out_size: int) -> str:
+    """'4.2x smaller' or '1.3x larger': never a ratio below 1 called smaller (a tiny or
+    already compressed input can give a larger trace)."""
+    if out_size <= in_size:
+        return f"{in_size / max(out_size, 1):.1f}x smaller"
+    return f"{out_size / max(in_size, 1):.1f}x larger"
+
+
 def print_summary(
     console: Console, src: Path, out: Path, stats: kineto.ConvertStats, elapsed: float
 ) -> None:
     in_size = src.stat().st_size
     out_size = out.stat().st_size
     console.print(
-        f"[bold]{out}[/bold]  ({out_size / 1e6:.2f} MB, {in_size / max(out_size, 1):.1f}x "
-        f"smaller than the {in_size / 1e6:.2f} MB input, {elapsed:.1f} s)"
+        f"[bold]{out}[/bold]  ({out_size / 1e6:.2f} MB, {size_ratio(in_size, out_size)} "
+        f"than the {in_size / 1e6:.2f} MB input, {elapsed:.1f} s)"
     )
     console.print(
         f"  events in {stats.events_in}, out {stats.events_out} "

@@ -9,7 +9,9 @@ from pathlib import Path
 from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
-from exporters.folded.folded import MODES, UNITS, FoldedError, fold
+from collector.files import check_output
+from exporters.analysis.idle_stacks import MODES, fold_mode
+from exporters.folded.folded import UNITS, FoldedError
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
 from exporters.report import units
 from exporters.report.flamegraph import render_svg
@@ -18,6 +20,7 @@ _WHAT = {
     "merge": "GPU time by launch context + CPU time by sampled stack",
     "gpu": "GPU time by launch context",
     "cpu": "CPU time by sampled stack",
+    "idle": "GPU idle time by what the launching thread did",
 }
 
 
@@ -60,9 +63,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.width < 200:
         raise UserError("--width must be at least 200")
+    if args.output is not None:
+        check_output(args.output, [args.trace])  # before the queries; never the input
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
-            stacks = fold(
+            stacks = fold_mode(
                 trace, args.mode, args.unit, full_names=args.full_names, window=args.window
             )
     except (TraceOpenError, QueryError, FoldedError) as exc:

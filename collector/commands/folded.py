@@ -9,7 +9,9 @@ from pathlib import Path
 from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
-from exporters.folded.folded import MODES, UNITS, FoldedError, fold
+from collector.files import check_output
+from exporters.analysis.idle_stacks import MODES, fold_mode
+from exporters.folded.folded import UNITS, FoldedError
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
 
 
@@ -19,7 +21,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="folded stacks for flamegraph.pl / speedscope",
         description="Write folded stacks ('frame;frame;... weight'). gpu: launch context -> API "
         "call -> [GPU_Kernel]/[GPU_Memcpy]/[GPU_Memset] weighted by GPU time; cpu: timer "
-        "samples; merge: both in one unit.",
+        "samples; merge: both in one unit; idle: what the CPU did while the GPU waited, "
+        "weighted by GPU idle time.",
     )
     p.add_argument("trace", type=Path, help=".perfetto-trace file")
     p.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
@@ -52,9 +55,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.freq is not None and args.freq <= 0:
         raise UserError("--freq must be positive")
+    if args.output is not None:
+        check_output(args.output, [args.trace])  # before the queries; never the input
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
-            stacks = fold(
+            stacks = fold_mode(
                 trace,
                 args.mode,
                 args.unit,

@@ -13,7 +13,9 @@ import os
 import sys
 from pathlib import Path
 
-from collector.errors import UserError
+from collector.errors import Terminated, UserError
+from collector.recording.keep import keep_streams, write_kept
+from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import CPU_SAMPLERS, KINDS, LAUNCH_STACK_MODES, check_options
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
@@ -115,6 +117,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--keep-streams", type=Path, metavar="DIR", help="copy the raw CUPTI streams here"
     )
+    p.add_argument(
+        "--from-streams",
+        type=Path,
+        metavar="DIR",
+        help="run nothing: write the trace (-o) from the streams a recording kept in DIR "
+        "because its trace could not be written (record says where)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=main)
@@ -122,27 +131,48 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """One recording; returns the target's exit status."""
+    if args.from_streams is not None:
+        return write_kept(args)
     options = check_options(args)
     size_limit = SizeLimit(options.max_bytes) if options.max_bytes is not None else None
-    selection = select_sources(options)
-    plan = options.plan
+    command_line = ["xpu-perf", "record", "--", *options.cmd]
+    # The streams go to one directory, kept if the trace cannot be written.
+    streams = StreamsDir.create()
+    try:
+        selection = select_sources(options, streams)
+        plan = options.plan
+        streams.write_manifest(Manifest(command_line, selection.freq, plan.mode))
+    except BaseException:
+        streams.remove()
+        raise
     # The windows record opens itself, for the whole tree (--delay, the toggle signal).
     tree = TreeWindows(plan) if plan.windowed else None
     hint = toggle_hint(plan, os.getpid())
     if hint and not options.quiet:
         say(hint)
     try:
-        # Start the sources, run the target until it ends (or is stopped), stop the sources.
-        code = run_target(options.cmd, selection.sources, options.stop_after_s, size_limit, tree)
-        stats = write_trace(
-            options.output,
-            selection.sources,
-            ["xpu-perf", "record", "--", *options.cmd],
-            selection.freq,
-            capture=plan,
-            size_limit=size_limit,
-            tree=tree,
-        )
+        try:
+            # Start the sources, run the target until it ends (or is stopped), stop them.
+            code = run_target(
+                options.cmd, selection.sources, options.stop_after_s, size_limit, tree
+            )
+        except BaseException:
+            streams.remove()  # the target did not run, or record was stopped: nothing kept
+            raise
+        try:
+            stats = write_trace(
+                options.output,
+                selection.sources,
+                command_line,
+                selection.freq,
+                capture=plan,
+                size_limit=size_limit,
+                tree=tree,
+            )
+        except (OSError, UserError, KeyboardInterrupt, Terminated) as exc:
+            keep_streams(streams, options.output, exc, size_limit, tree)
+            return code  # the target's status, as always: the recording is not lost
+        streams.remove()
     finally:
         if tree is not None:
             tree.close()

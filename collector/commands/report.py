@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
+from collector.files import check_output
+from exporters.analysis.annotate import annotations, write_annotated
+from exporters.analysis.tables import DEFAULT_STEPS, Scope
 from exporters.folded.folded import FoldedError
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
 from exporters.report.html_page import render_html
@@ -43,14 +47,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--steps",
         metavar="NAME",
         default=None,
-        help="with --ranks: the step slices (NVTX ranges or any slice on a rank's threads), "
-        "a name or GLOB pattern (default: 'ProfilerStep#*')",
+        help="the step slices (NVTX ranges or any slice on a thread), a name or GLOB pattern "
+        "(default: 'ProfilerStep#*'; where none match, steps are detected from the repeating "
+        "sequence of launches)",
     )
     p.add_argument(
         "--format",
         choices=("table", "csv", "json"),
         default="table",
-        help="with --ranks: the table's format (csv/json: numbers in ns, unrounded)",
+        help="table (terminal); json: findings, steps, span and idle by cause for scripts "
+        "and CI (with --ranks also csv: the per-rank table, numbers in ns, unrounded)",
+    )
+    p.add_argument(
+        "--span",
+        choices=("active", "all"),
+        default="active",
+        help="what the analyses and GPU busy cover: the active span, from the first GPU op to "
+        "the end of the last (default; imports and set-up before it are not GPU idle), or the "
+        "whole trace",
+    )
+    p.add_argument(
+        "--annotate",
+        type=Path,
+        metavar="OUT",
+        help="also write a copy of the trace with a track of steps and a track of classified "
+        "GPU idle gaps, for the Perfetto UI",
     )
     p.add_argument("-o", "--output", type=Path, help="also write this HTML page")
     p.add_argument(
@@ -85,8 +106,8 @@ def main(args: argparse.Namespace) -> int:
         from collector.commands.report_ranks import report_ranks
 
         return report_ranks(args)
-    if args.steps is not None or args.format != "table":
-        raise UserError("--steps and --format go with --ranks")
+    if args.format == "csv":
+        raise UserError("--format csv goes with --ranks; use --format json")
     if len(args.traces) != 1:
         raise UserError("one trace at a time (several only with --ranks)")
     args.trace = Path(args.traces[0])
@@ -94,9 +115,11 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--top must be at least 1")
     if not 1 <= args.bins <= 2000:
         raise UserError("--bins must be 1..2000")
-    if args.output is not None and not args.output.parent.is_dir():
-        # Said before the queries run, not after.
-        raise UserError(f"cannot write {args.output}: no directory {args.output.parent}")
+    for out in (args.output, args.annotate):
+        if out is not None:
+            # Said before the queries run, not after; never the input trace itself.
+            check_output(out, [args.trace])
+    scope = Scope(span_all=args.span == "all", steps_glob=args.steps or DEFAULT_STEPS)
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
             report = collect(
@@ -106,13 +129,22 @@ def main(args: argparse.Namespace) -> int:
                 bins=args.bins,
                 full_names=args.full_names,
                 window=args.window,
+                scope=scope,
             )
+            marks = annotations(trace) if args.annotate is not None else None
     except (TraceOpenError, QueryError, FoldedError) as exc:
         raise UserError(str(exc)) from None
     # The page first: a run that cannot write it fails with one line and shows nothing.
     if args.output is not None:
         write_output(args.output, render_html(report))
-    print_report(report)
-    if args.output is not None:
-        print(f"wrote {args.output}", file=sys.stderr)
+    if marks is not None:
+        write_annotated(args.trace, args.annotate, marks)
+    if args.format == "json":
+        assert report.analysis is not None
+        print(json.dumps({"trace": str(args.trace), **report.analysis.to_json()}, indent=1))
+    else:
+        print_report(report)
+    for out in (args.output, args.annotate):
+        if out is not None:
+            print(f"wrote {out}", file=sys.stderr)
     return 0

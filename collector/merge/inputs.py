@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collector.errors import UserError
+from collector.files import check_input
 from exporters.perfetto.packet_reader import TraceFileError, TraceHead, scan_head
 
 
@@ -33,8 +34,7 @@ def read_inputs(paths: list[Path]) -> list[InputTrace]:
     """Every input's head; the first unreadable one is a UserError (nothing written yet)."""
     heads: list[TraceHead] = []
     for path in paths:
-        if not path.is_file():
-            raise UserError(f"no such trace file: {path}")
+        check_input(path)  # a directory, a FIFO, an unreadable file: one line, no hang
         try:
             heads.append(scan_head(path))
         except TraceFileError as exc:

@@ -18,6 +18,7 @@ from pathlib import Path
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector.errors import UserError
+from collector.files import check_output
 from collector.merge import clocks, nccl
 from collector.merge.inputs import InputTrace, read_inputs
 from exporters.perfetto.packet_reader import TraceFileError, packets
@@ -84,9 +85,11 @@ def merge_traces(
     shell: str | None = None,
     command_line: Sequence[str] = (),
     on_input: Callable[[int, Path], None] | None = None,
+    add_events: Callable[[TraceWriter], None] | None = None,
 ) -> MergeReport:
     """Merge `paths` into `output` (written as OUT.tmp, renamed at the end: a failure leaves
-    no file).  Input and output problems are UserErrors with one line."""
+    no file).  Input and output problems are UserErrors with one line.  `add_events` writes
+    events of its own into the merged trace (in its BOOTTIME domain) after the inputs."""
     if align not in clocks.ALIGN_MODES:
         raise UserError(f"--align must be one of {', '.join(clocks.ALIGN_MODES)}")
     if not paths:
@@ -94,10 +97,7 @@ def merge_traces(
     resolved = {p.resolve() for p in paths}
     if output.resolve() in resolved:
         raise UserError(f"output {output} is also an input")
-    if not output.parent.is_dir():
-        raise UserError(f"cannot write {output}: no directory {output.parent}")
-    if output.is_dir():
-        raise UserError(f"cannot write {output}: it is a directory")
+    check_output(output, paths)  # a hard link or symlink to an input, a directory, no dir
     inputs = read_inputs(list(paths))
     bases = [clocks.clock_basis(inp.head) for inp in inputs]
     offsets = clocks.clock_offsets(bases, align)
@@ -148,6 +148,8 @@ def merge_traces(
                         remapper.counts,
                     )
                 )
+            if add_events is not None:
+                add_events(writer)
             _write_metadata(writer, report)
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc.strerror}") from None

@@ -32,13 +32,17 @@ class InprocessCpuRecording:
         freq: int,
         python_frames: bool = True,
         kernel: BccKernelModeSampler | None = None,
+        directory: Path | None = None,
     ) -> None:
-        """kernel: as root, the eBPF sampler of kernel-mode time whose stacks go on top."""
+        """kernel: as root, the eBPF sampler of kernel-mode time whose stacks go on top.
+        directory: where the streams go (record's kept_streams.StreamsDir, which removes it
+        once the trace is written); by default a temporary one this source removes."""
         self.library = library
         self.freq = freq
         self.python_frames = python_frames
         self.kernel = kernel
-        self.directory = Path(tempfile.mkdtemp(prefix="xpu-perf-cpu-"))
+        self._owns_directory = directory is None
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="xpu-perf-cpu-"))
         share_with_target(self.directory)
         self._source: InprocessCpuSource | None = None
         self._tree = ProcessTreeWatch()
@@ -84,7 +88,8 @@ class InprocessCpuRecording:
         kernel = self.kernel.kernel_samples() if self.kernel else None
         self._source = InprocessCpuSource(self.directory, kernel_stacks=kernel)
         yield from self._source.events()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def processes_without_final_data(self) -> Sequence[str]:
         return list(self._source.without_final_data) if self._source else []

@@ -34,9 +34,12 @@ class CuptiRecording:
         kinds: Sequence[str] = KINDS,
         keep_streams: Path | None = None,
         capture: CapturePlan | None = None,
+        directory: Path | None = None,
         process_hooks: Path | None = None,
     ) -> None:
-        """process_hooks: the CPU sampler library, preloaded (sampling or not) for its
+        """directory: where the streams go (record's kept_streams.StreamsDir, which removes
+        it once the trace is written); by default a temporary one this source removes.
+        process_hooks: the CPU sampler library, preloaded (sampling or not) for its
         process hooks: the injection library's final flush when a process ends through
         _exit or a signal it sends itself, or execs (cupti_inject/src/process_hooks.h)."""
         self.library = library
@@ -46,7 +49,8 @@ class CuptiRecording:
         self.python_frames = python_frames
         self.kinds = kinds
         self.keep_streams = keep_streams
-        self.directory = Path(tempfile.mkdtemp(prefix="xpu-perf-cupti-"))
+        self._owns_directory = directory is None
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="xpu-perf-cupti-"))
         share_with_target(self.directory)
         self._source: CuptiSource | None = None
 
@@ -89,7 +93,8 @@ class CuptiRecording:
     def events(self) -> Iterable[model.Event]:
         self._source = CuptiSource(self.directory)
         yield from self._source.events()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def stats(self) -> Mapping[str, int]:
         return dict(self._source.counts) if self._source else {}

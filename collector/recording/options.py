@@ -4,10 +4,12 @@ recording never reads argparse's namespace.  Each check fails with the line the 
 from __future__ import annotations
 
 import argparse
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from collector.errors import UserError
+from collector.files import check_output
 from collector.recording.windows import CapturePlan, capture_plan
 
 # GPU activity kinds the injection library records (--kinds).
@@ -45,8 +47,9 @@ def check_options(args: argparse.Namespace) -> RecordOptions:
     cmd = list(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
     if not cmd:
         raise UserError("no command given (put it after --)")
-    if not args.output.parent.resolve().is_dir():
-        raise UserError(f"output directory does not exist: {args.output.parent}")
+    target = check_target(cmd[0])
+    # Before the target runs, not after: a recording must not end in an unwritable path.
+    check_output(args.output, [target])
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(kinds) - set(KINDS)
     if unknown:
@@ -80,6 +83,22 @@ def check_options(args: argparse.Namespace) -> RecordOptions:
         stop_after_s=None if plan.windowed else args.duration,
         quiet=args.quiet,
     )
+
+
+def check_target(program: str) -> str:
+    """The target's executable, found as exec would find it; a UserError when there is
+    none, said before any source starts (no stream directory is made for nothing)."""
+    found = shutil.which(program)
+    if found is not None:
+        return found
+    if "/" in program:
+        path = Path(program)
+        if not path.exists():
+            raise UserError(f"cannot run {program}: no such file")
+        if path.is_dir():
+            raise UserError(f"cannot run {program}: it is a directory")
+        raise UserError(f"cannot run {program}: not executable (chmod +x?)")
+    raise UserError(f"cannot run {program}: command not found in PATH")
 
 
 def check_freq(freq: int) -> int:

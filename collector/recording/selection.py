@@ -14,6 +14,7 @@ from collector.inject_build import BuildError, build, build_sampler
 from collector.launch_join import EbpfLaunchStacks
 from collector.recording.cpu import InprocessCpuRecording
 from collector.recording.gpu import CuptiRecording
+from collector.recording.kept_streams import CPU_STREAMS, GPU_STREAMS, StreamsDir
 from collector.recording.libraries import loadable_by_target
 from collector.recording.options import RecordOptions, check_freq
 from collector.recording.source import RecordSource
@@ -36,17 +37,18 @@ class Selection:
     freq: int
 
 
-def select_sources(options: RecordOptions) -> Selection:
-    """The sources the options ask for, as far as this machine can run them."""
+def select_sources(options: RecordOptions, streams: StreamsDir | None = None) -> Selection:
+    """The sources the options ask for, as far as this machine can run them; those whose
+    target writes streams write them under `streams` (kept if the trace cannot be written)."""
     needs_ebpf = options.cpu or options.launch_stacks in ("ebpf", "auto")
     ebpf_problems = check_ebpf() if needs_ebpf else []
     stacks, note = resolve_launch_stacks(options.launch_stacks, options.gpu, ebpf_problems)
     if note:
         say(note)
-    sources = gpu_sources(options, stacks)
+    sources = gpu_sources(options, stacks, streams)
     freq = 0
     if options.cpu:
-        cpu, freq = cpu_source(options, ebpf_problems)
+        cpu, freq = cpu_source(options, ebpf_problems, streams)
         sources += [cpu] if cpu is not None else []
     if not sources:
         raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
@@ -77,7 +79,9 @@ def resolve_launch_stacks(
     return requested, None
 
 
-def gpu_sources(options: RecordOptions, stacks: str) -> list[RecordSource]:
+def gpu_sources(
+    options: RecordOptions, stacks: str, streams: StreamsDir | None = None
+) -> list[RecordSource]:
     """The GPU recording with launch stacks in mode `stacks` (resolved); without the GPU,
     the eBPF launch probes alone when that mode is ebpf."""
     if not options.gpu:
@@ -99,6 +103,7 @@ def gpu_sources(options: RecordOptions, stacks: str) -> list[RecordSource]:
         kinds=options.kinds,
         keep_streams=options.keep_streams,
         capture=options.plan,
+        directory=streams.subdir(GPU_STREAMS) if streams is not None else None,
         process_hooks=process_hooks,
     )
     if stacks == "ebpf":
@@ -110,7 +115,7 @@ def gpu_sources(options: RecordOptions, stacks: str) -> list[RecordSource]:
 
 
 def cpu_source(
-    options: RecordOptions, ebpf_problems: Sequence[Problem]
+    options: RecordOptions, ebpf_problems: Sequence[Problem], streams: StreamsDir | None = None
 ) -> tuple[RecordSource | None, int]:
     """The CPU sampler and its rate; (None, 0) when the eBPF one cannot run here (said)."""
     if options.cpu_sampler != "ebpf":
@@ -122,7 +127,11 @@ def cpu_source(
         # As root with eBPF: kernel frames on top of the samples taken in the kernel.
         kernel = None if ebpf_problems or not options.kernel_stacks else BccKernelModeSampler(freq)
         cpu = InprocessCpuRecording(
-            sampler, freq, python_frames=options.python_frames, kernel=kernel
+            sampler,
+            freq,
+            python_frames=options.python_frames,
+            kernel=kernel,
+            directory=streams.subdir(CPU_STREAMS) if streams is not None else None,
         )
         return cpu, freq
     if ebpf_problems:

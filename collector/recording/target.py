@@ -5,11 +5,12 @@ SIGTERM, then SIGKILL — while record opens and closes the tree's capture windo
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from collector.errors import UserError
 from collector.recording.credentials import target_credentials
@@ -77,7 +78,9 @@ def run_target(
     try:
         try:
             creds = target_credentials()
-            proc = subprocess.Popen(list(cmd), env=env, **creds)  # type: ignore[call-overload]
+            proc = subprocess.Popen(  # type: ignore[call-overload]
+                list(cmd), env=env, preexec_fn=dies_with_parent(), **creds
+            )
         except OSError as exc:
             raise UserError(f"cannot run {cmd[0]}: {exc.strerror}") from None
         started_ns = time.monotonic_ns()
@@ -104,6 +107,28 @@ def run_target(
             signal.signal(s, handler)
         for source in sources:
             source.stop()
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def dies_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that has the kernel SIGKILL the target when record dies, even by
+    SIGKILL (no handler of record runs then): a recording's target is never left running
+    on its own.  Runs in the child after Popen switched to the target's user (a change of
+    user would clear the setting).  None where prctl is not there (not Linux)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # record died before the line above: no signal comes
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return set_parent_death_signal
 
 
 def _wait(

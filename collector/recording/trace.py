@@ -11,6 +11,7 @@ from pathlib import Path
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
+from collector.recording.kept_streams import Manifest
 from collector.recording.size_limit import SizeLimit
 from collector.recording.source import (
     RecordSource,
@@ -32,12 +33,14 @@ def write_trace(
     capture: CapturePlan | None = None,
     size_limit: SizeLimit | None = None,
     tree: TreeWindows | None = None,
+    kept: Manifest | None = None,
 ) -> dict[str, dict[str, int]]:
     """Every source through its own producer; counters as metadata `<source>_<counter>`
     (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice).  `capture`:
     the window mode, written with the window count as metadata `capture_range` and
     `windows`; the windows of the injection library, else (no GPU recording, or no process
-    used CUDA) those `tree` opened, as slices."""
+    used CUDA) those `tree` opened, as slices.  `kept`: the manifest of a recording written
+    later from its kept streams (its host, and what record knew at the end)."""
     stats: dict[str, dict[str, int]] = {}
     with TraceWriter(
         out,
@@ -47,7 +50,7 @@ def write_trace(
     ) as writer:
         written = 0  # window slices
         # Which machine: a multi-node job is one record per node, queried together later.
-        writer.set_metadata("host", socket.gethostname())
+        writer.set_metadata("host", kept.host if kept is not None else socket.gethostname())
         # The windows known so far (the GPU source comes before the CPU ones): a sampler that
         # follows them from record's side keeps only what falls inside one.
         seen = list(tree.windows) if tree is not None else []
@@ -69,6 +72,11 @@ def write_trace(
         if tree is not None and not written:
             written = write_windows(writer, tree.windows)
             stats["record"] = {"windows": written, "toggles": tree.toggles}
+        if kept is not None:
+            if not written:
+                written = write_windows(writer, [model.CaptureWindow(**w) for w in kept.windows])
+            for key, value in kept.metadata.items():
+                writer.set_metadata(key, value)
         if size_limit is not None:
             for key, value in size_limit.metadata().items():
                 writer.set_metadata(key, value)

@@ -25,6 +25,12 @@ MEMCPY_KINDS = {
     9: "HtoH",
     10: "PtoP",
 }
+# CUpti_ActivityMemoryKind of a copy's host side: pageable copies go through a staging
+# buffer and block the host, which is what users need to tell apart (Kineto writes the same
+# in the op name, "Memcpy HtoD (Pageable -> Device)").
+HOST_MEMORY_KINDS = {1: "pageable", 2: "pinned"}
+_HOST_SOURCE = (1, 3, 9)  # HtoD, HtoA, HtoH: the source is host memory
+_HOST_DESTINATION = (2, 4)  # DtoH, AtoH
 SYNC_KINDS = {
     1: "cudaEventSynchronize",
     2: "cudaStreamWaitEvent",
@@ -99,22 +105,30 @@ def memcpy_rows(stream: Stream, gpu: GpuRows, counts: Counter[str]) -> None:
     counts["records_memcpy"] += t.rows
     c = {k: np.asarray(v, np.int64) for k, v in t.columns.items()}
     peer = c["copy_kind"] == PEER_COPY
+    host = np.where(
+        np.isin(c["copy_kind"], _HOST_SOURCE),
+        c["src_kind"],
+        np.where(np.isin(c["copy_kind"], _HOST_DESTINATION), c["dst_kind"], 0),
+    )
     arg_cols = np.stack(
         [
             c["copy_kind"],
             c["bytes"],
             np.where(peer, c["src_device"], 0),
             np.where(peer, c["dst_device"], 0),
+            host,
         ],
         axis=1,
     )
     rows, arg_index = np.unique(arg_cols, axis=0, return_inverse=True)
     names, arg_sets = [], []
-    for kind_id, size, src, dst in rows.tolist():
+    for kind_id, size, src, dst, host_kind in rows.tolist():
         kind = MEMCPY_KINDS.get(kind_id, "unknown")
         args: tuple[tuple[str, model.ArgValue], ...] = (("bytes", size), ("copy_kind", kind))
         if kind_id == PEER_COPY:
             args += (("src_device", src), ("dst_device", dst))
+        if host_kind in HOST_MEMORY_KINDS:
+            args += (("host_memory", HOST_MEMORY_KINDS[host_kind]),)
         names.append(f"Memcpy {kind}")
         arg_sets.append(args)
     arg_index = arg_index.reshape(-1)

@@ -46,7 +46,7 @@ class FoldedStacks:
         return "\n".join(out) + ("\n" if out else "")
 
 
-def _load_stack_tables(trace: Trace, window: int | None) -> None:
+def load_stack_tables(trace: Trace, window: int | None) -> None:
     try:
         load_views(trace, window)
     except WindowError as exc:
@@ -78,7 +78,7 @@ def fold(
         raise FoldedError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     if unit not in UNITS:
         raise FoldedError(f"unknown unit {unit!r}; use one of {', '.join(UNITS)}")
-    _load_stack_tables(trace, window)
+    load_stack_tables(trace, window)
     sample_hz = recorded_frequency(trace)
     out_freq = float(freq or sample_hz or DEFAULT_FREQ_HZ)
     weights: dict[str, float] = defaultdict(float)

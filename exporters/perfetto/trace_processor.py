@@ -19,6 +19,7 @@ from perfetto.trace_processor.backend import TraceProcessorBackend
 from perfetto.trace_processor.protos import ProtoFactory
 from perfetto.trace_processor.rpc import TraceProcessorRpc
 
+from collector.files import FileError, check_input
 from exporters.perfetto import wire
 
 ENV_SHELL = "XPU_PERF_TRACE_PROCESSOR"
@@ -184,6 +185,28 @@ def _looks_like_proto(path: Path) -> bool:
         return f.read(1) == b"\x0a"
 
 
+def check_trace_file(path: str | os.PathLike[str]) -> Path:
+    """`path`, if it is a readable, non-empty regular file; else a TraceOpenError of one
+    line (a directory, a FIFO, which is never opened, or a file this user cannot read)."""
+    try:
+        trace_path = check_input(path)
+    except FileError as exc:
+        raise TraceOpenError(str(exc)) from None
+    if trace_path.stat().st_size == 0:
+        raise TraceOpenError(f"trace file is empty: {trace_path}")
+    return trace_path
+
+
+def check_complete(path: str | os.PathLike[str]) -> None:
+    """For a Perfetto protobuf trace: that its last packet ends at the end of the file (the
+    check open_trace makes while loading), for a reader that does not load it (`view`)."""
+    trace_path = check_trace_file(path)
+    if not _looks_like_proto(trace_path):
+        return
+    for _ in _chunks(trace_path, _FramingCheck()):
+        pass
+
+
 def resolve_shell(shell: str | os.PathLike[str] | None) -> Path | None:
     value = shell or os.environ.get(ENV_SHELL)
     if not value:
@@ -196,11 +219,7 @@ def resolve_shell(shell: str | os.PathLike[str] | None) -> Path | None:
 
 def open_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | None = None) -> Trace:
     """Load a trace file into trace_processor (native shell if given, else embedded)."""
-    trace_path = Path(path)
-    if not trace_path.is_file():
-        raise TraceOpenError(f"no such trace file: {trace_path}")
-    if trace_path.stat().st_size == 0:
-        raise TraceOpenError(f"trace file is empty: {trace_path}")
+    trace_path = check_trace_file(path)
     shell_path = resolve_shell(shell)
     if shell_path is not None:
         try:

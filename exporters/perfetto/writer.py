@@ -8,9 +8,9 @@ TraceWriter is the facade the commands use:
 
 Streaming: every packet goes to disk as soon as it is encoded; only a bounded reorder
 window of slices (to place overlapping slices on lanes in start order), the slices still
-open, and the interning tables stay in memory.  The file is written as `OUT.tmp` and
-renamed on a clean close, so a failed run never leaves a half-written trace under the
-requested name.
+open, and the interning tables stay in memory.  The file is a temporary one created
+exclusively beside OUT (collector/files.py: never a planted name) and renamed on a clean
+close, so a failed run never leaves a half-written trace under the requested name.
 
 Encoding contract (the SQL-facing part is in docs/ARCHITECTURE.md):
 - process/thread tracks from ProcessDescriptor/ThreadDescriptor-carrying TrackDescriptors;
@@ -51,6 +51,7 @@ from typing import BinaryIO
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
+from collector.files import OutputFile
 from exporters.perfetto import compression, wire
 from exporters.perfetto.chunks import ChunkBuffer
 from exporters.perfetto.compression import (
@@ -107,13 +108,18 @@ class TraceWriter:
         from collector import __version__
 
         self.path = Path(path)
-        self.tmp_path = self.path.with_name(self.path.name + ".tmp")
+        self._output = OutputFile(self.path)
+        self.tmp_path = self._output.tmp_path
         self.clock_id = clock_id
         self.sample_frequency_hz = sample_frequency_hz
         self.compression_level = compression_level
         self.chunk_bytes = compression.chunk_bytes(compression_level)
-        self._file: BinaryIO | None = open(self.tmp_path, "wb")  # noqa: SIM115
-        self._deflater = Deflater(self._file, compression_level, compress_in_thread)
+        self._file: BinaryIO | None = self._output.file
+        try:
+            self._deflater = Deflater(self._file, compression_level, compress_in_thread)
+        except BaseException:
+            self._output.discard()
+            raise
         self._chunks = ChunkBuffer(self._deflater.put, self.chunk_bytes)
         self._trace = TraceState(self._chunks, clock_id, sample_frequency_hz)
         self.descriptor_seq_id = self._trace.descriptor_seq_id
@@ -187,25 +193,24 @@ class TraceWriter:
         """Flush everything, write the metadata, and move the file into place."""
         if self._file is None:
             return self.path
-        for prod in self._producers:
-            prod.finish()
-        self._write_metadata()
-        self._chunks.flush()
-        self._deflater.finish()
-        self._close_file()
         try:
-            os.replace(self.tmp_path, self.path)
-        except OSError:
-            self.tmp_path.unlink(missing_ok=True)  # nothing half-written left behind
+            for prod in self._producers:
+                prod.finish()
+            self._write_metadata()
+            self._chunks.flush()
+            self._deflater.finish()
+            self._close_file()
+        except BaseException:
+            self.abort()  # a full disk, Ctrl-C: nothing half-written is left behind
             raise
-        return self.path
+        return self._output.commit()  # on failure it removes the file too
 
     def abort(self) -> None:
         """Drop the partial file: nothing half-written is left under any name."""
         if self._file is not None:
             self._deflater.finish(raise_error=False)
             self._close_file()
-        self.tmp_path.unlink(missing_ok=True)
+        self._output.discard()
 
     @property
     def bytes_written(self) -> int:
@@ -228,9 +233,13 @@ class TraceWriter:
     # -- internals ----------------------------------------------------------------------
     def _close_file(self) -> None:
         assert self._file is not None
-        self._file.close()
-        self._file = None
+        file, self._file = self._file, None
         self._chunks.closed = True  # packets emitted from now on go nowhere
+        try:
+            file.close()
+        except OSError:
+            self._output.discard()  # the last flush failed (a full disk)
+            raise
 
     def _write_clock_snapshot(self, snapshot: Mapping[int, int] | None) -> None:
         if snapshot is None:

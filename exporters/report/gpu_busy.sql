@@ -35,13 +35,7 @@ SELECT device_track_id, stream, min(ts) AS ts, max(end_ts) AS end_ts
 FROM islands
 GROUP BY device_track_id, stream, island;
 
--- The span utilisation is measured over: the whole trace, as the UI shows it; in a capture
--- window, from its start to its end or the end of the last op launched inside it.
+-- The span utilisation is measured over: the analysis span (exporters/analysis/span.sql,
+-- loaded first): the active span by default, the whole trace with --span all.
 CREATE PERFETTO VIEW xpu_report_window AS
-WITH span AS (
-  SELECT start_ts, end_ts FROM trace_bounds WHERE NOT EXISTS (SELECT 1 FROM xpu_scope_span)
-  UNION ALL
-  SELECT min(ts), max(max(end_ts), coalesce((SELECT max(ts + dur) FROM xpu_report_gpu_op), 0))
-  FROM xpu_scope_span HAVING count(*) > 0
-)
-SELECT start_ts, end_ts, max(end_ts - start_ts, 1) AS dur FROM span;
+SELECT ts AS start_ts, end_ts, dur FROM xpu_analysis_span;

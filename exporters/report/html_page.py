@@ -36,6 +36,29 @@ table.facts td:first-child { font-weight: 600; }
 """
 
 
+def _findings(report: Report) -> str:
+    """The findings, ranked, each with where, evidence and the change to make."""
+    analysis = report.analysis
+    if analysis is None:
+        return ""
+    out = ['<h2 id="findings">Findings</h2>']
+    if not analysis.findings:
+        out.append('<p class="empty">none: no cause explains a sizeable share of the span</p>')
+        return "\n".join(out)
+    out.append('<ol class="findings">')
+    for f in analysis.findings:
+        where = f"<div><b>where</b>: {escape(', '.join(f.locations))}</div>" if f.locations else ""
+        out.append(
+            f'<li id="finding-{escape(f.code)}"><div><b>{escape(f.title)}</b> '
+            f"<code>{escape(f.code)}</code> {escape(units.duration(f.idle_ns))} "
+            f"({100 * f.share:.1f}% of the span)</div>{where}"
+            f"<div><b>evidence</b>: {escape(f.evidence)}</div>"
+            f"<div><b>change</b>: {escape(f.suggestion)}</div></li>"
+        )
+    out.append("</ol>")
+    return "\n".join(out)
+
+
 def render_html(report: Report) -> str:
     parts = [
         "<!DOCTYPE html>",
@@ -48,8 +71,9 @@ def render_html(report: Report) -> str:
         f"<h1>xpu-perf report: {escape(report.trace)}</h1>",
         _nav(report),
         _facts(report),
+        _findings(report),
     ]
-    for section in report.sections:
+    for section in (*report.lead_sections, *report.sections):
         parts.append(_section(section))
         if section.key == "gpu_streams":
             parts.append('<h2 id="gpu_timeline">GPU utilisation over time</h2>')
@@ -81,8 +105,10 @@ def render_html(report: Report) -> str:
 
 def _nav(report: Report) -> str:
     links = []
-    for section in report.sections:
-        links.append((section.key, section.title.split(" (")[0]))
+    if report.analysis is not None:
+        links.append(("findings", "Findings"))
+    for section in (*report.lead_sections, *report.sections):
+        links.append((section.key, section.title.split(" (")[0].split(":")[0]))
         if section.key == "gpu_streams":
             links.append(("gpu_timeline", "GPU utilisation over time"))
     links.append(("flamegraph_section", "Flamegraph"))

@@ -9,35 +9,19 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
+from exporters.analysis.analyze import Analysis, analyze
+from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.folded.folded import FoldedError, FoldedStacks, fold
 from exporters.folded.names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
 from exporters.report import units
+from exporters.report.analysis_sections import analysis_facts, launch_sections, lead_sections
+from exporters.report.sections import Column, Section
 
 DEFAULT_TOP = 15
 DEFAULT_BINS = 120
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str  # column of the SQL result
-    title: str
-    # text | name (long) | stack | id (a number as it is: pid, rank) | count | ns | pct
-    # | bytes | gbps
-    kind: str = "text"
-
-
-@dataclass(frozen=True)
-class Section:
-    key: str
-    title: str
-    columns: tuple[Column, ...]
-    rows: list[dict[str, Any]]
-    empty: str  # what to say when there are no rows
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +48,8 @@ class Report:
     timeline: Timeline
     flame: FoldedStacks | None  # merge-mode stacks in ns (None: nothing to draw)
     flame_note: str = ""
+    analysis: Analysis | None = None  # findings, steps, idle by cause (first in the report)
+    lead_sections: tuple[Section, ...] = ()  # steps and idle by cause, before the rest
 
 
 @dataclass(frozen=True)
@@ -96,7 +82,7 @@ _SPECS = (
     ),
     _Spec(
         "gpu_streams",
-        "GPU busy vs idle over the whole trace (per device '*' and per stream)",
+        "GPU busy vs idle over the analysed span (per device '*' and per stream)",
         "gpu_streams.sql",
         (
             Column("device", "device"),
@@ -184,15 +170,17 @@ def sql_text(name: str, **params: int) -> str:
     return text
 
 
-def _load_tables(trace: Trace, window: int | None) -> None:
+def _load_tables(trace: Trace, window: int | None, scope: Scope = DEFAULT_SCOPE) -> Analysis:
     try:
         load_views(trace, window)
     except WindowError as exc:
         raise FoldedError(str(exc)) from None
+    analysis = analyze(trace, scope, window)
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_folded_gpu'"):
         trace.execute(resources.files("exporters.folded").joinpath("stacks.sql").read_text())
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_report_busy'"):
         trace.execute(sql_text("gpu_busy.sql"))
+    return analysis
 
 
 # Frames of the CUDA libraries (and unnamed addresses), and of framework dispatch (PyTorch's
@@ -229,9 +217,11 @@ def collect(
     bins: int = DEFAULT_BINS,
     full_names: bool = False,
     window: int | None = None,
+    scope: Scope = DEFAULT_SCOPE,
 ) -> Report:
-    """The report of a trace, or of its capture window `window` (1-based, per process)."""
-    _load_tables(trace, window)
+    """The report of a trace, or of its capture window `window` (1-based, per process):
+    the analysis (findings, steps, idle by cause) first, then the tables."""
+    analysis = _load_tables(trace, window, scope)
     launch_stacks = trace.scalar("select count(*) from xpu_launch_stack")
     sections = []
     for spec in _SPECS:
@@ -257,11 +247,13 @@ def collect(
     flame, flame_note = _flame_stacks(trace, full_names, window)
     return Report(
         trace=str(trace_name),
-        facts=_facts(trace, window),
-        sections=sections,
+        facts=_facts(trace, window) + analysis_facts(analysis),
+        sections=sections + launch_sections(analysis, top),
         timeline=_timeline(trace, bins),
         flame=flame,
         flame_note=flame_note,
+        analysis=analysis,
+        lead_sections=lead_sections(analysis, top, full_names),
     )
 
 
@@ -320,7 +312,10 @@ def _facts(trace: Trace, window: int | None) -> list[tuple[str, str]]:
     facts = [
         ("written by", f"{meta.get('tool', '?')} {meta.get('tool_version', '')}".strip()),
         ("command line", str(meta.get("command_line", "?"))),
-        ("trace duration", units.duration(dur))
+        (
+            "trace duration",
+            units.duration(trace.scalar("select end_ts - start_ts from trace_bounds")),
+        )
         if window is None
         else (f"capture window {window}", _window_fact(trace, window, dur)),
         ("GPUs", ", ".join(devices) or "none"),

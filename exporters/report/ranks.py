@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from exporters.analysis.tables import span_sql
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import load_views
 from exporters.report.queries import Column, Section, sql_text
@@ -40,7 +41,9 @@ TRACE_COLUMN = Column("trace", "trace", "name")
 def ranks_sql(steps: str = DEFAULT_STEPS) -> str:
     """The script: the busy-window tables, then the per-rank ones and the table."""
     quoted = steps.replace("'", "''")  # a GLOB pattern inside a SQL string literal
-    return sql_text("gpu_busy.sql") + "\n" + sql_text("ranks.sql").replace("{steps}", quoted)
+    return "\n".join(
+        (span_sql(), sql_text("gpu_busy.sql"), sql_text("ranks.sql").replace("{steps}", quoted))
+    )
 
 
 def rank_rows(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from exporters.analysis.findings import MIN_SHARE
 from exporters.report import units
 from exporters.report.cells import cell_text, cut, is_numeric
 from exporters.report.queries import Report, Section, Timeline
@@ -24,11 +26,43 @@ def print_report(report: Report, console: Console | None = None) -> None:
     for key, value in report.facts:
         facts.add_row(key, value)
     console.print(facts)
+    print_findings(console, report)
+    for section in report.lead_sections:
+        console.print()
+        print_section(console, section)
     for section in report.sections:
         console.print()
         print_section(console, section)
         if section.key == "gpu_streams":
             _print_sparklines(console, report.timeline)
+
+
+def print_findings(console: Console, report: Report) -> None:
+    """The findings, ranked: what to change first."""
+    analysis = report.analysis
+    if analysis is None:
+        return
+    console.print()
+    if not analysis.findings:
+        console.print(
+            "[bold]Findings[/bold]: none - no cause explains "
+            f"{_pct_text(MIN_SHARE)} of the analysed span"
+        )
+        return
+    console.print("[bold]Findings[/bold] (ranked by the time each explains)")
+    for i, f in enumerate(analysis.findings, 1):
+        console.print(
+            f"[bold]{i}. {escape(f.title)}[/bold]  [dim]{f.code}[/dim]  "
+            f"{units.duration(f.idle_ns)} ({_pct_text(f.share)} of the span)"
+        )
+        if f.locations:
+            console.print(f"   where: {escape(', '.join(f.locations))}")
+        console.print(f"   evidence: {escape(f.evidence)}")
+        console.print(f"   change: {escape(f.suggestion)}")
+
+
+def _pct_text(share: float) -> str:
+    return f"{100 * share:.1f}%"
 
 
 def print_section(console: Console, section: Section) -> None:

@@ -16,6 +16,12 @@ Kept on the machine:
   trace_processor RPC port (127.0.0.1:9001, which the UI probes for a native accelerator),
   so anything this release might still try to fetch is refused inside the browser.
 On 127.0.0.1 the UI itself skips its service worker.
+Only the user who started `view` gets the trace: any local user can connect to a loopback
+port, so every answer (the UI files, `/localtrace`, `/vizviewer_info`) needs the run's secret
+token, a random value printed in the URL (`/?token=...`).  The first request that carries it
+gets it back as an HttpOnly, SameSite=Strict cookie named after the port, which the UI's own
+requests (the bundle, the engine, `/localtrace`) then carry; the secret is compared in
+constant time.  Anything else gets a 403 and no data.
 Only requests whose Host header is this server (`127.0.0.1:PORT` or `localhost:PORT`) are
 answered; any other gets a 403 and no data.  The page asked for as localhost is redirected
 to 127.0.0.1 (see above).  Binding to loopback does not stop a page on
@@ -27,12 +33,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hmac
+import http.cookies
 import http.server
 import json
 import mimetypes
 import os
+import secrets
 import shutil
 import threading
+import urllib.parse
 from functools import cached_property
 from pathlib import Path
 from typing import ClassVar
@@ -47,6 +57,7 @@ CSP = (
     "default-src 'self' data: blob: 'unsafe-inline' 'unsafe-eval' 'wasm-unsafe-eval'; "
     f"connect-src 'self' data: blob: http://127.0.0.1:{RPC_PORT} ws://127.0.0.1:{RPC_PORT}"
 )
+TOKEN_PARAM = "token"
 # Magic bytes of the files the UI opens: TracePacket field 1 (protobuf trace), gzip, JSON.
 TRACE_MAGIC = (b"\x0a", b"\x1f\x8b", b"{", b"[")
 
@@ -70,15 +81,28 @@ def find_web_dist() -> Path:
 
 
 def check_trace(path: Path) -> None:
-    """Cheap check that `path` is something the UI opens (the UI does the real parsing)."""
-    if not path.is_file():
-        raise ServeError(f"no such trace file: {path}")
+    """That `path` is something the UI opens (the UI does the real parsing): a readable
+    regular file (never a FIFO) of a trace format, and a Perfetto protobuf trace whole, as
+    every other command requires (the UI would show a truncated one as if complete)."""
+    # Imported here: `view --help` loads no query engine (tests/test_command_imports.py).
+    from exporters.perfetto.trace_processor import (
+        TraceOpenError,
+        check_complete,
+        check_trace_file,
+    )
+
+    try:
+        check_trace_file(path)
+    except TraceOpenError as exc:
+        raise ServeError(str(exc)) from None
     with path.open("rb") as f:
         head = f.read(2)
-    if not head:
-        raise ServeError(f"trace file is empty: {path}")
     if not head.startswith(TRACE_MAGIC):
         raise ServeError(f"not a trace file (Perfetto protobuf, gzip or JSON): {path}")
+    try:
+        check_complete(path)
+    except TraceOpenError as exc:
+        raise ServeError(str(exc)) from None
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -90,15 +114,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not self._host_allowed():
             self._send(b"forbidden: unexpected Host header", "text/plain", status=403)
             return
-        path = self.path.split("?", 1)[0].split("#", 1)[0]
+        path, _, query = self.path.split("#", 1)[0].partition("?")
+        from_url = self._token_in(query)
+        if not (from_url or self._token_in_cookie()):
+            self._send(b"forbidden: open the URL xpu-perf view printed", "text/plain", 403)
+            return
         if path in ("/", "/index.html") and self._host().startswith("localhost:"):
             # The page moves to the 127.0.0.1 origin: on http://localhost: this Perfetto
-            # release turns Google Analytics on (and its service worker).
+            # release turns Google Analytics on (and its service worker).  The token goes
+            # along in the URL: the cookie of one origin is not sent to the other.
             self.send_response(302)
-            self.send_header("Location", self.server.url + self.path.lstrip("/"))
+            self.send_header("Location", self.server.origin + self.path.lstrip("/"))
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        self._set_cookie = from_url
         if path == "/vizviewer_info":
             self._send(b"{}", "application/json")
         elif path == "/file_info":
@@ -113,6 +143,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(self.server.frontend_bundle, "text/javascript")
         else:
             self._send_static(path)
+
+    _set_cookie = False  # this answer hands the token to the browser as a cookie
+
+    def _token_in(self, query: str) -> bool:
+        given = urllib.parse.parse_qs(query).get(TOKEN_PARAM, [])
+        return any(self._is_token(value) for value in given)
+
+    def _token_in_cookie(self) -> bool:
+        cookies = http.cookies.SimpleCookie()
+        for header in self.headers.get_all("Cookie") or []:
+            with contextlib.suppress(http.cookies.CookieError):
+                cookies.load(header)
+        morsel = cookies.get(self.server.cookie_name)
+        return morsel is not None and self._is_token(morsel.value)
+
+    def _is_token(self, value: str) -> bool:
+        # Constant time: how much of a guess matches must not show in the answer's timing.
+        return hmac.compare_digest(value.encode(), self.server.token.encode())
 
     def _host(self) -> str:
         return (self.headers.get("Host") or "").strip().lower()
@@ -155,6 +203,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(length))
         self.send_header("Cache-Control", "no-store")
         self.send_header("Content-Security-Policy", CSP)
+        if self._set_cookie and status == 200:
+            self.send_header(
+                "Set-Cookie",
+                f"{self.server.cookie_name}={self.server.token}; Path=/; HttpOnly; SameSite=Strict",
+            )
         self.end_headers()
 
     def _send(self, body: bytes, ctype: str, status: int = 200) -> None:
@@ -181,6 +234,7 @@ class UiHttpServer(http.server.ThreadingHTTPServer):
     def __init__(self, trace: Path, port: int, web_dist: Path) -> None:
         self.trace = trace
         self.web_dist = web_dist
+        self.token = secrets.token_urlsafe(32)  # the run's secret (see the module docstring)
         self.stopping = threading.Event()  # ends held event streams on shutdown
         try:
             super().__init__(("127.0.0.1", port), _Handler)
@@ -198,8 +252,19 @@ class UiHttpServer(http.server.ThreadingHTTPServer):
         super().server_close()
 
     @property
-    def url(self) -> str:
+    def origin(self) -> str:
+        """http://127.0.0.1:PORT/ : the server, without the secret (answers 403 alone)."""
         return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    @property
+    def url(self) -> str:
+        """The URL to open: the origin with the run's token."""
+        return f"{self.origin}?{TOKEN_PARAM}={self.token}"
+
+    @property
+    def cookie_name(self) -> str:
+        # Cookies are per host, not per port: two views at once keep theirs apart.
+        return f"xpu_perf_view_{self.server_address[1]}"
 
     @cached_property
     def frontend_bundle(self) -> bytes:

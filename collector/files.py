@@ -1,0 +1,182 @@
+"""Inputs and outputs on disk: the checks every command makes before any work, and the one
+way anything writes an output file.
+
+Outputs.  Commands run as root in shared and sticky directories (/tmp, a job's scratch),
+where another user can plant a name beside the output.  So an output is never opened by a
+predictable name: it is written to a temporary file that `mkstemp` creates exclusively
+(O_CREAT|O_EXCL, random name) in the output's directory, then renamed over the output, which
+replaces a planted symlink instead of following it.  The temporary file is removed on every
+error, Ctrl-C, SIGTERM (see `terminate_on_sigterm`) and SystemExit, so a failed run leaves
+nothing; the finished file gets the mode a plain open would have given it (0666 & ~umask).
+
+Inputs.  An input must be a regular file this user can read: a directory, a FIFO (which
+would hang the reader) or an unreadable file is one line, said before anything is opened.
+An output that is the same file as an input (by inode, so through symlinks and hard links
+too) is refused before any work: writing it would destroy the input.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import IO, Any
+
+from collector.errors import Terminated, UserError
+
+
+class FileError(UserError):
+    """An input or output file that cannot be used; the message is one line."""
+
+
+def check_input(path: str | os.PathLike[str], what: str = "trace file") -> Path:
+    """`path`, if it is a regular file this user can read; else a FileError saying why.
+    Never opens a non-regular file (a FIFO would block the open)."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise FileError(f"no such {what}: {p}") from None
+    except OSError as exc:
+        raise FileError(f"cannot read {p}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise FileError(f"{p} is a directory, not a {what}")
+    if not stat.S_ISREG(st.st_mode):
+        raise FileError(f"{p} is not a regular file (a FIFO, socket or device); give a {what}")
+    try:
+        with open(p, "rb"):
+            pass
+    except OSError as exc:
+        raise FileError(f"cannot read {p}: {exc.strerror}") from None
+    return p
+
+
+def check_output(
+    path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = ()
+) -> Path:
+    """`path`, if an output can be written there without harm: its directory exists and is
+    writable, it is not a directory, and it is none of `inputs` (same inode, whatever the
+    names).  Said before the command does any work."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileError(f"cannot write {p}: no directory {parent}")
+    for source in inputs:
+        if same_file(p, source):
+            raise FileError(
+                f"cannot write {p}: it is the input {source}; writing it would destroy the "
+                "input (pick another -o)"
+            )
+    if p.is_dir():
+        raise FileError(f"cannot write {p}: it is a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise FileError(f"cannot write {p}: permission denied in {parent}")
+    return p
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two names reach one file (symlinks followed); False if either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _umask() -> int:
+    # Read without changing it where the kernel says it (Linux >= 4.7); else set and restore.
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class OutputFile:
+    """An output written whole or not at all: a temporary file created exclusively beside
+    `path`, renamed over it by `commit()` (a context manager commits on a clean exit and
+    discards on any exception, KeyboardInterrupt and SystemExit included)."""
+
+    def __init__(self, path: str | os.PathLike[str], mode: str = "wb", **open_args: Any) -> None:
+        self.path = Path(path)
+        parent = self.path.parent if str(self.path.parent) else Path(".")
+        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent)
+        self.tmp_path = Path(name)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # what a plain open() would have made
+            self.file: IO[Any] = os.fdopen(fd, mode, **open_args)
+        except BaseException:
+            os.close(fd)
+            self.tmp_path.unlink(missing_ok=True)
+            raise
+        self._done = False
+
+    def commit(self) -> Path:
+        """Close the file and move it into place; on failure nothing is left."""
+        if self._done:
+            return self.path
+        self._done = True
+        try:
+            self.file.close()
+            os.replace(self.tmp_path, self.path)
+        except BaseException:
+            self.tmp_path.unlink(missing_ok=True)
+            raise
+        return self.path
+
+    def discard(self) -> None:
+        """Drop the temporary file (idempotent)."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self.file.close()
+        except OSError:
+            pass  # a full disk fails the flush too; the file goes anyway
+        finally:
+            self.tmp_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> OutputFile:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` (UTF-8) as the whole of `path`; an OSError becomes one line."""
+    try:
+        with OutputFile(path, "w", encoding="utf-8") as out:
+            out.file.write(text)
+    except OSError as exc:
+        raise FileError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
+    raise Terminated(signum)
+
+
+def terminate_on_sigterm() -> None:
+    """SIGTERM (and SIGHUP) raise Terminated in the main thread, so the `with` and
+    `finally` blocks run and temporary outputs are removed (the default action would end
+    the process on the spot and leave them).  Handlers installed later, such as record's
+    while its target runs, take over and put this one back."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _raise_terminated)

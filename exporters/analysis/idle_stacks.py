@@ -1,0 +1,100 @@
+"""`folded --mode idle` / `flamegraph --mode idle`: what the CPU did while the GPU waited,
+as folded stacks weighted by GPU idle time (ns).
+
+Each gap's time goes to the launching thread's stacks: its samples share the gap's host part
+in proportion to what they cover, the sync part goes to the blocking call's launch stack
+(`[waiting in <API>]`), the launch part to the next launch's stack (`[launch] <op>`), the
+rest to `[GPU idle: other]`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from exporters.analysis.analyze import load
+from exporters.analysis.tables import DEFAULT_SCOPE, Scope
+from exporters.folded.folded import MODES as FOLD_MODES
+from exporters.folded.folded import FoldedError, FoldedStacks, fold, load_stack_tables
+from exporters.folded.names import shorten_stack
+from exporters.perfetto.trace_processor import Trace
+
+_SQL = """
+WITH tot AS MATERIALIZED (
+  SELECT gap_id, sum(covered_ns) AS c FROM _xpu_gap_sample GROUP BY gap_id
+),
+sampled AS (
+  SELECT g.utid, s.callsite_id, s.covered_ns * 1.0 * (g.data_ns + g.host_ns) / tot.c AS w,
+         NULL AS leaf
+  FROM _xpu_gap_sample s
+  JOIN tot ON tot.gap_id = s.gap_id
+  JOIN xpu_gpu_gap g ON g.id = s.gap_id
+  WHERE tot.c > 0 AND g.data_ns + g.host_ns > 0
+),
+calls AS MATERIALIZED (
+  SELECT g.utid, b.ts, g.sync_ns AS w, '[waiting in ' || g.block_name || ']' AS leaf
+  FROM xpu_gpu_gap g JOIN slice b ON b.id = g.block_id WHERE g.sync_ns > 0
+  UNION ALL
+  SELECT g.utid, a.ts, g.launch_ns, '[launch] ' || g.next_op
+  FROM xpu_gpu_gap g JOIN slice a ON a.id = g.api_id WHERE g.launch_ns > 0
+),
+ls AS MATERIALIZED (
+  SELECT utid, ts, callsite_id FROM xpu_launch_stack WHERE ts IN (SELECT ts FROM calls)
+),
+called AS (
+  SELECT c.utid, ls.callsite_id, c.w, c.leaf FROM calls c
+  LEFT JOIN ls ON ls.utid = c.utid AND ls.ts = c.ts
+),
+unsampled AS (
+  -- host time of gaps with no sample, and the rest
+  SELECT g.utid, NULL AS callsite_id,
+         g.other_ns + CASE WHEN g.id IN (SELECT gap_id FROM tot WHERE c > 0) THEN 0
+                           ELSE g.data_ns + g.host_ns END AS w,
+         '[GPU idle: other]' AS leaf
+  FROM xpu_gpu_gap g
+)
+SELECT coalesce(r.root, 'no thread') || coalesce(';' || cp.path, '')
+       || coalesce(';' || replace(x.leaf, ';', ':'), '') AS stack, sum(x.w) AS weight_ns
+FROM (SELECT * FROM sampled UNION ALL SELECT * FROM called UNION ALL SELECT * FROM unsampled) x
+LEFT JOIN xpu_thread_root r USING (utid)
+LEFT JOIN xpu_callsite_path cp USING (callsite_id)
+WHERE x.w > 0
+GROUP BY stack
+"""
+
+
+def fold_idle(
+    trace: Trace,
+    full_names: bool = False,
+    window: int | None = None,
+    scope: Scope = DEFAULT_SCOPE,
+) -> FoldedStacks:
+    load(trace, scope, window)
+    load_stack_tables(trace, window)
+    weights: dict[str, float] = defaultdict(float)
+    for row in trace.query(_SQL):
+        stack = str(row["stack"])
+        weights[stack if full_names else shorten_stack(stack)] += float(row["weight_ns"])
+    lines = sorted((s, round(w)) for s, w in weights.items())
+    return FoldedStacks(lines, "ns", 0, 0)
+
+
+MODES = (*FOLD_MODES, "idle")
+
+
+def fold_mode(
+    trace: Trace,
+    mode: str,
+    unit: str = "ns",
+    freq: float | None = None,
+    full_names: bool = False,
+    window: int | None = None,
+) -> FoldedStacks:
+    """`fold()` for its modes, `fold_idle()` for `idle` (ns or us; samples mean nothing for
+    idle time)."""
+    if mode != "idle":
+        return fold(trace, mode, unit, freq, full_names=full_names, window=window)
+    if unit == "samples":
+        raise FoldedError("--mode idle is weighted by GPU idle time: use --unit ns or us")
+    stacks = fold_idle(trace, full_names, window)
+    if unit == "us":
+        stacks = FoldedStacks([(s, w / 1000) for s, w in stacks.lines], "us", 0, 0)
+    return stacks

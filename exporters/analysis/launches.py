@@ -1,0 +1,86 @@
+"""Launch statistics, copies and kernel-type overlap (launches.sql)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from exporters.perfetto.trace_processor import Trace
+
+
+def load(trace: Trace) -> None:
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_launch'"):
+        trace.execute(resources.files("exporters.analysis").joinpath("launches.sql").read_text())
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    launches: int
+    shorter_than_call: int  # kernels that ran shorter than their launch call took
+    latency_p50_ns: int
+    latency_p99_ns: int
+    kernel_p50_ns: int
+    call_p50_ns: int
+    kernels: list[dict[str, Any]]  # per kernel name, most launched first
+    queues: list[dict[str, Any]]  # per stream
+    copies: list[dict[str, Any]]  # per direction and host memory
+    overlap: list[dict[str, Any]]  # per device and kind
+
+
+def _nearest_rank(trace: Trace, column: str, where: str = "1") -> int:
+    n = trace.scalar(f"select count(*) from xpu_launch where {where}") or 0
+    if not n:
+        return 0
+    rank = (n * 50 + 99) // 100
+    value = trace.scalar(
+        f"select {column} from xpu_launch where {where} order by {column} limit 1 offset {rank - 1}"
+    )
+    return int(value or 0)
+
+
+def launch_stats(trace: Trace, top: int = 10) -> LaunchStats:
+    load(trace)
+    totals = trace.query(
+        "select count(*) as n, coalesce(sum(shorter_than_call), 0) as short "
+        "from xpu_launch where category = 'kernel'"
+    )[0]
+    n = int(totals["n"])
+    p99_rank = max(1, (n * 99 + 99) // 100)
+    p99 = trace.scalar(
+        "select latency_ns from xpu_launch where category = 'kernel' order by latency_ns "
+        f"limit 1 offset {p99_rank - 1}"
+    )
+    return LaunchStats(
+        launches=n,
+        shorter_than_call=int(totals["short"]),
+        latency_p50_ns=_nearest_rank(trace, "latency_ns", "category = 'kernel'"),
+        latency_p99_ns=int(p99 or 0),
+        kernel_p50_ns=_nearest_rank(trace, "dur", "category = 'kernel'"),
+        call_p50_ns=_nearest_rank(trace, "api_dur", "category = 'kernel'"),
+        kernels=trace.query(
+            f"select * from xpu_launch_kernel_stats order by launches desc limit {int(top)}"
+        ),
+        queues=trace.query("select * from xpu_stream_queue order by launches desc"),
+        copies=trace.query(
+            """
+            WITH r AS (
+              SELECT direction, host_memory, gb_per_s, bytes, dur,
+                     row_number() OVER (PARTITION BY direction, host_memory
+                                        ORDER BY gb_per_s) AS k,
+                     count(gb_per_s) OVER (PARTITION BY direction, host_memory) AS m
+              FROM xpu_copy
+            )
+            SELECT direction, coalesce(host_memory, '') AS host_memory, count(*) AS copies,
+                   sum(bytes) AS bytes, sum(dur) AS total_ns,
+                   min(gb_per_s) AS min_gb_per_s,
+                   max(CASE WHEN k = (m * 50 + 99) / 100 THEN gb_per_s END) AS p50_gb_per_s,
+                   max(gb_per_s) AS max_gb_per_s
+            FROM r GROUP BY direction, host_memory ORDER BY total_ns DESC
+            """
+        ),
+        overlap=trace.query(
+            "select t.name as device, o.kind, o.overlap_ns from xpu_kernel_overlap o "
+            "join track t on t.id = o.device_track_id order by o.overlap_ns desc"
+        ),
+    )

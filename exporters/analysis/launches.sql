@@ -1,0 +1,77 @@
+-- Launch statistics: every GPU op with the API call that launched it.  Needs span.sql.
+-- latency_ns: from the call's start to the op's start on the GPU; shorter_than_call: the
+-- op ran for less time than its launch call took on the CPU (the CPU cannot keep up with
+-- a stream of such ops).
+CREATE PERFETTO TABLE xpu_launch AS
+SELECT o.id AS op_id, o.name, o.category, o.ts, o.dur, o.end_ts, o.device_track_id, o.stream,
+       a.id AS api_id, a.name AS api_name, a.ts AS api_ts, a.dur AS api_dur,
+       o.ts - a.ts AS latency_ns, o.dur < a.dur AS shorter_than_call
+FROM xpu_analysis_op o
+JOIN slice a ON a.id = o.api_id;
+
+-- Per kernel name: launches, latency percentiles (nearest rank), ops shorter than their call.
+CREATE PERFETTO TABLE xpu_launch_kernel_stats AS
+WITH ranked AS (
+  SELECT name, latency_ns, dur, shorter_than_call,
+         row_number() OVER (PARTITION BY name ORDER BY latency_ns) AS r,
+         count(*) OVER (PARTITION BY name) AS n
+  FROM xpu_launch WHERE category = 'kernel'
+)
+SELECT name, n AS launches,
+       max(CASE WHEN r = (n * 50 + 99) / 100 THEN latency_ns END) AS latency_p50_ns,
+       max(CASE WHEN r = (n * 99 + 99) / 100 THEN latency_ns END) AS latency_p99_ns,
+       max(latency_ns) AS latency_max_ns,
+       sum(shorter_than_call) AS shorter_than_call,
+       sum(dur) AS gpu_ns
+FROM ranked GROUP BY name;
+
+-- Queue depth per stream: ops launched and not yet finished, seen at each launch.
+CREATE PERFETTO TABLE xpu_stream_queue AS
+WITH ev AS (
+  SELECT device_track_id, stream, api_ts AS ts, 1 AS delta FROM xpu_launch
+  UNION ALL
+  SELECT device_track_id, stream, end_ts, -1 FROM xpu_launch
+),
+depth AS (
+  SELECT device_track_id, stream, delta,
+         sum(delta) OVER (PARTITION BY device_track_id, stream ORDER BY ts, delta
+                          ROWS UNBOUNDED PRECEDING) AS depth
+  FROM ev
+)
+SELECT d.device_track_id, t.name AS device, d.stream, max(depth) AS max_depth,
+       avg(depth) AS mean_depth_at_launch, count(*) AS launches
+FROM depth d JOIN track t ON t.id = d.device_track_id
+WHERE delta = 1
+GROUP BY d.device_track_id, d.stream;
+
+-- Copies one by one: direction, host memory (pageable / pinned, from the recorded
+-- `debug.host_memory`, else from Kineto's op name "Memcpy HtoD (Pageable -> Device)"),
+-- bytes and bandwidth.
+CREATE PERFETTO TABLE xpu_copy AS
+WITH c AS (
+  SELECT o.id, o.ts, o.dur, o.name, o.api_id,
+         coalesce(extract_arg(g.arg_set_id, 'debug.copy_kind'),
+                  CASE WHEN o.name GLOB 'Memcpy *' THEN substr(o.name, 8, 4) END) AS direction,
+         coalesce(extract_arg(g.arg_set_id, 'debug.host_memory'),
+                  CASE WHEN o.name GLOB '*Pageable*' THEN 'pageable'
+                       WHEN o.name GLOB '*Pinned*' THEN 'pinned' END) AS host_memory,
+         coalesce(extract_arg(g.arg_set_id, 'debug.bytes'),
+                  NULL) AS bytes
+  FROM xpu_analysis_op o JOIN slice g ON g.id = o.id
+  WHERE o.category = 'memcpy'
+)
+SELECT c.*, CASE WHEN c.bytes > 0 THEN c.bytes * 1.0 / c.dur END AS gb_per_s,
+       a.name AS api_name, a.dur AS api_dur
+FROM c LEFT JOIN slice a ON a.id = c.api_id;
+
+-- Kernel-type overlap per device: time compute kernels overlap NCCL kernels, copies, sets.
+CREATE PERFETTO TABLE xpu_kernel_overlap AS
+WITH longest AS (SELECT coalesce(max(end_ts - ts), 0) AS d FROM xpu_analysis_busy_island),
+compute AS (SELECT * FROM xpu_analysis_busy_island WHERE kind = 'compute'),
+other AS (SELECT * FROM xpu_analysis_busy_island WHERE kind IN ('nccl', 'memcpy', 'memset'))
+SELECT c.device_track_id, o.kind,
+       sum(min(c.end_ts, o.end_ts) - max(c.ts, o.ts)) AS overlap_ns
+FROM compute c, longest
+JOIN other o ON o.device_track_id = c.device_track_id AND o.ts < c.end_ts
+  AND o.ts > c.ts - longest.d AND o.end_ts > c.ts
+GROUP BY c.device_track_id, o.kind;

@@ -1,0 +1,133 @@
+"""Where in the user's code: the innermost frame of a stack that users wrote.
+
+A stack (a CPU sample's or a launch stack) names the code that ran; a finding names the line
+to change, which is the innermost Python frame outside the installed packages and the
+standard library, else the innermost Python frame, else the innermost native frame that is
+not the interpreter's own."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from exporters.folded.names import shorten_stack
+from exporters.perfetto.trace_processor import Trace
+
+# Python code that is not the user's: installed packages and the standard library.
+_LIBRARY_PATH = re.compile(r"/(site|dist)-packages/|/lib/python\d[\d.]*/|^<frozen ")
+_INTERPRETER_MODULE = re.compile(r"(^|/)(python\d[\d.]*|libpython\d[\d.]*\.so[\d.]*)$")
+# Kineto's python_function slices: "path/to/file.py(123): func".
+_KINETO_PYTHON = re.compile(r"^(?P<path>.*?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
+
+Frame = tuple[str, str]  # (name, module)
+
+
+def is_python(frame: Frame) -> bool:
+    name = frame[1].rsplit("/", 1)[-1]
+    return name.endswith(".py") or (name.startswith("<") and name.endswith(">"))
+
+
+def is_user_python(frame: Frame) -> bool:
+    return is_python(frame) and not _LIBRARY_PATH.search(frame[1])
+
+
+# The CUDA libraries and unnamed addresses: they run on behalf of the code that called them.
+_CUDA_MODULE = re.compile(r"(^|/)lib(cuda|cudart|cublas\w*|cudnn\w*|nccl|cupti|nvrtc)[\w.+-]*\.so")
+_CUDA_NAME = re.compile(r"^(cuda|cu[A-Z]|cublas|cudnn|nccl|__device_stub__|0x|\[)|\.so[\d.]*\+0x")
+# Framework dispatch and the interpreter: the machinery between user code and the launch.
+_DISPATCH_NAME = re.compile(
+    r"^(at::|c10::|std::|torch::(?!autograd::generated::)|void |_Py|Py[A-Z])"
+)
+
+
+def _is_cuda(frame: Frame) -> bool:
+    return bool(_CUDA_MODULE.search(frame[1]) or _CUDA_NAME.search(frame[0]))
+
+
+def location(frames_leaf_first: Iterable[Frame]) -> str:
+    """The frame to name for a stack given leaf first ('' for an empty stack): the innermost
+    user Python frame, else Python frame; else (a stack without Python, such as the autograd
+    thread's) the innermost frame outside the CUDA libraries, framework dispatch and the
+    interpreter, else outside the CUDA libraries."""
+    frames = list(frames_leaf_first)
+    for pick in (is_user_python, is_python):
+        for frame in frames:
+            if pick(frame):
+                return frame[0]
+    for frame in frames:
+        if not (
+            _is_cuda(frame)
+            or _DISPATCH_NAME.search(frame[0])
+            or _INTERPRETER_MODULE.search(frame[1])
+        ):
+            return shorten_stack(frame[0])
+    for frame in frames:
+        if not _is_cuda(frame):
+            return shorten_stack(frame[0])
+    return shorten_stack(frames[0][0]) if frames else ""
+
+
+def kineto_location(slice_name: str) -> str | None:
+    """`func (file.py:line)` for a Kineto python_function slice name, else None."""
+    m = _KINETO_PYTHON.match(slice_name)
+    if m is None:
+        return None
+    return f"{m['func']} ({m['path'].rsplit('/', 1)[-1]}:{m['line']})"
+
+
+def kineto_is_user(slice_name: str) -> bool:
+    m = _KINETO_PYTHON.match(slice_name)
+    return m is not None and not _LIBRARY_PATH.search("/" + m["path"])
+
+
+def callsite_frames(trace: Trace, callsite_ids: Iterable[int]) -> dict[int, list[Frame]]:
+    """The frames of each callsite, leaf first."""
+    ids = sorted({int(i) for i in callsite_ids if i is not None})
+    if not ids:
+        return {}
+    rows = trace.query(
+        f"""
+        WITH RECURSIVE chain(leaf, id, up) AS (
+          SELECT id, id, 0 FROM stack_profile_callsite WHERE id IN ({",".join(map(str, ids))})
+          UNION ALL
+          SELECT chain.leaf, c.parent_id, chain.up + 1
+          FROM chain JOIN stack_profile_callsite c ON c.id = chain.id
+          WHERE c.parent_id IS NOT NULL
+        )
+        SELECT chain.leaf, chain.up, coalesce(f.deobfuscated_name, f.name, '[unknown]') AS name,
+               coalesce(m.name, '') AS module
+        FROM chain
+        JOIN stack_profile_callsite c ON c.id = chain.id
+        JOIN stack_profile_frame f ON f.id = c.frame_id
+        LEFT JOIN stack_profile_mapping m ON m.id = f.mapping
+        ORDER BY chain.leaf, chain.up
+        """
+    )
+    frames: dict[int, list[Frame]] = {}
+    for row in rows:
+        frames.setdefault(int(row["leaf"]), []).append((str(row["name"]), str(row["module"])))
+    return frames
+
+
+def slice_locations(trace: Trace, slice_ids: Iterable[int]) -> dict[int, str]:
+    """For traces without launch stacks (converted Kineto): the innermost user Python slice
+    enclosing each slice (python_function names), else the innermost enclosing slice."""
+    ids = sorted({int(i) for i in slice_ids if i is not None})
+    out: dict[int, str] = {}
+    for sid in ids:
+        names = [
+            str(r["name"])
+            for r in trace.query(f"select name from ancestor_slice({sid}) order by depth desc")
+        ]
+        pick = next((n for n in names if kineto_is_user(n)), None)
+        pick = pick or next((n for n in names if kineto_location(n)), None)
+        if pick is not None:
+            out[sid] = kineto_location(pick) or pick
+        elif names:
+            out[sid] = names[0]
+    return out
+
+
+def weighted_locations(weights: dict[str, int], top: int = 3) -> list[tuple[str, int]]:
+    """The heaviest locations first."""
+    return sorted(((k, v) for k, v in weights.items() if k), key=lambda kv: -kv[1])[:top]

@@ -1,0 +1,93 @@
+-- The span the analyses look at, and the GPU ops in it.  Needs xpu_views.sql (scope.sql).
+-- {span_all} = 0: the active span, from the first GPU op to the end of the last one (what
+-- the program drives the GPU in; imports and set-up before it are not idle GPU time);
+-- inside capture windows, only the windows' time.  {span_all} = 1: the whole trace (or the
+-- whole capture window asked for with --window).
+
+-- A GPU op that occupies its device: kernels, copies, sets (sync ops are host waits seen
+-- from the GPU side, not GPU work).  device_track_id: the `GPU D (<name>)` track.
+CREATE PERFETTO TABLE xpu_analysis_op AS
+SELECT g.id, g.ts, g.dur, g.ts + g.dur AS end_ts, g.name, g.category, g.api_id,
+       t.parent_id AS device_track_id, t.name AS stream
+FROM xpu_gpu_op g
+JOIN track t ON g.track_id = t.id
+WHERE g.category IN ('kernel', 'memcpy', 'memset') AND g.dur > 0;
+
+-- One row: ts, end_ts, dur of the analysed span and what it is ('active' or 'all').
+CREATE PERFETTO TABLE xpu_analysis_span AS
+WITH ops AS (SELECT min(ts) AS ts, max(end_ts) AS end_ts FROM xpu_analysis_op),
+scope AS (SELECT min(ts) AS ts, max(end_ts) AS end_ts FROM xpu_scope_span),
+whole AS (
+  -- A capture window reaches the end of the last op launched inside it.
+  SELECT coalesce(scope.ts, tb.start_ts) AS ts,
+         coalesce(max(scope.end_ts, coalesce(ops.end_ts, 0)), tb.end_ts) AS end_ts
+  FROM trace_bounds tb, scope, ops
+)
+SELECT
+  CASE WHEN {span_all} OR ops.ts IS NULL THEN whole.ts ELSE ops.ts END AS ts,
+  CASE WHEN {span_all} OR ops.ts IS NULL THEN whole.end_ts ELSE ops.end_ts END AS end_ts,
+  max(1, CASE WHEN {span_all} OR ops.ts IS NULL THEN whole.end_ts - whole.ts
+              ELSE ops.end_ts - ops.ts END) AS dur,
+  CASE WHEN {span_all} THEN 'all' ELSE 'active' END AS kind
+FROM ops, whole;
+
+-- The parts of the span analysed: the span itself, or (active span of a trace recorded with
+-- capture windows, looked at whole) the capture windows inside it, overlapping windows of
+-- different processes merged.  Time between windows was not recorded: never idle.
+CREATE PERFETTO TABLE xpu_analysis_region AS
+WITH win AS (
+  SELECT ts, end_ts FROM xpu_window
+  WHERE NOT {span_all} AND NOT EXISTS (SELECT 1 FROM xpu_scope_span)
+),
+reach AS (
+  SELECT ts, end_ts, max(end_ts) OVER (
+           ORDER BY ts, end_ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM win
+),
+islands AS (
+  SELECT ts, end_ts, sum(CASE WHEN prev_end IS NULL OR ts > prev_end THEN 1 ELSE 0 END)
+           OVER (ORDER BY ts, end_ts ROWS UNBOUNDED PRECEDING) AS island
+  FROM reach
+),
+merged AS (SELECT min(ts) AS ts, max(end_ts) AS end_ts FROM islands GROUP BY island)
+SELECT max(m.ts, s.ts) AS ts, min(m.end_ts, s.end_ts) AS end_ts
+FROM merged m, xpu_analysis_span s
+WHERE m.ts < s.end_ts AND m.end_ts > s.ts
+UNION ALL
+SELECT ts, end_ts FROM xpu_analysis_span WHERE NOT EXISTS (SELECT 1 FROM win);
+
+-- GPU busy time per device inside the regions, by kind of work: compute kernels, NCCL
+-- kernels, copies, sets (each kind's intervals merged, so overlaps on streams count once),
+-- and all of them together.
+CREATE PERFETTO TABLE xpu_analysis_busy_island AS
+WITH keyed AS (
+  SELECT device_track_id,
+         CASE WHEN category != 'kernel' THEN category
+              WHEN name LIKE 'nccl%' OR name LIKE 'void nccl%' THEN 'nccl'
+              ELSE 'compute' END AS kind,
+         ts, end_ts
+  FROM xpu_analysis_op
+),
+both_ AS (
+  SELECT device_track_id, kind, ts, end_ts FROM keyed
+  UNION ALL
+  SELECT device_track_id, 'any', ts, end_ts FROM keyed
+),
+reach AS (
+  SELECT *, max(end_ts) OVER (
+           PARTITION BY device_track_id, kind ORDER BY ts, end_ts
+           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM both_
+),
+islands AS (
+  SELECT *, sum(CASE WHEN prev_end IS NULL OR ts > prev_end THEN 1 ELSE 0 END) OVER (
+           PARTITION BY device_track_id, kind ORDER BY ts, end_ts ROWS UNBOUNDED PRECEDING)
+           AS island
+  FROM reach
+),
+merged AS (
+  SELECT device_track_id, kind, min(ts) AS ts, max(end_ts) AS end_ts
+  FROM islands GROUP BY device_track_id, kind, island
+)
+SELECT m.device_track_id, m.kind, max(m.ts, r.ts) AS ts, min(m.end_ts, r.end_ts) AS end_ts
+FROM merged m JOIN xpu_analysis_region r ON m.ts < r.end_ts AND m.end_ts > r.ts;

@@ -1,0 +1,82 @@
+"""Loads the analysis tables (span.sql, gaps.sql, steps.sql) into an opened trace, once.
+
+Needs the shared views (exporters/perfetto/views.py).  The tables depend on the span asked
+for and on how steps are found, so a trace holds one set of them; a second load must ask
+for the same."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+from exporters.folded.folded import recorded_frequency
+from exporters.perfetto.trace_processor import Trace
+
+DEFAULT_STEPS = "ProfilerStep#*"
+# A host part shorter than this between two launches is the launch path itself.
+LAUNCH_HOST_NS = 50_000
+# Host time no sample covers takes the class of the thread's last sample at most this old.
+STALE_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the tables were built for: the whole trace or the active span, and the glob of
+    marked steps."""
+
+    span_all: bool = False
+    steps_glob: str = DEFAULT_STEPS
+    detect_steps: bool = True
+
+
+DEFAULT_SCOPE = Scope()
+
+
+def _sql(name: str) -> str:
+    return resources.files("exporters.analysis").joinpath(name).read_text()
+
+
+def _glob_literal(glob: str) -> str:
+    return glob.replace("'", "''")
+
+
+def sample_period_ns(trace: Trace) -> int:
+    """The CPU sampling period, 0 where the trace has no timer samples' frequency."""
+    freq = recorded_frequency(trace)
+    return int(1e9 / freq) if freq else 0
+
+
+def span_sql(span_all: bool = False) -> str:
+    """span.sql alone (the span and the GPU ops in it), for scripts that need only those."""
+    return _sql("span.sql").replace("{span_all}", "1" if span_all else "0")
+
+
+def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
+    """Create the analysis tables for `scope` (the shared views must be loaded)."""
+    if trace.scalar("select count(*) from sqlite_master where name = 'xpu_analysis_scope'"):
+        loaded = trace.query("select span_all, steps_glob, detect from xpu_analysis_scope")[0]
+        if (bool(loaded["span_all"]), loaded["steps_glob"], bool(loaded["detect"])) != (
+            scope.span_all,
+            scope.steps_glob,
+            scope.detect_steps,
+        ):
+            raise ValueError("analysis tables already loaded for another scope")
+        return
+    params = {
+        "{span_all}": "1" if scope.span_all else "0",
+        "{period}": str(sample_period_ns(trace)),
+        "{stale_ns}": str(STALE_NS),
+        "{launch_host_ns}": str(LAUNCH_HOST_NS),
+        "{steps_glob}": _glob_literal(scope.steps_glob),
+        "{detect}": "1" if scope.detect_steps else "0",
+    }
+    for name in ("span.sql", "gaps.sql", "steps.sql"):
+        text = _sql(name)
+        for key, value in params.items():
+            text = text.replace(key, value)
+        trace.execute(text)
+    trace.execute(
+        "create perfetto table xpu_analysis_scope as select "
+        f"{int(scope.span_all)} as span_all, '{_glob_literal(scope.steps_glob)}' as steps_glob, "
+        f"{int(scope.detect_steps)} as detect"
+    )
