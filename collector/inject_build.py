@@ -42,9 +42,11 @@ SHARED_SOURCES = (
     "window_control.c",
 )
 # The CUPTI injection library (CUDA_INJECTION64_PATH), one file per concern
-# (docs/ARCHITECTURE.md, "The injection library").
+# (docs/ARCHITECTURE.md, "The injection library"; state.h the shared state at the bottom,
+# inject.c the entry above all, which no other file calls: tests/test_inject_build.py).
 CUPTI_SOURCES = (
     "inject.c",
+    "lifecycle.c",
     "config.c",
     "api_callbacks.c",
     "threads.c",
@@ -63,7 +65,9 @@ EXPERIMENT_SOURCES = ("experiments.c",)
 EXPERIMENTS_DEFINE = "-DXPU_PERF_EXPERIMENTS"
 # The CPU sampler is its own library (LD_PRELOAD into every process of the recorded tree,
 # with or without CUDA): the stream, unwinder and Python reader without CUPTI.
-SAMPLER_SOURCES = ("sampler.c", *SHARED_SOURCES)
+# process_hooks.c: what the preloaded library interposes for the whole process (_exit, kill,
+# raise, set*id): the final flush of both libraries, changes of user (process_hooks.h).
+SAMPLER_SOURCES = ("sampler.c", "process_hooks.c", *SHARED_SOURCES)
 CFLAGS = (
     "-O2",
     "-g",

@@ -139,3 +139,36 @@ def test_sources_compile_without_warnings(variant: str) -> None:
             text=True,
         )
         assert proc.returncode == 0, f"{name}:\n{proc.stderr}"
+
+
+def test_no_file_calls_into_the_entry_point() -> None:
+    """inject.c is the entry (InitializeInjection) and the set-up order only: it defines no
+    other global symbol, and no other file of the library needs one of its symbols (the
+    shared state is at the bottom, state.h; the teardown in lifecycle.c)."""
+    cupti = _cupti()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    nm = _tool("nm")
+    flags = [f for f in CFLAGS if f != "-shared"]
+    includes = [f"-I{d}" for d in cupti.include_dirs]
+
+    def symbols(name: str, which: str) -> set[str]:
+        """Global symbols the object of `name` defines (--defined-only) or needs (-u)."""
+        obj = Path(os.environ.get("TMPDIR", "/tmp")) / f"xpu-perf-nm-{os.getpid()}-{name}.o"
+        try:
+            subprocess.run(
+                [cc, *flags, *includes, "-c", "-o", str(obj), str(SOURCE_DIR / name)], check=True
+            )
+            out = subprocess.run(
+                [nm, "-g", which, str(obj)], capture_output=True, text=True, check=True
+            ).stdout
+        finally:
+            obj.unlink(missing_ok=True)
+        return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+    entry = symbols("inject.c", "--defined-only")
+    assert entry == {"InitializeInjection"}
+    for name in CUPTI_SOURCES:
+        if name != "inject.c":
+            assert not symbols(name, "-u") & entry, f"{name} calls into inject.c"

@@ -19,6 +19,7 @@ from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import CPU_SAMPLERS, KINDS, LAUNCH_STACK_MODES, check_options
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
+from collector.recording.source import process_accounts
 from collector.recording.summary import say, summary, toggle_hint
 from collector.recording.target import run_target
 from collector.recording.trace import write_trace
@@ -176,7 +177,8 @@ def main(args: argparse.Namespace) -> int:
         if tree is not None:
             tree.close()
     if not options.quiet:
-        for line in summary(stats, plan, selection.freq, size_limit, options.output):
+        accounts = process_accounts(selection.sources)
+        for line in summary(stats, plan, selection.freq, size_limit, options.output, accounts):
             say(line)
     return code
 

@@ -5,14 +5,15 @@ puts kernel frames on top of the samples taken in the kernel."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from collector import model
-from collector.recording.credentials import share_with_target, target_credentials
+from collector.recording.credentials import share_with_target
+from collector.recording.libraries import loadable_by_target
+from collector.recording.process_tree import ProcessTreeWatch, not_recorded
 from collector.recording.size_limit import directory_bytes
 from collector.sources.bcc_sampler import BccKernelModeSampler
 from collector.sources.cpu_stream import InprocessCpuSource
@@ -44,17 +45,12 @@ class InprocessCpuRecording:
         self.directory = directory or Path(tempfile.mkdtemp(prefix="xpu-perf-cpu-"))
         share_with_target(self.directory)
         self._source: InprocessCpuSource | None = None
+        self._tree = ProcessTreeWatch()
 
     def target_env(self) -> Mapping[str, str]:
-        library = self.library
-        if target_credentials():
-            # Under sudo the target runs as the user, who may not reach root's cache.
-            library = self.directory / self.library.name
-            shutil.copy2(self.library, library)
-            library.chmod(0o755)
-        preload = " ".join(p for p in (str(library), os.environ.get("LD_PRELOAD", "")) if p)
+        # run_target puts it ahead of the user's own LD_PRELOAD.
         return {
-            "LD_PRELOAD": preload,
+            "LD_PRELOAD": str(loadable_by_target(self.library)),
             "XPU_PERF_CPU_KERNEL": "1" if self.kernel else "0",
             "XPU_PERF_CPU_HZ": str(self.freq),
             "XPU_PERF_CPU_OUT_DIR": str(self.directory),
@@ -66,6 +62,7 @@ class InprocessCpuRecording:
             self.kernel.start()
 
     def target_started(self, pid: int) -> None:
+        self._tree.start(pid)
         if self.kernel:
             self.kernel.target_started(pid)
 
@@ -80,6 +77,7 @@ class InprocessCpuRecording:
         sample outside one finds no in-process sample to join."""
 
     def stop(self) -> None:
+        self._tree.stop()
         if self.kernel:
             self.kernel.stop()
 
@@ -93,8 +91,18 @@ class InprocessCpuRecording:
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
+    def processes_without_final_data(self) -> Sequence[str]:
+        return list(self._source.without_final_data) if self._source else []
+
+    def processes_not_recorded(self) -> Sequence[str]:
+        """Processes of the tree without a stream: the library was not loaded (environment
+        cleared, a static binary) or could not write (another user)."""
+        recorded = self._source.recorded_pids if self._source else set()
+        return not_recorded(self._tree.seen, recorded)
+
     def stats(self) -> Mapping[str, int]:
         counts = dict(self._source.counts) if self._source else {}
+        counts["processes_not_sampled"] = len(self.processes_not_recorded())
         if self.kernel:
             kernel = self.kernel.stats()
             counts["kernel_samples"] = kernel.get("cpu_samples", 0)

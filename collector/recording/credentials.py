@@ -23,7 +23,13 @@ def target_credentials() -> dict[str, object]:
 
 
 def share_with_target(directory: Path) -> None:
-    """A stream directory the target can write to: under sudo the target is the user."""
+    """A stream directory the target can write to: under sudo the target is the user.  As
+    root otherwise, traversable by all (0711: not listable, no one else may create in it), so
+    that a process which becomes another user (setpriv, runuser, su) reaches the uid-N
+    directory the preloaded library made for that user while still root
+    (cupti_inject/src/process_hooks.c); its files are 0600."""
     creds = target_credentials()
     if creds:
         os.chown(directory, int(creds["user"]), int(creds["group"]))  # type: ignore[call-overload]
+    elif os.geteuid() == 0:
+        directory.chmod(0o711)

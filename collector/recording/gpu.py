@@ -13,10 +13,11 @@ from pathlib import Path
 
 from collector import model
 from collector.recording.credentials import share_with_target
+from collector.recording.libraries import loadable_by_target
 from collector.recording.options import KINDS
 from collector.recording.size_limit import directory_bytes
 from collector.recording.windows import NVTX_PREFIX, CapturePlan
-from collector.sources.cupti import CuptiSource
+from collector.sources.cupti import CuptiSource, stream_paths
 
 
 class CuptiRecording:
@@ -34,10 +35,15 @@ class CuptiRecording:
         keep_streams: Path | None = None,
         capture: CapturePlan | None = None,
         directory: Path | None = None,
+        process_hooks: Path | None = None,
     ) -> None:
         """directory: where the streams go (record's kept_streams.StreamsDir, which removes
-        it once the trace is written); by default a temporary one this source removes."""
+        it once the trace is written); by default a temporary one this source removes.
+        process_hooks: the CPU sampler library, preloaded (sampling or not) for its
+        process hooks: the injection library's final flush when a process ends through
+        _exit or a signal it sends itself, or execs (cupti_inject/src/process_hooks.h)."""
         self.library = library
+        self.process_hooks = process_hooks
         self.capture = capture or CapturePlan()
         self.stacks = stacks
         self.python_frames = python_frames
@@ -50,7 +56,7 @@ class CuptiRecording:
 
     def target_env(self) -> Mapping[str, str]:
         env = {
-            "CUDA_INJECTION64_PATH": str(self.library),
+            "CUDA_INJECTION64_PATH": str(loadable_by_target(self.library)),
             "XPU_PERF_OUT_DIR": str(self.directory),
             "XPU_PERF_STACKS": "1" if self.stacks else "0",
             "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
@@ -65,7 +71,9 @@ class CuptiRecording:
         if "marker" in self.kinds or self.capture.mode.startswith(NVTX_PREFIX):
             # NVTX hands its callbacks to this library, which passes them to the process's own
             # libcupti (pointing NVTX at a libcupti path could load a second copy).
-            env["NVTX_INJECTION64_PATH"] = str(self.library)
+            env["NVTX_INJECTION64_PATH"] = env["CUDA_INJECTION64_PATH"]
+        if self.process_hooks is not None:
+            env["LD_PRELOAD"] = str(loadable_by_target(self.process_hooks))
         return env
 
     def start(self) -> None:
@@ -77,8 +85,10 @@ class CuptiRecording:
     def stop(self) -> None:
         if self.keep_streams is not None:
             self.keep_streams.mkdir(parents=True, exist_ok=True)
-            for p in self.directory.iterdir():
-                shutil.copy2(p, self.keep_streams / p.name)
+            for p in stream_paths(self.directory):
+                # A process that changed user wrote into uid-N/: kept as uid-N.<name>.
+                name = p.name if p.parent == self.directory else f"{p.parent.name}.{p.name}"
+                shutil.copy2(p, self.keep_streams / name)
 
     def events(self) -> Iterable[model.Event]:
         self._source = CuptiSource(self.directory)
@@ -88,6 +98,13 @@ class CuptiRecording:
 
     def stats(self) -> Mapping[str, int]:
         return dict(self._source.counts) if self._source else {}
+
+    def processes_without_final_data(self) -> Sequence[str]:
+        return list(self._source.without_final_data) if self._source else []
+
+    def processes_not_recorded(self) -> Sequence[str]:
+        """Not known here: a process that never initialised CUDA has no stream either."""
+        return []
 
     def windows(self) -> Sequence[model.CaptureWindow]:
         return list(self._source.windows) if self._source else []

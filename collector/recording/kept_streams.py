@@ -88,7 +88,9 @@ class StreamsDir:
             pass
 
     def has_streams(self) -> bool:
-        return any(p.is_file() for p in self.path.glob("*/*.xpstream"))
+        # uid-N/: processes that became another user (cupti_inject/src/process_hooks.c).
+        found = [*self.path.glob("*/*.xpstream"), *self.path.glob("*/uid-*/*.xpstream")]
+        return any(p.is_file() for p in found)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

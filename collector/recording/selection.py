@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from collector.errors import UserError
 from collector.inject_build import BuildError, build, build_sampler
@@ -14,6 +15,7 @@ from collector.launch_join import EbpfLaunchStacks
 from collector.recording.cpu import InprocessCpuRecording
 from collector.recording.gpu import CuptiRecording
 from collector.recording.kept_streams import CPU_STREAMS, GPU_STREAMS, StreamsDir
+from collector.recording.libraries import loadable_by_target
 from collector.recording.options import RecordOptions, check_freq
 from collector.recording.source import RecordSource
 from collector.recording.summary import say
@@ -88,6 +90,12 @@ def gpu_sources(
         library = build()
     except BuildError as exc:
         raise UserError(str(exc)) from None
+    try:
+        # Preloaded for its process hooks even without CPU sampling (the final flush at
+        # _exit, at a signal the process sends itself, before an exec).
+        process_hooks: Path | None = build_sampler()
+    except BuildError:
+        process_hooks = None
     cupti = CuptiRecording(
         library,
         stacks=stacks == "inprocess",
@@ -96,10 +104,13 @@ def gpu_sources(
         keep_streams=options.keep_streams,
         capture=options.plan,
         directory=streams.subdir(GPU_STREAMS) if streams is not None else None,
+        process_hooks=process_hooks,
     )
     if stacks == "ebpf":
-        # The library's unwinder is off; a uprobe on its launch marker takes each stack.
-        return [EbpfLaunchStacks(cupti, BccLaunchUprobes([marker_probe(str(library))]))]
+        # The library's unwinder is off; a uprobe on its launch marker takes each stack (in
+        # the copy the target loads).
+        probe = marker_probe(str(loadable_by_target(library)))
+        return [EbpfLaunchStacks(cupti, BccLaunchUprobes([probe]))]
     return [cupti]
 
 

@@ -17,12 +17,16 @@ SIZE_POLL_S = 0.2
 
 
 def directory_bytes(directory: Path) -> int:
-    """Bytes of the files in `directory` (the target's processes write them as it runs)."""
+    """Bytes of the files in `directory` and its uid-N/ directories (the target's processes
+    write them as it runs; one that became another user writes into uid-N/)."""
     total = 0
     with contextlib.suppress(OSError):
         for entry in os.scandir(directory):
             with contextlib.suppress(OSError):  # a file may go between listing and stat
-                total += entry.stat(follow_symlinks=False).st_size
+                if entry.is_dir(follow_symlinks=False):
+                    total += directory_bytes(Path(entry.path))
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
     return total
 
 

@@ -51,3 +51,26 @@ class SizedSource(Protocol):
     """A source whose target writes files while it runs (--max-size measures them)."""
 
     def recorded_bytes(self) -> int: ...
+
+
+@runtime_checkable
+class ProcessAccounting(Protocol):
+    """A source whose processes each write a stream of their own (the libraries in the
+    target): which processes ended without their final data (killed), and which of the
+    target's tree wrote none at all (the library was not loaded), each as 'pid N (name)'."""
+
+    def processes_without_final_data(self) -> Sequence[str]: ...
+    def processes_not_recorded(self) -> Sequence[str]: ...
+
+
+def process_accounts(sources: Sequence[RecordSource]) -> dict[str, dict[str, list[str]]]:
+    """Per source name: `without_final_data` and `not_recorded` processes (after `events()`),
+    for the summary and the metadata `<source>_processes_<which>`."""
+    return {
+        source.name: {
+            "without_final_data": list(source.processes_without_final_data()),
+            "not_recorded": list(source.processes_not_recorded()),
+        }
+        for source in sources
+        if isinstance(source, ProcessAccounting)
+    }

@@ -5,7 +5,7 @@ lost, source by source (the same counters are in the trace's metadata)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from collector.recording.size_limit import SizeLimit
@@ -37,12 +37,16 @@ def summary(
     freq: int,
     size_limit: SizeLimit | None,
     output: Path,
+    accounts: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> list[str]:
     """The end-of-record summary: each source's part (by the name it wrote its counters
-    under), the capture windows, the --max-size cut, the trace written."""
+    under), the capture windows, the --max-size cut, the trace written.  `accounts`: per
+    source, the processes without their final data and those not recorded at all
+    (source.process_accounts)."""
+    accounts = accounts or {}
     lines = []
     if "cupti" in stats:
-        lines += gpu_summary_lines(stats["cupti"])
+        lines += gpu_summary_lines(stats["cupti"], accounts.get("cupti", {}))
         if not stats["cupti"].get("streams"):
             lines.append(
                 "no GPU activity: no process of the target initialised "
@@ -61,7 +65,7 @@ def summary(
                 "may have ended late or not opened"
             )
     if "cpu" in stats:
-        lines += cpu_summary_lines(stats["cpu"], freq)
+        lines += cpu_summary_lines(stats["cpu"], freq, accounts.get("cpu", {}))
     if "ebpf_launch" in stats:
         lines.append(ebpf_launch_line(stats["ebpf_launch"]))
     if "ebpf" in stats:
@@ -73,7 +77,20 @@ def summary(
     return lines
 
 
-def gpu_summary_lines(cupti: Mapping[str, int]) -> list[str]:
+def named(processes: Sequence[str], limit: int = 8) -> str:
+    """'pid 1 (a), pid 2 (b), ... and N more'."""
+    more = len(processes) - limit
+    return ", ".join(processes[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
+def duration(ns: int) -> str:
+    """A CPU time for the summary: ms below a second (0.0 s said nothing)."""
+    return f"{ns / 1e9:.2f} s" if ns >= 1_000_000_000 else f"{ns / 1e6:.1f} ms"
+
+
+def gpu_summary_lines(
+    cupti: Mapping[str, int], accounts: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
     """The GPU part of the end-of-record summary."""
     ops = cupti.get("gpu_ops", 0)
     launches = cupti.get("launches", 0)
@@ -98,11 +115,19 @@ def gpu_summary_lines(cupti: Mapping[str, int]) -> list[str]:
     unflushed = cupti.get("streams_without_counters", 0)
     if unflushed:
         # Killed (SIGKILL, a crash): the library's periodic flush runs every second, so what
-        # the process did in its last second before it died is not in the trace.
+        # the process did in its last second before it died is not in the trace.  (_exit,
+        # exec and a signal the process sends itself flush: process_hooks.h.)
+        who = (accounts or {}).get("without_final_data", ())
         lines.append(
             f"{unflushed} of {cupti.get('streams', 0)} processes ended without their final "
             "flush (killed or crashed): up to their last second of GPU activity and API calls "
-            "is missing"
+            "is missing" + (f": {named(who)}" if who else "")
+        )
+    reopened = cupti.get("transport_reopened", 0)
+    if reopened or cupti.get("transport_lost_bytes", 0):
+        lines.append(
+            f"the target closed or replaced the GPU streams' descriptors {reopened} times "
+            f"(reopened); {cupti.get('transport_lost_bytes', 0)} bytes could not be written"
         )
     if "ebpf_launch_stacks" in cupti:
         lost = {
@@ -117,8 +142,11 @@ def gpu_summary_lines(cupti: Mapping[str, int]) -> list[str]:
     return lines
 
 
-def cpu_summary_lines(cpu: Mapping[str, int], freq: int) -> list[str]:
+def cpu_summary_lines(
+    cpu: Mapping[str, int], freq: int, accounts: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
     """The in-process CPU sampler's part of the end-of-record summary."""
+    accounts = accounts or {}
     samples = cpu.get("samples", 0)
     stopped = {r: cpu.get(f"unwind_{r}", 0) for r in UNWIND_ENDS[1:] if cpu.get(f"unwind_{r}", 0)}
     pct = (lambda n: f"{100.0 * n / samples:.1f}%") if samples else (lambda n: "-")
@@ -137,11 +165,17 @@ def cpu_summary_lines(cpu: Mapping[str, int], freq: int) -> list[str]:
         f"transport={cpu.get('transport_dropped_rows', 0)} "
         f"timers_failed={cpu.get('timers_failed', 0)}",
     ]
+    unflushed = cpu.get("streams_without_counters", 0)
     if cpu.get("process_ns", 0):
+        # Both sides from the same processes' final counters: those of a process killed
+        # before its final flush are unknown, and so is its CPU time.
         own = cpu.get("handler_ns", 0) + cpu.get("scanner_ns", 0)
+        reported = cpu.get("streams", 0) - unflushed
         lines.append(
-            f"sampler's own CPU time: {own / 1e6:.1f} ms = {100 * own / cpu['process_ns']:.2f}% "
-            f"of the sampled processes' {cpu['process_ns'] / 1e9:.1f} s"
+            f"sampler's own CPU time: {duration(own)} = {100 * own / cpu['process_ns']:.2f}% "
+            f"of the {duration(cpu['process_ns'])} of CPU time of the {reported} sampled "
+            "processes that reported it"
+            + (f" (unknown for the {unflushed} that ended without it)" if unflushed else "")
         )
     if cpu.get("timer_overruns", 0):
         lines.append(
@@ -154,10 +188,27 @@ def cpu_summary_lines(cpu: Mapping[str, int], freq: int) -> list[str]:
             f"frames: CPython 3.{cpu.get('python_unsupported_minor', 0)}'s layout was not "
             "recognised (3.11-3.14 are read); their native frames are there"
         )
-    if cpu.get("streams_without_counters", 0):
+    if unflushed:
+        who = accounts.get("without_final_data", ())
         lines.append(
-            f"{cpu['streams_without_counters']} of {cpu.get('streams', 0)} sampled processes "
+            f"{unflushed} of {cpu.get('streams', 0)} sampled processes "
             "ended without their final flush (killed): their last samples are missing"
+            + (f": {named(who)}" if who else "")
+        )
+    reopened = cpu.get("transport_reopened", 0) + cpu.get("clocks_restarted", 0)
+    if reopened or cpu.get("transport_lost_bytes", 0):
+        lines.append(
+            f"the target closed or replaced the sampler's descriptors {reopened} times "
+            f"(streams reopened: {cpu.get('transport_reopened', 0)}, clocks restarted: "
+            f"{cpu.get('clocks_restarted', 0)}); "
+            f"{cpu.get('transport_lost_bytes', 0)} bytes could not be written"
+        )
+    missing = accounts.get("not_recorded", ())
+    if missing:
+        lines.append(
+            f"{len(missing)} processes of the target's tree were not sampled (no stream: the "
+            "sampler library was not loaded, e.g. an environment without LD_PRELOAD or a static "
+            f"binary, or could not write): {named(missing)}"
         )
     return lines
 

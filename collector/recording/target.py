@@ -35,6 +35,24 @@ class Interrupt:
         self.signal = signum
 
 
+def target_environment(sources: Sequence[RecordSource]) -> dict[str, str]:
+    """record's environment with every source's; LD_PRELOAD is the sources' libraries (once
+    each: the GPU source preloads the CPU sampler's library too, for its process hooks) ahead
+    of the user's own."""
+    env = dict(os.environ)
+    preload: list[str] = []
+    for source in sources:
+        for key, value in source.target_env().items():
+            if key == "LD_PRELOAD":
+                preload += [p for p in value.split() if p not in preload]
+            else:
+                env[key] = value
+    if preload:
+        users = [p for p in os.environ.get("LD_PRELOAD", "").split() if p not in preload]
+        env["LD_PRELOAD"] = " ".join(preload + users)
+    return env
+
+
 def run_target(
     cmd: Sequence[str],
     sources: Sequence[RecordSource],
@@ -47,9 +65,7 @@ def run_target(
     recorded data reaching `size_limit`, which notes when) is passed on to the target as
     SIGINT, then SIGTERM, then SIGKILL.  `tree`: the windows record opens for the whole tree
     (--delay on record's clock; the toggle signal of --capture-range signal)."""
-    env = dict(os.environ)
-    for source in sources:
-        env.update(source.target_env())
+    env = target_environment(sources)
     if tree is not None:
         env.update(tree.env())
         for source in sources:

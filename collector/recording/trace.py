@@ -13,7 +13,12 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from collector import model
 from collector.recording.kept_streams import Manifest
 from collector.recording.size_limit import SizeLimit
-from collector.recording.source import RecordSource, WindowedSource, WindowFollower
+from collector.recording.source import (
+    RecordSource,
+    WindowedSource,
+    WindowFollower,
+    process_accounts,
+)
 from collector.recording.windows import CapturePlan, TreeWindows
 from exporters.perfetto.writer import TraceWriter
 
@@ -58,6 +63,9 @@ def write_trace(
             for key, value in stats[source.name].items():
                 prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"
                 writer.set_metadata(prefixed, value)
+            for which, names in process_accounts([source]).get(source.name, {}).items():
+                if names:  # SQL: debug.<source>_processes_<which>, 'pid N (name), ...'
+                    writer.set_metadata(f"{source.name}_processes_{which}", ", ".join(names))
             if isinstance(source, WindowedSource):
                 written += write_windows(writer, source.windows())
                 seen += source.windows()

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from collector import model
+from collector.sources.cupti import stream_paths, stream_pid
 from collector.sources.cupti_launch_stacks import stream_stacks
 from collector.sources.cupti_stream import Stream, process_events, read_streams
 from collector.symbolize import Symbolizer
@@ -40,6 +41,9 @@ _SUMMED = (
     "cpu_kernel_signals_unmatched",
     "cpu_samples_outside_window",
     "transport_dropped_rows",
+    "transport_reopened",  # the stream's descriptor was closed or replaced by the target
+    "transport_lost_bytes",  # bytes that could not be written (the file could not reopen)
+    "cpu_clocks_restarted",  # perf clocks the target closed, opened again
 )
 
 
@@ -58,19 +62,30 @@ class InprocessCpuSource:
         self.directory = directory
         self.symbolizer = symbolizer or Symbolizer()
         self.kernel_stacks = kernel_stacks or {}
-        self.counts: Counter[str] = Counter()
+        # Read by name in SQL: present when zero too.
+        self.counts: Counter[str] = Counter({"streams_without_counters": 0})
+        # 'pid N (name)' of each process whose stream has no final counters (killed).
+        self.without_final_data: list[str] = []
+        # Every pid with a stream file, readable or not (cpu-PID[.N].xpstream).
+        self.recorded_pids: set[int] = set()
 
     def events(self) -> Iterator[model.Event]:
-        for stream in read_streams(sorted(self.directory.glob(STREAM_GLOB)), self.counts):
+        paths = stream_paths(self.directory, STREAM_GLOB)
+        self.recorded_pids = {stream_pid(path) for path in paths}
+        for stream in read_streams(paths, self.counts):
             yield from self._process(stream)
 
     def _process(self, stream: Stream) -> Iterator[model.Event]:
         counts = self.counts
         info = process_events(stream, counts)
         if info is None:
+            # Not even its first write: ended (killed) within its first flush period.
+            counts["streams_without_counters"] += 1
+            self.without_final_data.append(f"pid {stream_pid(stream.path)} (no data)")
             return
         pid, events = info
         yield from events
+        process = events[0]
         strings = dict(
             zip(stream.table("STRING")["string_id"], stream.table("STRING")["text"], strict=True)
         )
@@ -86,6 +101,8 @@ class InprocessCpuSource:
                 counts["python_unsupported_minor"] = max(counts["python_unsupported_minor"], minor)
         else:
             counts["streams_without_counters"] += 1  # killed before its final flush
+            if isinstance(process, model.ProcessInfo):
+                self.without_final_data.append(f"pid {pid} ({process.name})")
         samples = stream.table("CPU_SAMPLE")
         empty = model.Stack(())
         triggers = samples["trigger"] if "trigger" in samples.columns else [0] * samples.rows

@@ -69,13 +69,22 @@ LIBRARY_COUNTS = (
     "unwind_cfi_misses",
     "api_alias_records",
     "transport_bytes",
+    "transport_reopened",  # the stream's descriptor was closed or replaced by the target
+    "transport_lost_bytes",  # bytes that could not be written (the file could not reopen)
     "windows_ignored",
     "nvtx_ranges_untracked",
 )
 
 
-def stream_paths(directory: Path) -> list[Path]:
-    return sorted(directory.glob(STREAM_GLOB))
+def stream_paths(directory: Path, glob: str = STREAM_GLOB) -> list[Path]:
+    """The stream files of a run's directory: its own, then those of processes that became
+    another user, in uid-N/ (cupti_inject/src/process_hooks.c)."""
+    return sorted(directory.glob(glob)) + sorted(directory.glob(f"uid-*/{glob}"))
+
+
+def stream_pid(path: Path) -> int:
+    """The pid in a stream's name (<prefix>-PID[.N].xpstream), readable or not."""
+    return int(path.name.split("-", 1)[1].split(".", 1)[0])
 
 
 class CuptiSource:
@@ -88,6 +97,8 @@ class CuptiSource:
         self.counts: Counter[str] = Counter({key: 0 for key in REPORTED_COUNTS})
         self._devices_seen: set[int] = set()
         self.windows: list[model.CaptureWindow] = []  # in stream order
+        # 'pid N (name)' of each process whose stream has no final counters (killed).
+        self.without_final_data: list[str] = []
 
     def events(self) -> Iterator[model.Event]:
         for stream in read_streams(stream_paths(self.directory), self.counts):
@@ -100,12 +111,16 @@ class CuptiSource:
         counts = self.counts
         info = process_events(stream, counts)
         if info is None:
+            # Not even its first write: ended (killed) within its first flush period.
+            counts["streams_without_counters"] += 1
+            self.without_final_data.append(f"pid {stream_pid(stream.path)} (no data)")
             return
         pid, events = info
         yield from events
         yield from self._new_devices(stream)
         strings = _strings(stream)
-        self._count_library_counters(stream)
+        if not self._count_library_counters(stream) and isinstance(events[0], model.ProcessInfo):
+            self.without_final_data.append(f"pid {pid} ({events[0].name})")
         self._keep_windows(stream, pid)
         cpu = api_rows(stream, strings, self.symbolizer, counts)
         gpu = gpu_op_rows(stream, strings, counts)
@@ -124,13 +139,14 @@ class CuptiSource:
                 self._devices_seen.add(dev)
                 yield model.GpuDevice(dev, name)
 
-    def _count_library_counters(self, stream: Stream) -> None:
-        """The library's final counters, or that the process died before writing them."""
+    def _count_library_counters(self, stream: Stream) -> bool:
+        """The library's final counters, or that the process died before writing them
+        (False)."""
         counts = self.counts
         counters = stream.table("COUNTER")
         if not counters.rows:
             counts["streams_without_counters"] += 1  # killed before its final flush
-            return
+            return False
         last = dict(zip(counters["name"], counters["value"], strict=True))
         counts["cupti_delivered_kernel"] += last.get("records_kernel", 0)
         for key in LIBRARY_COUNTS:
@@ -139,6 +155,7 @@ class CuptiSource:
         if minor:  # Python frames wanted, but not this CPython's frame layout
             counts["streams_python_unsupported"] += 1
             counts["python_unsupported_minor"] = max(counts["python_unsupported_minor"], minor)
+        return True
 
     def _keep_windows(self, stream: Stream, pid: int) -> None:
         """The process's capture windows (WINDOW rows), kept for `windows`."""

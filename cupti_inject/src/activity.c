@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inject.h"
+#include "state.h"
 #include "strings.h"
 
 #define ACTIVITY_BUFFER_SIZE (8u << 20)

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inject.h"
+#include "state.h"
 
 int sync_from_callbacks;
 static uint8_t runtime_flags[CUPTI_RUNTIME_TRACE_CBID_SIZE];

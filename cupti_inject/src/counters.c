@@ -2,7 +2,7 @@
  * unwinder and Python-reader failures), written as COUNTER rows at the final flush: `record`
  * prints them and puts them into the trace's metadata.  A stream without them is one whose
  * process ended without that flush. */
-#include "inject.h"
+#include "state.h"
 #include "nvtx_window.h"
 #include "pyframes.h"
 #include "unwind.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "inject.h"
+#include "state.h"
 
 struct xp_experiments xp_exp = {.callbacks = 1, .parse = 1};
 

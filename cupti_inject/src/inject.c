@@ -1,121 +1,14 @@
 /* xpu-perf CUPTI injection library: loaded by libcuda through CUDA_INJECTION64_PATH, which
  * calls InitializeInjection() during cuInit.  This file is the entry point and the order of
- * things: set-up (switches, stream, activity, windows, callbacks), the flush hook the stream's
- * writer calls, and the teardown (atexit, SIGTERM/SIGINT, fork).  What each step does is in
- * its own file (inject.h lists them).  Everything goes into the per-process stream (stream.h);
- * nothing is written on the application's threads.  The switches are read once (config.c);
- * docs/ARCHITECTURE.md has their table. */
+ * the set-up only (switches, stream, activity, windows, callbacks, then lifecycle.c's flush
+ * hook, exit, signal and fork handling); what each step does is in its own file (state.h
+ * lists them), and no file calls back into this one.  Everything goes into the per-process
+ * stream (stream.h); nothing is written on the application's threads.  The switches are read
+ * once (config.c); docs/ARCHITECTURE.md has their table. */
 #define _GNU_SOURCE
-#include <semaphore.h>
-#include <signal.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "inject.h"
-#include "modules.h"
-#include "strings.h"
+#include "state.h"
 
 static CUpti_SubscriberHandle subscriber;
-
-/* ---- flushing ---- */
-static void flush_hook(int final) {
-    cuptiActivityFlushAll(final ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
-    if (!final) {
-        windows_periodic();
-        /* Normally at the first traced call; with the callbacks off outside capture windows
-         * there may be none, and the final flush must still run before the driver's own
-         * teardown (registered during cuInit, which has returned by now). */
-        register_late_atexit_once();
-    }
-    threads_flush_rows();
-    xp_modules_emit_if_changed();
-    if (final) end_open_window();
-    if (final) emit_counters();
-    if (final) xp_selftime_report();
-}
-
-static void at_exit(void) { xp_stream_flush(1); }
-
-static pthread_once_t late_atexit_once = PTHREAD_ONCE_INIT;
-/* atexit handlers run last-registered first: registering again at the first API call (after
- * cuInit has registered the driver's own teardown) makes our final flush run before it. */
-static void register_late_atexit(void) { atexit(at_exit); }
-void register_late_atexit_once(void) { pthread_once(&late_atexit_once, register_late_atexit); }
-
-/* SIGTERM/SIGINT with the default action: flush on a helper thread, then die as asked. */
-static sem_t signal_sem;
-static atomic_int signal_flush_done;
-static int signal_thread_started;
-
-static void *signal_flush_main(void *arg) {
-    (void)arg;
-    while (sem_wait(&signal_sem) != 0) {}
-    xp_stream_flush(1);
-    atomic_store(&signal_flush_done, 1);
-    return NULL;
-}
-
-static void on_fatal_signal(int sig) {
-    sem_post(&signal_sem);
-    for (int i = 0; i < 300 && !atomic_load(&signal_flush_done); i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static void start_signal_thread(void) {
-    pthread_t t;
-    sem_init(&signal_sem, 0, 0);
-    atomic_store(&signal_flush_done, 0);
-    if (pthread_create(&t, NULL, signal_flush_main, NULL) == 0) {
-        pthread_detach(t);
-        signal_thread_started = 1;
-    }
-}
-
-static void install_signal_handlers(void) {
-    int sigs[2] = {SIGTERM, SIGINT};
-    for (int i = 0; i < 2; i++) {
-        struct sigaction old;
-        if (sigaction(sigs[i], NULL, &old) != 0) continue;
-        if (old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) continue;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_fatal_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
-    }
-}
-
-/* ---- fork ---- */
-static void fork_prepare(void) {
-    pthread_mutex_lock(&window_lock); /* taken before the others wherever both are held */
-    pthread_mutex_lock(&activity_lock);
-    pthread_mutex_lock(&threads_lock);
-    pthread_mutex_lock(&stack_emit_lock);
-}
-static void fork_parent(void) {
-    pthread_mutex_unlock(&stack_emit_lock);
-    pthread_mutex_unlock(&threads_lock);
-    pthread_mutex_unlock(&activity_lock);
-    pthread_mutex_unlock(&window_lock);
-}
-static void fork_child(void) {
-    /* The parent's stream owns everything recorded so far: start clean. */
-    launch_stacks_fork_child();
-    threads_fork_child();
-    activity_fork_child();
-    xp_strings_reset();
-    xp_modules_reset();
-    counters_reset();
-    xp_selftime_fork_child();
-    windows_fork_child();
-    emit_api_names(); /* the child's stream is new: it needs the names too */
-    if (signal_thread_started) start_signal_thread();
-}
 
 /* ---- set-up ---- */
 EXPORT int InitializeInjection(void) {
@@ -142,11 +35,6 @@ EXPORT int InitializeInjection(void) {
     }
     start_windows();
 
-    xp_stream_set_flush_hook(flush_hook);
-    xp_modules_emit_if_changed();
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-    start_signal_thread();
-    install_signal_handlers();
-    atexit(at_exit);
+    lifecycle_start();
     return 1;
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inject.h"
+#include "state.h"
 #include "modules.h"
 #include "pyframes.h"
 #include "unwind.h"

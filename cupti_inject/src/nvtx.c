@@ -7,7 +7,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
-#include "inject.h"
+#include "state.h"
 
 _Atomic int nvtx_used, cupti_ready, markers_enabled;
 

@@ -299,6 +299,15 @@ uint32_t xp_py_frame_id_at_line(struct xp_pyframe_key key) {
     return frame_id_for(key.code, (int)(int64_t)key.offset);
 }
 
+void xp_py_fork_child(void) {
+    pthread_mutex_init(&init_lock, NULL);
+    pthread_mutex_init(&table_lock, NULL);
+    free(table);
+    table = NULL;
+    table_cap = table_used = 0;
+    next_id = 1;
+}
+
 static uint32_t frame_id_for(uint64_t code_addr, int line) {
     const char *code = (const char *)code_addr;
     pthread_mutex_lock(&table_lock);

@@ -23,6 +23,8 @@ int xp_py_walk_lines(struct xp_pyframe_key *keys, int max, struct xp_line_cache 
 uint32_t xp_py_frame_id_at_line(struct xp_pyframe_key key);
 /* Cold path: the PYFRAME id for a key, emitting PYFRAME/STRING chunks on first sight. */
 uint32_t xp_py_frame_id(struct xp_pyframe_key key);
+/* A forked child's stream is new: its frames get ids (and PYFRAME rows) of their own. */
+void xp_py_fork_child(void);
 extern int xp_py_enabled;
 /* CPython 3.x in the process: x (0: none found), supported or not. */
 extern unsigned xp_py_minor;

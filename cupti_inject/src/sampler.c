@@ -30,7 +30,11 @@
  * The signal handler only walks and copies into its own thread's ring (single producer,
  * single consumer, no locks, no allocation), so it is async-signal-safe; deduplication,
  * Python names and the stream are the scanner's work.  SA_RESTART: the target's system calls
- * are restarted, not failed with EINTR. */
+ * are restarted, not failed with EINTR.
+ *
+ * The library is also the process's hooks (process_hooks.c; record preloads it for them even
+ * without sampling): the final flush of both libraries at _exit, exec and a signal the
+ * process sends itself, and its threads stopped around a change of user. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -54,8 +58,10 @@
 #include <unistd.h>
 
 #include "modules.h"
+#include "process_hooks.h"
 #include "pyframes.h"
 #include "stream.h"
+#include "strings.h"
 #include "unwind.h"
 #include "window_control.h"
 
@@ -131,6 +137,8 @@ static struct sampled_thread *_Atomic *tid_threads;
 static int kernel_join;
 static _Atomic uint64_t kernel_signals_unmatched;
 static uint64_t timers_failed, threads_sampled, samples_total, ring_full_total, foreign_signals;
+/* Perf clocks found closed or replaced by the target (closerange, dup2) and opened again. */
+static uint64_t clocks_restarted;
 static uint64_t unwind_ends[XP_END_COUNT];
 static uint64_t python_samples;
 
@@ -395,6 +403,18 @@ static void stop_clock(struct sampled_thread *t) {
     t->has_timer = 0;
 }
 
+/* The target closed our perf event (os.closerange, a daemon's fd sweep) or put another file
+ * on its number: the number is the target's now (left open), the thread gets a new clock. */
+static void restart_perf_clock(struct sampled_thread *t) {
+    if (fd_threads) atomic_store(&fd_threads[t->perf_fd], NULL);
+    t->perf_fd = -1;
+    t->perf_refreshed = 0;
+    t->armed = 0;
+    if (start_perf_clock(t, 1000000000L / sample_hz) != 0) { timers_failed++; return; }
+    if (atomic_load(&sampling) && arm_clock(t, 1) == 0) t->armed = 1;
+    clocks_restarted++;
+}
+
 static struct sampled_thread *start_thread_sampling(pid_t tid) {
     struct sampled_thread *t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE,
                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -564,6 +584,7 @@ static void scan_threads(void) {
             pthread_mutex_unlock(&drain_lock);
         }
         t->seen = gen;
+        if (t->perf_fd >= 0 && !still_ours(t)) restart_perf_clock(t);
     }
     closedir(dir);
     /* Threads that exited: drain what they left, then free. */
@@ -598,14 +619,20 @@ static void follow_windows(void) {
 static void *scanner_main(void *arg) {
     (void)arg;
     prctl(PR_SET_NAME, "xpu-perf-sampler", 0, 0, 0);
-    /* This thread is the sampler's own: it is never sampled, and never interrupted. */
+    /* This thread is the sampler's own: it is never sampled, and never interrupted (the
+     * target's signals go to its own threads: a handler that ends the process runs the
+     * final flush, which must not find this thread inside a drain). */
     sigset_t block;
-    sigemptyset(&block);
-    sigaddset(&block, SAMPLE_SIGNAL);
-    sigaddset(&block, KERNEL_SIGNAL);
+    sigfillset(&block);
     pthread_sigmask(SIG_BLOCK, &block, NULL);
     while (!atomic_load(&scanner_stop)) {
-        if (want_python && !xp_py_enabled) xp_py_init(); /* an interpreter loaded later */
+        if (want_python && !xp_py_enabled) { /* an interpreter loaded later */
+            /* Under drain_lock: a fork waits for it (fork_prepare), so no child inherits the
+             * reader's lock held mid-lookup (runuser's child hung on it). */
+            pthread_mutex_lock(&drain_lock);
+            xp_py_init();
+            pthread_mutex_unlock(&drain_lock);
+        }
         /* Only a process with an interpreter walks Python frames, and so needs them. */
         if (want_python && xp_py_enabled) keep_fault_handlers();
         if (window_control) follow_windows();
@@ -627,6 +654,7 @@ static void emit_counters(void) {
     xp_emit_counter("cpu_samples_ring_full", ring_full_total);
     xp_emit_counter("cpu_threads_sampled", threads_sampled);
     xp_emit_counter("cpu_timers_failed", timers_failed);
+    xp_emit_counter("cpu_clocks_restarted", clocks_restarted);
     xp_emit_counter("cpu_threads_perf_clock", perf_clocks);
     xp_emit_counter("cpu_threads_posix_timer", timer_clocks);
     xp_emit_counter("cpu_foreign_signals", foreign_signals);
@@ -670,18 +698,53 @@ static void flush_hook(int final) {
 
 static void at_exit(void) { xp_stream_flush(1); }
 
+static int start_sampling(void);
+static int scanner_running;
+static pid_t scanner_pid; /* the process whose scanner runs (not a vfork()ed child's) */
+
+/* The process changes user: the scanner and the writer stop first (process_hooks.c). */
+int xp_sampler_pause(void) {
+    int paused = 0;
+    if (scanner_running && scanner_pid == getpid()) {
+        atomic_store(&scanner_stop, 1);
+        pthread_join(scanner_thread, NULL);
+        scanner_running = 0;
+        paused |= 1;
+    }
+    if (xp_stream_pause_writer()) paused |= 2;
+    return paused;
+}
+
+void xp_sampler_resume(int paused) {
+    if (paused & 2) xp_stream_resume_writer();
+    if (paused & 1) {
+        atomic_store(&scanner_stop, 0);
+        scanner_running = pthread_create(&scanner_thread, NULL, scanner_main, NULL) == 0;
+    }
+}
+
 static int start_sampling(void) {
     stack_batch = malloc(sizeof *stack_batch);
     sample_batch = malloc(sizeof *sample_batch);
     if (!stack_batch || !sample_batch) return -1;
     stack_batch->rows = sample_batch->rows = 0;
     atomic_store(&scanner_stop, 0);
-    return pthread_create(&scanner_thread, NULL, scanner_main, NULL);
+    int r = pthread_create(&scanner_thread, NULL, scanner_main, NULL);
+    scanner_running = r == 0;
+    scanner_pid = getpid();
+    return r;
 }
 
+/* fork() waits for the scanner's drain round: the child must not inherit the Python frame,
+ * string or module tables (or their locks) half way through an update. */
+static void fork_prepare(void) { pthread_mutex_lock(&drain_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&drain_lock); }
+
 /* fork(): timers and the scanner are not inherited; the child samples its own threads into
- * its own stream (stream.c opens it in its own fork handler, registered before this one). */
+ * its own stream (stream.c opens it in its own fork handler, registered before this one), with
+ * frame and string ids of its own. */
 static void fork_child(void) {
+    scanner_running = 0;
     struct sampled_thread *t = threads;
     while (t) {
         struct sampled_thread *n = t->next;
@@ -702,6 +765,7 @@ static void fork_child(void) {
     stack_cap = stack_used = 0;
     next_stack_id = 1;
     samples_total = python_samples = ring_full_total = threads_sampled = timers_failed = 0;
+    clocks_restarted = 0;
     perf_clocks = timer_clocks = 0;
     foreign_signals = 0;
     atomic_store(&timer_overruns, 0);
@@ -711,6 +775,8 @@ static void fork_child(void) {
     atomic_store(&samples_outside_window, 0);
     memset(unwind_ends, 0, sizeof unwind_ends);
     xp_modules_reset();
+    xp_strings_reset();
+    xp_py_fork_child();
     if (xp_stream_enabled()) {
         free(stack_batch);
         free(sample_batch);
@@ -755,8 +821,9 @@ __attribute__((constructor)) static void sampler_init(void) {
         sa.sa_sigaction = on_kernel_signal;
         sigaction(KERNEL_SIGNAL, &sa, &previous_urg_action);
     }
-    pthread_atfork(NULL, NULL, fork_child);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);
+    xpu_perf_on_exit(xp_stream_flush);
     if (start_sampling() != 0) return;
     /* The thread that loaded us (the main thread) is sampled from the first scan on. */
 }

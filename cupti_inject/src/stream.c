@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +31,17 @@ static size_t queue_bytes;
 static size_t queue_limit = 256u << 20; /* XPU_PERF_QUEUE_KB */
 static int out_fd = -1;
 static pid_t stream_pid;
+/* The channel to record: the file's path and identity, so a descriptor the target closed
+ * (closerange, a daemon's fd sweep) or dup2'ed over is noticed before a write, and the file
+ * reopened by its path (stream_file_check).  whole_bytes: the file's length up to the last
+ * whole chunk, where a reopened file is cut back to if a write failed half way. */
+static char stream_path[4096];
+static dev_t stream_dev;
+static ino_t stream_ino;
+static uint64_t whole_bytes;
+static uint64_t reopened, lost_bytes;
+/* Rows of events (not names, threads, modules, counters): a stream of none is empty. */
+static _Atomic uint64_t event_rows;
 static pthread_t writer_thread;
 static int writer_running;
 static int writer_stop;
@@ -106,6 +119,17 @@ static void enqueue(struct xp_chunk *chunk, uint32_t rows, int type) {
     pthread_mutex_unlock(&queue_lock);
 }
 
+static int is_event_chunk(int type) {
+    switch (type) {
+    case XP_CHUNK_API: case XP_CHUNK_API_ALIAS: case XP_CHUNK_KERNEL: case XP_CHUNK_MEMCPY:
+    case XP_CHUNK_MEMSET: case XP_CHUNK_SYNC: case XP_CHUNK_MARKER: case XP_CHUNK_CPU_SAMPLE:
+    case XP_CHUNK_WINDOW:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* The column writer per chunk type, generated first. */
 #define XP_PUT_CHUNK(n, id) static void xp_put_cols_##n(uint8_t *o, const struct xp_batch_##n *b, uint32_t rows) {
 #define XP_PUT_COL(n, c, k) o = col_put_##k(o, b->c, rows);
@@ -132,6 +156,7 @@ static void enqueue(struct xp_chunk *chunk, uint32_t rows, int type) {
         memcpy(ch->bytes, hdr, 12);                                                     \
         xp_put_cols_##n(ch->bytes + 12, b, rows);                                       \
         b->rows = 0;                                                                    \
+        if (is_event_chunk(XP_CHUNK_##n)) atomic_fetch_add(&event_rows, rows);          \
         enqueue(ch, rows, XP_CHUNK_##n);                                                \
     }
 #include "../../protos/cupti_stream.def"
@@ -177,17 +202,73 @@ void xp_emit_thread(uint32_t tid, const char *name) {
 }
 
 /* ---- file and writer thread ---- */
+/* Our descriptor, moved up high: the target's own opens get the lowest free numbers, and a
+ * dup2() aimed at 0-2 or its own numbers will not land on ours. */
+static int move_high(int fd) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < 128) return fd;
+    long floor = rl.rlim_cur > 1100 ? 1000 : (long)rl.rlim_cur - 64;
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, (int)floor);
+    if (high < 0) return fd;
+    close(fd);
+    return high;
+}
+
+static int still_our_file(void) {
+    struct stat st;
+    return out_fd >= 0 && fstat(out_fd, &st) == 0 && st.st_dev == stream_dev &&
+           st.st_ino == stream_ino;
+}
+
+/* The descriptor is no longer our file: open the file again by its path (appending, cut back
+ * to its last whole chunk so the framing stays valid).  The number is not closed: it is the
+ * target's now.  0: writable again. */
+static int reopen_stream(void) {
+    out_fd = -1;
+    if (!stream_path[0]) return -1;
+    int fd = open(stream_path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_dev != stream_dev || st.st_ino != stream_ino ||
+        ftruncate(fd, (off_t)whole_bytes) != 0) {
+        close(fd);
+        return -1;
+    }
+    out_fd = move_high(fd);
+    reopened++;
+    return 0;
+}
+
+/* Before the writes of a drain (one fstat per drain, not per chunk). */
+static void stream_file_check(void) {
+    if (out_fd >= 0 && still_our_file()) return;
+    if (stream_path[0]) reopen_stream();
+}
+
+/* One chunk (or the header), written whole or counted as lost. */
 static void write_all(const uint8_t *p, size_t n) {
-    while (n > 0 && out_fd >= 0) {
-        ssize_t w = write(out_fd, p, n);
+    size_t left = n;
+    int retried = 0;
+    while (left > 0) {
+        if (out_fd < 0) { lost_bytes += left; return; }
+        ssize_t w = write(out_fd, p, left);
         if (w < 0) {
             if (errno == EINTR) continue;
+            /* Closed under us between the check and the write: once more, whole. */
+            if (errno == EBADF && !retried && reopen_stream() == 0) {
+                retried = 1;
+                p -= n - left;
+                left = n;
+                continue;
+            }
+            lost_bytes += left;
             return;
         }
         p += w;
-        n -= (size_t)w;
+        left -= (size_t)w;
         written_bytes += (uint64_t)w;
     }
+    whole_bytes += n;
 }
 
 /* Write out everything queued; only one drainer at a time keeps chunk order. */
@@ -199,6 +280,7 @@ static void drain_queue(void) {
     queue_head = queue_tail = NULL;
     queue_bytes = 0;
     pthread_mutex_unlock(&queue_lock);
+    if (c) stream_file_check();
     while (c) {
         struct xp_chunk *next = c->next;
         write_all(c->bytes, c->size);
@@ -210,6 +292,11 @@ static void drain_queue(void) {
 
 static void *writer_main(void *arg) {
     (void)arg;
+    /* The target's signals go to its own threads: a handler that ends the process runs the
+     * final flush (process_hooks.c), which must not find this thread inside a drain. */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
     unsigned ticks = 0;
     for (;;) {
         struct timespec deadline;
@@ -229,25 +316,57 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
+void xp_stream_user_dir(char *buf, size_t size, const char *dir, unsigned uid) {
+    snprintf(buf, size, "%s/uid-%u", dir, uid);
+}
+
+/* A new file of this process in dir (O_EXCL: never another image's), or -1 with errno. */
+static int open_in(const char *dir, char *path, size_t size) {
+    int fd = -1;
+    /* A process that exec()s keeps its pid: each image gets a file of its own (the image
+     * before the exec may have written one already), cpu-PID.xpstream, cpu-PID.1.xpstream... */
+    for (int n = 0; n < 1000; n++) {
+        if (n == 0)
+            snprintf(path, size, "%s/%s-%d.xpstream", dir, xp_stream_prefix, (int)stream_pid);
+        else
+            snprintf(path, size, "%s/%s-%d.%d.xpstream", dir, xp_stream_prefix, (int)stream_pid, n);
+        /* 0600: other users cannot read it (the directory is traversable by them when record
+         * runs as root, so that processes that change user reach their uid-N directory). */
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST) break;
+    }
+    return fd;
+}
+
 static void open_stream_file(void) {
     const char *dir = getenv(xp_stream_dir_env);
     if (!dir || !*dir) return;
     char path[4096];
     stream_pid = getpid();
-    /* A process that exec()s keeps its pid: each image gets a file of its own (the image
-     * before the exec may have written one already), cpu-PID.xpstream, cpu-PID.1.xpstream... */
-    for (int n = 0; n < 1000; n++) {
-        if (n == 0)
-            snprintf(path, sizeof path, "%s/%s-%d.xpstream", dir, xp_stream_prefix, (int)stream_pid);
-        else
-            snprintf(path, sizeof path, "%s/%s-%d.%d.xpstream", dir, xp_stream_prefix, (int)stream_pid, n);
-        out_fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (out_fd >= 0 || errno != EEXIST) break;
+    out_fd = open_in(dir, path, sizeof path);
+    if (out_fd < 0 && errno == EACCES) {
+        /* A process that changed user (setpriv, runuser, su) after record made the directory:
+         * the uid-N directory its parent prepared while still root (process_hooks.c). */
+        char user_dir[4096];
+        xp_stream_user_dir(user_dir, sizeof user_dir, dir, (unsigned)geteuid());
+        out_fd = open_in(user_dir, path, sizeof path);
     }
     if (out_fd < 0) {
-        fprintf(stderr, "xpu-perf: cannot open %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "xpu-perf: cannot open %s: %s (this process is not recorded)\n", path,
+                strerror(errno));
         return;
     }
+    struct stat st;
+    if (fstat(out_fd, &st) != 0) {
+        close(out_fd);
+        out_fd = -1;
+        return;
+    }
+    stream_dev = st.st_dev;
+    stream_ino = st.st_ino;
+    whole_bytes = 0;
+    snprintf(stream_path, sizeof stream_path, "%s", path);
+    out_fd = move_high(out_fd);
     uint8_t header[16];
     memcpy(header, XP_MAGIC, 8);
     uint32_t version = XP_FORMAT_VERSION, zero = 0;
@@ -325,7 +444,8 @@ static void stop_writer(void) {
 }
 
 void xp_stream_flush(int final) {
-    if (!enabled) return;
+    /* Not in a vfork()ed child, which shares our memory but is not the stream's process. */
+    if (!enabled || getpid() != stream_pid) return;
     pthread_mutex_lock(&flush_lock);
     if (closed) { pthread_mutex_unlock(&flush_lock); return; }
     if (flush_hook) flush_hook(final);
@@ -333,6 +453,8 @@ void xp_stream_flush(int final) {
         stop_writer();
         xp_emit_counter("transport_dropped_rows", xp_dropped_rows);
         xp_emit_counter("transport_dropped_chunks", dropped_chunks);
+        xp_emit_counter("transport_reopened", reopened);
+        xp_emit_counter("transport_lost_bytes", lost_bytes);
     }
     drain_queue();
     if (final) {
@@ -344,6 +466,8 @@ void xp_stream_flush(int final) {
         pthread_mutex_unlock(&queue_lock);
         if (out_fd >= 0) close(out_fd);
         out_fd = -1;
+        if (final == XP_FLUSH_EXEC && atomic_load(&event_rows) == 0 && stream_path[0])
+            unlink(stream_path);
     }
     pthread_mutex_unlock(&flush_lock);
 }
@@ -363,6 +487,9 @@ static void atfork_parent(void) {
     pthread_mutex_unlock(&flush_lock);
 }
 static void atfork_child(void) {
+    /* The parent's writer may have been waiting on the condition: its waiter is not in this
+     * process, and a signal to it would wait for that ghost (an exec's final flush hung). */
+    pthread_cond_init(&queue_cond, NULL);
     struct xp_chunk *c = queue_head;
     while (c) { struct xp_chunk *n = c->next; free(c); c = n; }
     queue_head = queue_tail = NULL;
@@ -378,6 +505,9 @@ static void atfork_child(void) {
     xp_dropped_rows = 0;
     dropped_chunks = 0;
     written_bytes = 0;
+    reopened = lost_bytes = 0;
+    atomic_store(&event_rows, 0);
+    stream_path[0] = 0;
     closed = 0;
     if (enabled) {
         open_stream_file();
@@ -385,6 +515,20 @@ static void atfork_child(void) {
         write_process_chunk();
         if (pthread_create(&writer_thread, NULL, writer_main, NULL) == 0) writer_running = 1;
     }
+}
+
+int xp_stream_pause_writer(void) {
+    if (!enabled || closed || getpid() != stream_pid || !writer_running) return 0;
+    stop_writer();
+    pthread_mutex_lock(&queue_lock);
+    writer_stop = 0;
+    pthread_mutex_unlock(&queue_lock);
+    return 1;
+}
+
+void xp_stream_resume_writer(void) {
+    if (!enabled || closed || writer_running) return;
+    if (pthread_create(&writer_thread, NULL, writer_main, NULL) == 0) writer_running = 1;
 }
 
 int xp_stream_start(void) {

@@ -63,8 +63,16 @@ int xp_stream_start(void);
 /* Called before the flush at exit/signal/period to pull in data that sits elsewhere. */
 typedef void (*xp_flush_hook)(int final);
 void xp_stream_set_flush_hook(xp_flush_hook hook);
-/* Drain everything to the file; final: also write counters and close. */
+/* Drain everything to the file; final (XP_FLUSH_FINAL, XP_FLUSH_EXEC): also write counters
+ * and close; before an exec, a stream without events is removed (nothing of this image). */
+enum { XP_FLUSH_PERIODIC = 0, XP_FLUSH_FINAL = 1, XP_FLUSH_EXEC = 2 };
 void xp_stream_flush(int final);
+/* Stop the writer thread for a moment (0: it was not running here); the process changes user
+ * and glibc's set*id must find no thread of ours (process_hooks.c).  Resume restarts it. */
+int xp_stream_pause_writer(void);
+void xp_stream_resume_writer(void);
+/* Where a process of user `uid` writes when it cannot write into dir itself: dir/uid-N. */
+void xp_stream_user_dir(char *buf, size_t size, const char *dir, unsigned uid);
 /* Bytes and chunks dropped because the queue was full. */
 extern uint64_t xp_dropped_rows;
 uint64_t xp_now_ns(void);

@@ -59,6 +59,7 @@ uint32_t xp_intern(const char *text) {
 }
 
 void xp_strings_reset(void) {
+    pthread_mutex_init(&lock, NULL); /* a forked child: whoever held it is not there */
     for (uint32_t i = 0; i < cap; i++) free(table[i].text);
     free(table);
     table = NULL;

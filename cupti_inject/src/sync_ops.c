@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inject.h"
+#include "state.h"
 
 static struct xp_batch_SYNC *sync_batch;
 

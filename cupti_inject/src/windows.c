@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "inject.h"
+#include "state.h"
 #include "nvtx_window.h"
 #include "window_control.h"
 

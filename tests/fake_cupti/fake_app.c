@@ -16,6 +16,8 @@
  * cuProfilerStart/Stop around 7 driver-only "second_window_kernel" launches, then 3 more
  * "outside_kernel" launches.
  * "loop": LAUNCHES launches every 10 ms until a signal ends it.
+ * "_exit": LAUNCHES launches and a device sync, then _exit(EXIT_CODE) at once (no atexit, no
+ * periodic flush yet: what multiprocessing and DataLoader workers do).
  * "delay" (timed windows): 20 "before_kernel" launches at once, 20 "window_kernel" launches 1 s
  * after its start, 20 "after_kernel" launches 2 s after its start, then it exits.
  * "nvtx" (NVTX capture ranges): "outside_kernel" launches between ranges named "step", each
@@ -215,6 +217,11 @@ int main(int argc, char **argv) {
         }
         printf("fake_app: delay phases done\n");
         return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "_exit") == 0) {
+        for (int i = 0; i < launches; i++) model_forward_layer(i);
+        fake_device_synchronize();
+        _exit(exit_code);
     }
     if (argc > 3 && strcmp(argv[3], "crash") == 0) {
         for (int i = 0; i < launches; i++) model_forward_layer(i);

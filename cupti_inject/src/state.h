@@ -1,7 +1,9 @@
 /* Internal to the CUPTI injection library (not installed, not for the sampler): the state its
- * files share and each file's entry points.  One job per file:
- *   inject.c         entry point (InitializeInjection), set-up order, flush hook, exit,
- *                    signal and fork handling
+ * files share and each file's entry points, at the bottom of every file (inject.c, the entry,
+ * is above them all: nothing calls into it).  One job per file:
+ *   inject.c         entry point (InitializeInjection) and the set-up order
+ *   lifecycle.c      after the set-up: the flush hook; exit, _exit, exec, signal and fork
+ *                    handling
  *   config.c         the product switches, read once (config.h)
  *   api_callbacks.c  which APIs are traced, the callback: API rows, correlation aliases,
  *                    the launch-site hook
@@ -13,8 +15,8 @@
  *   windows.c        capture windows: open_window / close_window, delay timer, limit
  *   counters.c       the counts written into the stream at the final flush
  *   experiments.c    measurement-only switches (only with XPU_PERF_EXPERIMENTS) */
-#ifndef XP_INJECT_H
-#define XP_INJECT_H
+#ifndef XP_STATE_H
+#define XP_STATE_H
 
 #include <cupti.h>
 #include <pthread.h>
@@ -39,7 +41,10 @@
         }                                                                                    \
     } while (0)
 
-/* ---- inject.c ---- */
+/* ---- lifecycle.c ---- */
+/* After the set-up: the flush hook, fork handlers, the signal flush thread, atexit and the
+ * sampler library's exit hooks. */
+void lifecycle_start(void);
 /* At a thread's first traced call: our final flush must run before the driver's teardown. */
 void register_late_atexit_once(void);
 

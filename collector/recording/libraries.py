@@ -1,0 +1,39 @@
+"""Where the native libraries the target loads come from during a run.
+
+As root, the libraries are loaded from a copy in a directory of the run that every user can
+read and only root can write (0755, root's: what collector/cache_trust.py asks of code it
+loads): a process of the tree that becomes another user (sudo's user, `setpriv`, `runuser`,
+`su`) cannot read root's cache under a 0700 home, and ld.so would refuse the preload (or
+libcuda the injection library) without a word in the trace.  The directory goes with record.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+_run_directory: Path | None = None
+
+
+def _directory() -> Path:
+    global _run_directory
+    if _run_directory is None:
+        _run_directory = Path(tempfile.mkdtemp(prefix="xpu-perf-lib-"))
+        _run_directory.chmod(0o755)
+        atexit.register(shutil.rmtree, _run_directory, True)
+    return _run_directory
+
+
+def loadable_by_target(library: Path) -> Path:
+    """The path the target loads `library` from: as root, the run's world-readable copy;
+    otherwise the library itself (the target runs as this user)."""
+    if os.geteuid() != 0:
+        return library
+    copy = _directory() / library.name
+    if not copy.exists():
+        shutil.copyfile(library, copy)
+        copy.chmod(0o755)
+    return copy
