@@ -1,0 +1,98 @@
+"""What a frame is: the one set of frame predicates every part of xpu-perf uses.
+
+A frame is known by its function name and its module (the mapping: an ELF path, or for a
+Python frame its source file).  The collector uses these when it builds stacks (dropping the
+interpreter's unnamed addresses, the tracer's own frames); `exporters/folded/frames.py`
+builds the display filters on them.  This module imports nothing of the project, so the
+lowest layer (`collector.model`) can use it.
+
+Decided by module first, by name second: a name alone cannot tell CPython's
+`PyObject_Call` from an extension's function of the same prefix, but the frames of a trace
+written before modules were kept, or of a folded file, have only names.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+# `name (file.py:12)`: how the collector names a Python frame (a line may be 0 or missing
+# in a frozen module's frame, the file a pseudo-file such as <string>).
+_PYTHON_NAME = re.compile(r" \([^()]*:\d+\)$")
+
+# The interpreter's own objects: the python3.X executable (Debian links CPython statically
+# into it) and libpython3.X.so (other distributions, embedders).
+_INTERPRETER_MODULE = re.compile(r"^(python\d[\d.]*[a-z]*|libpython\d[\d.]*[a-z]*\.so[\d.]*)$")
+
+# CPython's C functions that only run Python code: the eval loop, the call machinery, import,
+# the start-up path from main() to the first Python frame.  Exported names (`Py*`, `_Py*`)
+# and the static ones debug builds and libpython.so keep symbols for.
+_INTERPRETER_NAME = re.compile(
+    r"^_?(Py_|PyObject_|PyEval_|PyImport_|PyRun_|PyCFunction_|PyVectorcall_|PyFunction_"
+    r"|PyMethod_|PyCode_|PyGen_|PyIter_|PyThread_|PyModule_|PyCallIter_|PyMethodDescr_)\w*$"
+    r"|^_PyEval\w*$"
+    r"|^(method_vectorcall\w*|cfunction_\w+|slot_tp_\w+|vectorcall_\w+|wrapper_call\w*"
+    r"|function_code_fastcall|call_function\w*|object_vacall|_?[Pp]ymain_\w+"
+    r"|builtin_exec\w*|builtin___import__\w*|run_mod|run_eval_code_obj|pyrun_\w+|thread_run"
+    r"|t_bootstrap|import_find_and_load|exec_code_in_module|module_exec|do_call_core"
+    r"|partial_call|partial_vectorcall|context_run|gen_send_ex2?)$"
+)
+# Unnamed addresses of a module (`python3.12+0x6bcf22`): the symbolizer's name for a pc in
+# a static function of a stripped object.
+_ADDRESS = re.compile(r"^(?P<module>[^+\s]+)\+0x[0-9a-f]+$")
+
+# Frames of the CUDA libraries (and unnamed addresses), which launch on behalf of the code
+# that called them; and frames of framework dispatch (PyTorch's operator machinery, the
+# interpreter), which run code users wrote rather than being it.
+_CUDA = re.compile(
+    r"^(cuda|cu[A-Z]|cublas|cudnn|nccl|cutlass|__device_stub__|lib[\w.+-]*\.so[\d.]*\+0x|0x|\[)"
+)
+_DISPATCH = re.compile(r"^(at::|c10::|std::|torch::(?!autograd::generated::)|void |_Py|Py[A-Z])")
+
+
+def basename(module: str) -> str:
+    return module.rsplit("/", 1)[-1]
+
+
+def is_python_module(module: str) -> bool:
+    """A Python source file, or the pseudo-file of code without one (`<string>` for
+    `python -c`, `<stdin>`, `<frozen importlib._bootstrap>`)."""
+    name = basename(module)
+    return name.endswith(".py") or (name.startswith("<") and name.endswith(">"))
+
+
+def is_python_frame(name: str, module: str = "") -> bool:
+    """A frame of Python code: by its module where known, else by its `f (file.py:12)` name."""
+    if module:
+        return is_python_module(module)
+    return bool(_PYTHON_NAME.search(name))
+
+
+def is_interpreter_module(module: str) -> bool:
+    return bool(module) and bool(_INTERPRETER_MODULE.match(basename(module)))
+
+
+@lru_cache(maxsize=65536)
+def is_interpreter_frame(name: str, module: str = "") -> bool:
+    """A frame of CPython itself (not of the Python code it runs, nor of an extension):
+    its module is the interpreter's, or, without a module, its name is one of CPython's
+    (or its unnamed address is inside python3.X / libpython)."""
+    if module:
+        return is_interpreter_module(module)
+    address = _ADDRESS.match(name)
+    if address:
+        return is_interpreter_module(address.group("module"))
+    return bool(_INTERPRETER_NAME.match(name))
+
+
+def is_unnamed_address(name: str, module: str) -> bool:
+    """`libfoo.so+0x1234`: a pc the symbolizer could not name inside `module`."""
+    return name.startswith(basename(module) + "+0x")
+
+
+def is_cuda_library_frame(name: str) -> bool:
+    return bool(_CUDA.match(name))
+
+
+def is_dispatch_frame(name: str) -> bool:
+    return bool(_DISPATCH.match(name))
