@@ -50,6 +50,14 @@ _CUDA = re.compile(
 _DISPATCH = re.compile(r"^(at::|c10::|std::|torch::(?!autograd::generated::)|void |_Py|Py[A-Z])")
 
 
+# The C runtime's entry into a program or a thread (`_start` -> `__libc_start_main` -> main,
+# `clone3` -> `start_thread` -> the thread function): in the C library or the dynamic loader.
+_C_RUNTIME_MODULE = re.compile(r"^(libc[.-]|libpthread[.-]|ld-linux|ld-musl|libc\.musl)")
+_C_RUNTIME_NAME = re.compile(
+    r"^(_start|__libc_start_main\w*|__libc_start_call_main|start_thread|clone3?|thread_start)$"
+)
+
+
 def basename(module: str) -> str:
     return module.rsplit("/", 1)[-1]
 
@@ -83,6 +91,16 @@ def is_interpreter_frame(name: str, module: str = "") -> bool:
     if address:
         return is_interpreter_module(address.group("module"))
     return bool(_INTERPRETER_NAME.match(name))
+
+
+def is_c_runtime_entry(name: str, module: str = "") -> bool:
+    """A frame of the C runtime's entry into the program or a thread (libc, the loader)."""
+    if module:
+        return bool(_C_RUNTIME_MODULE.match(basename(module)))
+    address = _ADDRESS.match(name)
+    if address:
+        return bool(_C_RUNTIME_MODULE.match(address.group("module")))
+    return bool(_C_RUNTIME_NAME.match(name))
 
 
 def is_unnamed_address(name: str, module: str) -> bool:

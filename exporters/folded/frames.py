@@ -22,9 +22,8 @@ def hide_interpreter_between_python(stack: Sequence[FrameRef]) -> list[FrameRef]
     PyImport_ImportModuleLevelObject;...;_find_and_load (<frozen ...>)` reads
     `<module> (a.py:4);_find_and_load (...)`): they only say that Python called Python, the
     way py-spy's native mode reads.  Native frames below the innermost Python frame (the C
-    code that runs there) and above the outermost (the start-up path) stay, and so does
-    every frame that is not the interpreter's (an extension's C++ between two Python frames
-    is real work)."""
+    code that runs there) stay, and so does every frame that is not the interpreter's (an
+    extension's C++ between two Python frames is real work)."""
     python_at = [
         i for i, (name, module) in enumerate(stack) if predicates.is_python_frame(name, module)
     ]
@@ -42,7 +41,32 @@ def hide_interpreter_between_python(stack: Sequence[FrameRef]) -> list[FrameRef]
     ]
 
 
-DEFAULT_FILTERS: tuple[StackFilter, ...] = (hide_interpreter_between_python,)
+def hide_startup_above_python(stack: Sequence[FrameRef]) -> list[FrameRef]:
+    """In a stack with Python frames, the way in to the outermost one goes: the C runtime's
+    entry (`_start;__libc_start_main`, `clone3;start_thread`) and the interpreter's start-up
+    (`Py_BytesMain;Py_RunMain;pymain_run_python;...;PyEval_EvalCode`, a thread's
+    `thread_run`).  They are in every sample of the process, so they only push the program
+    down the flamegraph and to the top of a ranking by total.  The thread root stays, and
+    so does the frame of an embedding program (its own code calling into Python)."""
+    first = next(
+        (i for i, (name, module) in enumerate(stack) if predicates.is_python_frame(name, module)),
+        None,
+    )
+    if first is None:
+        return list(stack)
+    return [
+        frame
+        for i, frame in enumerate(stack)
+        if i == 0
+        or i >= first
+        or not (predicates.is_interpreter_frame(*frame) or predicates.is_c_runtime_entry(*frame))
+    ]
+
+
+DEFAULT_FILTERS: tuple[StackFilter, ...] = (
+    hide_startup_above_python,
+    hide_interpreter_between_python,
+)
 
 
 def apply_filters(stack: Sequence[FrameRef], show_all: bool = False) -> list[FrameRef]:
