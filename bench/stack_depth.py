@@ -21,8 +21,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from collector import frames as predicates  # noqa: E402
+from collector.frames import FrameRef, apply_filters  # noqa: E402
 from exporters.folded.folded import _load_stack_tables  # noqa: E402
-from exporters.folded.frames import FrameRef, apply_filters, folded_frames  # noqa: E402
+from exporters.folded.frames import folded_frames  # noqa: E402
 from exporters.perfetto.trace_processor import open_trace  # noqa: E402
 from exporters.report.top_functions import rank_functions  # noqa: E402
 

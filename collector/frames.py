@@ -1,10 +1,17 @@
-"""What a frame is: the one set of frame predicates every part of xpu-perf uses.
+"""What a frame is, and which frames users see: the one set of frame predicates and stack
+filters every part of xpu-perf uses.
 
 A frame is known by its function name and its module (the mapping: an ELF path, or for a
 Python frame its source file).  The collector uses these when it builds stacks (dropping the
 interpreter's unnamed addresses, the tracer's own frames); `exporters/folded/frames.py`
 builds the display filters on them.  This module imports nothing of the project, so the
 lowest layer (`collector.model`) can use it.
+
+The filters are small `(frames) -> frames` transforms on one stack, outermost frame first,
+where a frame is a `(name, module)` pair (module "" where unknown: the thread's root, a GPU
+op, a frame read from a folded file), in the manner of pyinstrument's processors; `show_all`
+(`--all-frames`) turns hiding off.  They run when stacks are read (`folded`, `flamegraph`,
+`report`, the launch stack shown on an API slice); the trace keeps every frame.
 
 Decided by module first, by name second: a name alone cannot tell CPython's
 `PyObject_Call` from an extension's function of the same prefix, but the frames of a trace
@@ -14,6 +21,7 @@ written before modules were kept, or of a folded file, have only names.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 # `name (file.py:12)`: how the collector names a Python frame (a line may be 0 or missing
@@ -114,3 +122,62 @@ def is_cuda_library_frame(name: str) -> bool:
 
 def is_dispatch_frame(name: str) -> bool:
     return bool(_DISPATCH.match(name))
+
+
+# -- filters ---------------------------------------------------------------------------
+FrameRef = tuple[str, str]  # (function name, module path or "")
+StackFilter = Callable[[Sequence[FrameRef]], list[FrameRef]]
+
+
+def hide_interpreter_between_python(stack: Sequence[FrameRef]) -> list[FrameRef]:
+    """CPython's own frames between two Python frames go (`<module> (a.py:4);
+    PyImport_ImportModuleLevelObject;...;_find_and_load (<frozen ...>)` reads
+    `<module> (a.py:4);_find_and_load (...)`): they only say that Python called Python, the
+    way py-spy's native mode reads.  Native frames below the innermost Python frame (the C
+    code that runs there) stay, and so does every frame that is not the interpreter's (an
+    extension's C++ between two Python frames is real work)."""
+    python_at = [i for i, (name, module) in enumerate(stack) if is_python_frame(name, module)]
+    if len(python_at) < 2:
+        return list(stack)
+    first, last = python_at[0], python_at[-1]
+    return [
+        frame
+        for i, frame in enumerate(stack)
+        if not (first < i < last and is_interpreter_frame(*frame) and not is_python_frame(*frame))
+    ]
+
+
+def hide_startup_above_python(stack: Sequence[FrameRef]) -> list[FrameRef]:
+    """In a stack with Python frames, the way in to the outermost one goes: the C runtime's
+    entry (`_start;__libc_start_main`, `clone3;start_thread`) and the interpreter's start-up
+    (`Py_BytesMain;Py_RunMain;pymain_run_python;...;PyEval_EvalCode`, a thread's
+    `thread_run`).  They are in every sample of the process, so they only push the program
+    down the flamegraph and to the top of a ranking by total.  The thread root stays, and
+    so does the frame of an embedding program (its own code calling into Python)."""
+    first = next(
+        (i for i, (name, module) in enumerate(stack) if is_python_frame(name, module)),
+        None,
+    )
+    if first is None:
+        return list(stack)
+    return [
+        frame
+        for i, frame in enumerate(stack)
+        if i == 0 or i >= first or not (is_interpreter_frame(*frame) or is_c_runtime_entry(*frame))
+    ]
+
+
+DEFAULT_FILTERS: tuple[StackFilter, ...] = (
+    hide_startup_above_python,
+    hide_interpreter_between_python,
+)
+
+
+def apply_filters(stack: Sequence[FrameRef], show_all: bool = False) -> list[FrameRef]:
+    """A stack as users read it by default; every frame with show_all."""
+    out = list(stack)
+    if show_all:
+        return out
+    for stack_filter in DEFAULT_FILTERS:
+        out = stack_filter(out)
+    return out

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from collector import frames as predicates
-from exporters.folded.frames import (
+from collector.frames import (
     DEFAULT_FILTERS,
     FrameRef,
     StackFilter,
     apply_filters,
-    filter_folded,
     hide_interpreter_between_python,
     hide_startup_above_python,
 )
+from exporters.folded.frames import filter_folded
 
 PY = "/usr/bin/python3.11"
 LIBPY = "/usr/lib/x86_64-linux-gnu/libpython3.13.so.1.0"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from exporters.folded.names import short_name
+from collector.frame_names import short_name
 from exporters.perfetto.trace_processor import Trace, open_trace
 from exporters.report.html_page import FLAME_ID
 from exporters.report.queries import Report, Section, collect

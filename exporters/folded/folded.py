@@ -15,8 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from importlib import resources
 
+from collector.frame_names import shorten_stack
 from exporters.folded.frames import filter_folded
-from exporters.folded.names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
 

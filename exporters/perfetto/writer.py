@@ -238,6 +238,14 @@ class TraceWriter:
                 snapshot = capture_clock_snapshot()
             else:
                 snapshot = {pb.BUILTIN_CLOCK_BOOTTIME: 0}
+        # Launch stacks are timed on CLOCK_MONOTONIC, the only clock trace_processor reads
+        # a StreamingProfilePacket's time in (launch_stacks.py): a snapshot without it
+        # gets it as the trace clock's twin (nothing else in the trace uses it then).
+        snapshot = dict(snapshot)
+        snapshot.setdefault(pb.BUILTIN_CLOCK_MONOTONIC, snapshot.get(self.clock_id, 0))
+        self._trace.monotonic_offset = snapshot[pb.BUILTIN_CLOCK_MONOTONIC] - snapshot.get(
+            self.clock_id, 0
+        )
         # The trace clock's reading at the snapshot: a time trace_processor can always
         # convert (see _first_ts_hint).
         self._snapshot_ts = snapshot.get(self.clock_id, 0)

@@ -10,9 +10,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from collector.frame_names import short_name, shorten_stack
 from exporters.folded import frames
 from exporters.folded.folded import FoldedError, FoldedStacks, fold
-from exporters.folded.names import short_name, shorten_stack
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
 from exporters.report import top_functions, units

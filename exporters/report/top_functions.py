@@ -16,8 +16,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from collector import frames as predicates
-from exporters.folded.frames import apply_filters, folded_frames
-from exporters.folded.names import short_name
+from collector.frame_names import short_name
+from collector.frames import apply_filters
+from exporters.folded.frames import folded_frames
 from exporters.perfetto.trace_processor import Trace
 
 TITLE = "Top functions (CPU samples)"
