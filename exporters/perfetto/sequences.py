@@ -33,10 +33,9 @@ SHARED_CLOCK = (126, 127)  # indexed by "is a GPU track"
 # that list's extend(), the packet fields before a BEGIN's timestamp (sequence id and
 # flags, clock id)].  A list, not an object: the hot loops read it for every packet.
 TrackClock = list[Any]
-# Perf timebase names of the sample sequences: SQL tells CPU timer samples from launch
-# stacks by them.
+# Perf timebase name of the CPU timer samples' sequences: SQL finds them by it (launch
+# stacks are not perf samples: launch_stacks.py).
 CPU_SAMPLE_TIMEBASE = "cpu-clock"
-LAUNCH_STACK_TIMEBASE = "xpu_perf.launch_stack"
 _SEQ_CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 _TS_SMALL = wire.TIMESTAMP_SMALL

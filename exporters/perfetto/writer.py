@@ -18,9 +18,10 @@ Encoding contract (the SQL-facing part is in docs/ARCHITECTURE.md):
   lanes of the same name when ops overlap);
 - slices as TrackEvent BEGIN/END pairs with interned names and categories, debug
   annotations, v2 flow ids;
-- stacks as interned mappings -> frames -> callstacks; CPU timer samples and launch
-  stacks are PerfSamples on sequences whose timebases are named `cpu-clock` and
-  `xpu_perf.launch_stack`, which is how SQL tells them apart;
+- stacks as interned mappings -> frames -> callstacks; CPU timer samples are PerfSamples
+  on sequences whose timebase is named `cpu-clock`; launch stacks are StreamingProfile
+  samples on a sequence per calling thread plus an arg of the API slice
+  (launch_stacks.py), so the UI's CPU flamegraph counts timer samples only;
 - one ClockSnapshot, and an `xpu_perf_metadata` instant carrying the run's counters.
 
 Where each part is (one concept a module, lower ones first; none imports a higher one):
@@ -62,7 +63,6 @@ from exporters.perfetto.producer import Producer
 from exporters.perfetto.sequences import (
     CPU_SAMPLE_TIMEBASE,
     INCREMENTAL_CLOCK_ID,
-    LAUNCH_STACK_TIMEBASE,
 )
 from exporters.perfetto.trace_state import TraceState
 
@@ -73,7 +73,6 @@ __all__ = [
     "CPU_SAMPLE_TIMEBASE",
     "DEFAULT_COMPRESSION_LEVEL",
     "INCREMENTAL_CLOCK_ID",
-    "LAUNCH_STACK_TIMEBASE",
     "METADATA_CATEGORY",
     "TOOL_NAME",
     "Producer",
