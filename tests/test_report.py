@@ -257,11 +257,15 @@ _FLAME_JS = f"""(() => {{
   const frames = [...svg.querySelectorAll('.fg-f')].map(g => ({{
     name: g.querySelector('title').textContent.split('\\n')[0],
     v: +g.getAttribute('data-v'), d: +g.getAttribute('data-d'), g: g }}));
+  // Kernels drawn, plus those under a pixel kept as the graph's sliver data.
+  const data = JSON.parse(svg.querySelector('.fg-data').textContent);
   const kernels = frames.filter(f => f.name.startsWith('[GPU_Kernel]'))
-                        .reduce((s, f) => s + f.v, 0);
+                        .reduce((s, f) => s + f.v, 0)
+    + data.frames.filter(r => data.names[r[0]][0].startsWith('[GPU_Kernel]'))
+                 .reduce((s, r) => s + r[2], 0);
   const rootWidth = +frames[0].g.querySelector('rect').getAttribute('width');
   const target = frames.filter(f => f.d === 2).sort((a, b) => a.v - b.v)[0].g;
-  target.dispatchEvent(new MouseEvent('click'));
+  target.dispatchEvent(new MouseEvent('click', {{bubbles: true}}));  // as a real click
   const zoomed = +target.querySelector('rect').getAttribute('width');
   return {{kernels, rootWidth, zoomed, count: frames.length}};
 }})()"""
