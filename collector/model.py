@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from collector import frames
+
 ArgValue = int | float | str | bool
 Args = Mapping[str, ArgValue]
 
@@ -52,8 +54,7 @@ class Frame:
 def is_python_frame(frame: Frame) -> bool:
     """A frame of Python code: its module is a .py file, or the pseudo-file of code without
     one (`<string>` for `python -c`, `<stdin>`, `<frozen importlib._bootstrap>`)."""
-    name = frame.module.rsplit("/", 1)[-1]
-    return name.endswith(".py") or (name.startswith("<") and name.endswith(">"))
+    return frames.is_python_module(frame.module)
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,7 +159,10 @@ def _fingerprint(path: Path) -> dict[str, object]:
         samples = sorted(
             (r["ts"], r["tid"], frames(r["callsite_id"]))
             for r in t.query(
-                "select p.ts, th.tid, p.callsite_id from perf_sample p join thread th using (utid)"
+                # Launch stacks: StreamingProfile samples, the ns rest in process_priority
+                # (exporters/perfetto/launch_stacks.py).
+                "select p.ts + p.process_priority as ts, th.tid, p.callsite_id "
+                "from cpu_profile_stack_sample p join thread th using (utid)"
             )
         )
         errors = t.query(

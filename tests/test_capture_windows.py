@@ -53,7 +53,7 @@ def assert_complete(t) -> None:
     )
     assert no_flow == 0
     api = t.scalar("select count(*) from slice where category = 'cuda_api'")
-    assert t.scalar("select count(*) from perf_sample") == api
+    assert t.scalar("select count(*) from cpu_profile_stack_sample") == api  # launch stacks
     assert metadata(t, "cupti_launches_without_stack") == 0
     assert metadata(t, "cupti_gpu_ops_without_api") == 0
     errors = t.scalar(

@@ -41,8 +41,13 @@ FORBIDDEN = {
     "view": _QUERY_ENGINE + _RECORDER + _CONVERTER + _WRITER + _READER,
 }
 # Command modules one command may load besides its own: the query commands share the
-# `--trace-processor` flag (query) and the output helpers (output).
-SHARED_COMMANDS = {"collector.commands.query", "collector.commands.output"}
+# `--trace-processor` flag (query), the output helpers (output) and the frame flags
+# `--full-names` / `--all-frames` (frame_flags).
+SHARED_COMMANDS = {
+    "collector.commands.query",
+    "collector.commands.output",
+    "collector.commands.frame_flags",
+}
 
 
 def _loaded_after(code: str) -> set[str]:

@@ -169,9 +169,27 @@ def test_launch_stacks_are_symbolized(app_trace) -> None:
         frames = {r["name"] for r in t.query("select distinct name from stack_profile_frame")}
         assert {"model_forward_layer", "triton_style_launch", "main"} <= frames
         # One launch-stack sample per API call, every one with a frame of the application.
-        samples = t.scalar("select count(*) from perf_sample")
+        load_views(t)
+        samples = t.scalar("select count(*) from xpu_launch_stack")
+        assert t.scalar("select count(*) from perf_sample") == 0  # the UI's CPU flamegraph
         api = t.scalar("select count(*) from slice where category = 'cuda_api'")
         assert samples == api
+        # Each at its API call's exact time and thread (how SQL pairs them: the
+        # microsecond sample time plus its ns rest).
+        paired = t.scalar(
+            "select count(*) from xpu_launch_stack ls join slice s on s.ts = ls.ts "
+            "join thread_track tt on s.track_id = tt.id and tt.utid = ls.utid "
+            "where s.category = 'cuda_api'"
+        )
+        assert paired == api
+        # ... and its frames, innermost first, in the API slice's details.
+        shown = t.query(
+            "select extract_arg(arg_set_id, 'debug.launch_stack') as frames from slice "
+            "where category = 'cuda_api'"
+        )
+        assert all(" <- " in r["frames"] for r in shown)
+        innermost = {r["frames"].split(" <- ")[0] for r in shown}
+        assert {"model_forward_layer", "triton_style_launch"} <= innermost
         assert metadata(t, "cupti_launches_without_stack") == 0
         assert metadata(t, "cupti_launches_with_user_frame") == metadata(t, "cupti_launches")
         assert metadata(t, "cupti_dropped_records") == 3

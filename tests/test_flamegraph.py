@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import pytest
 
 from exporters.perfetto.trace_processor import open_trace
 from exporters.report.flamegraph import (
+    FRAME_HEIGHT,
+    HEADER,
     PAD,
     build_tree,
     fit_label,
@@ -16,6 +19,7 @@ from exporters.report.flamegraph import (
     render_svg,
 )
 
+from .browser import Chromium
 from .conftest import run_cli
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -40,7 +44,8 @@ def frames(svg_text: str) -> list[dict]:
                 "depth": int(g.get("data-d", "-1")),
                 "x": float(rect.get("x", "nan")),
                 "width": float(rect.get("width", "nan")),
-                "label": g.find(f"{SVG}text").text or "",  # type: ignore[union-attr]
+                # A frame too narrow for a label has no <text>.
+                "label": getattr(g.find(f"{SVG}text"), "text", None) or "",
             }
         )
     return out
@@ -115,19 +120,28 @@ def test_narrow_cpu_frames_are_elided_and_said_so() -> None:
     main = next(f for f in frames(svg) if f["name"] == "main")
     assert main["value"] == 1_000_001.0
     assert "1 CPU frame narrower than 0.1 px not drawn" in svg
-    assert "tiny" in {f["name"] for f in frames(render_svg(lines, width=1000, min_width=0))}
+    # Without a minimum it is kept, as data the script draws on zoom (a sliver).
+    kept = ET.fromstring(render_svg(lines, width=1000, min_width=0))
+    data = json.loads(kept.find(f"{SVG}script[@class='fg-data']").text or "")  # type: ignore[union-attr]
+    assert [n for n, _ in data["names"]] == ["tiny"]
 
 
-def test_narrow_gpu_frames_are_always_drawn() -> None:
+def test_narrow_gpu_frames_are_never_elided() -> None:
+    """Next to seconds of CPU a kernel is a sliver: never elided, kept as sliver data
+    (drawn on zoom) where it is under a pixel."""
     lines = [
         ("main;cpu_work", 10_000_000.0),
         ("main;launch;cudaLaunchKernel;[GPU_Kernel]short", 3.0),
         ("main;launch;cudaMemcpy;[GPU_Memcpy]copy", 2.0),
     ]
-    fs = frames(render_svg(lines, width=1000, min_width=0.1))
-    names = {f["name"] for f in fs}
+    svg = render_svg(lines, width=1000, min_width=0.1)
+    fs = frames(svg)
+    data = json.loads(ET.fromstring(svg).find(f"{SVG}script[@class='fg-data']").text or "")  # type: ignore[union-attr]
+    names = {f["name"] for f in fs} | {n for n, _ in data["names"]}
     assert {"launch", "cudaLaunchKernel", "[GPU_Kernel]short", "[GPU_Memcpy]copy"} <= names
-    assert sum(f["value"] for f in fs if f["name"].startswith("[GPU_")) == 5.0
+    gpu = sum(f["value"] for f in fs if f["name"].startswith("[GPU_"))
+    gpu += sum(row[2] for row in data["frames"] if data["names"][row[0]][0].startswith("[GPU_"))
+    assert gpu == 5.0
 
 
 def test_labels_fit_their_frame() -> None:
@@ -170,3 +184,67 @@ def test_flamegraph_cli_errors_are_one_line(example_trace: Path, tmp_path: Path)
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*.svg*"))
+
+
+def test_icicle_base_on_top_and_height_of_what_is_drawn() -> None:
+    """The root row sits right under the header (a browser opens on it, however deep the
+    stacks), each level one row lower; the SVG ends under its deepest drawn frame: a deep
+    stack too narrow to draw adds no height."""
+    deep = ";".join(f"f{i}" for i in range(200))
+    lines = [*LINES, (deep, 0.000001)]
+    svg = render_svg(lines, width=600)
+    root = ET.fromstring(svg)
+    rects = {
+        int(g.get("data-d")): float(g.find(f"{SVG}rect").get("y"))
+        for g in root.iter(f"{SVG}g")
+        if g.get("class") == "fg-f"
+    }
+    assert rects[0] == HEADER
+    assert all(rects[d] == HEADER + d * FRAME_HEIGHT for d in rects)
+    drawn_depth = max(rects)
+    assert drawn_depth < 10  # the 200-deep sliver is not drawn
+    assert float(root.get("height")) == HEADER + (drawn_depth + 1) * FRAME_HEIGHT + PAD
+
+
+# 400 slivers under `narrow` (each ~0.03 px unzoomed at 1000 px: data, not elements), one
+# wide sibling.
+SLIVER_LINES = [("main;wide", 1_000_000.0)] + [
+    (f"main;narrow;leaf{i:03d}", 30.0) for i in range(400)
+]
+
+
+def test_slivers_are_data_not_elements() -> None:
+    svg = render_svg(SLIVER_LINES, width=1000, min_width=0.01)
+    names = {f["name"] for f in frames(svg)}
+    assert "wide" in names and not any(n.startswith("leaf") for n in names)
+    data = ET.fromstring(svg).find(f"{SVG}script[@class='fg-data']")
+    assert data is not None
+    rows = json.loads(data.text or "")
+    assert len(rows["frames"]) == 400  # the leaves (narrow itself is 11.6 px wide)
+    assert {n for n, _ in rows["names"]} == {f"leaf{i:03d}" for i in range(400)}
+
+
+_ZOOM_JS = """(() => {
+  const narrow = [...document.querySelectorAll('.fg-f')].find(
+    g => g.querySelector('title').textContent.startsWith('narrow\\n'));
+  narrow.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+  const leaves = [...document.querySelectorAll('.fg-f')].filter(
+    g => g.querySelector('title').textContent.startsWith('leaf') && g.style.display !== 'none');
+  return {leaves: leaves.length,
+          width: +leaves[0].querySelector('rect').getAttribute('width')};
+})()"""
+
+
+def test_zoom_draws_slivers_in_chromium(tmp_path: Path) -> None:
+    """A click on their parent widens the slivers: the script makes them elements then,
+    drawn at their zoomed width."""
+    path = tmp_path / "slivers.svg"
+    path.write_text(render_svg(SLIVER_LINES, width=1000, min_width=0.01))
+    with Chromium(width=1100, height=800) as browser:
+        browser.navigate(path.as_uri())
+        browser.wait_for("document.readyState === 'complete'", what="the SVG")
+        assert browser.evaluate("document.querySelectorAll('.fg-f').length") == 4
+        zoomed = browser.evaluate(_ZOOM_JS)
+        assert browser.log.exceptions == []
+    assert zoomed["leaves"] == 400
+    assert zoomed["width"] == pytest.approx((1000 - 2 * PAD) / 400, rel=1e-6)

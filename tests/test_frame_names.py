@@ -3,10 +3,10 @@ names as users know them, and the report's "launched from"."""
 
 from __future__ import annotations
 
+from collector.frame_names import short_name, shorten_stack
 from collector.model import Frame
 from collector.sources.cupti_api import api_name
 from collector.sources.cupti_launch_stacks import drop_interpreter_addresses, drop_tracer_frames
-from exporters.folded.names import short_name, shorten_stack
 from exporters.report.queries import launched_from
 
 

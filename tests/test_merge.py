@@ -42,6 +42,10 @@ select (select count(*) from slice) as slices,
        (select count(*) from xpu_nccl_kernel) as nccl,
        (select count(*) from perf_sample) as samples,
        (select count(*) from xpu_launch_stack) as launch_stacks,
+       -- launch stacks at their API call's exact time and thread (moved alike by a merge)
+       (select count(*) from xpu_launch_stack ls join slice s on s.ts = ls.ts
+        join thread_track tt on s.track_id = tt.id and tt.utid = ls.utid
+        where s.category = 'cuda_api') as launch_stacks_paired,
        (select count(*) from xpu_cpu_sample) as cpu_samples,
        (select count(*) from stats where severity in ('error', 'data_loss') and value > 0)
          as errors
@@ -123,7 +127,15 @@ def test_merge_keeps_every_event_of_every_input(
         gpus = [r["name"] for r in t.query("select name from track where name glob 'GPU *'")]
     assert merged["errors"] == 0
     assert all(s["kernels"] == kernels_per_rank(RankSpec(0)) for s in singles)
-    for key in ("flows", "kernels", "nccl", "samples", "launch_stacks", "cpu_samples"):
+    for key in (
+        "flows",
+        "kernels",
+        "nccl",
+        "samples",
+        "launch_stacks",
+        "launch_stacks_paired",
+        "cpu_samples",
+    ):
         assert merged[key] == sum(s[key] for s in singles), key
     # Every slice of both, and the merge's own metadata instant.
     assert merged["slices"] == sum(s["slices"] for s in singles) + 1
@@ -305,8 +317,10 @@ def test_record_output_merges_with_a_copy_of_itself(tmp_path: Path) -> None:
         merged = _counts(t)
         pids = [r["pid"] for r in t.query("select pid from xpu_process")]
     assert alone["kernels"] > 0 and alone["launch_stacks"] > 0
+    assert alone["launch_stacks_paired"] == alone["launch_stacks"]
     assert merged["errors"] == 0
-    for key in ("flows", "kernels", "samples", "launch_stacks", "cpu_samples"):
+    for key in ("flows", "kernels", "samples", "launch_stacks", "launch_stacks_paired"):
         assert merged[key] == 2 * alone[key], key
+    assert merged["cpu_samples"] == 2 * alone["cpu_samples"]
     assert merged["slices"] == 2 * alone["slices"] + 1
     assert len(pids) == 2 * processes == len(set(pids))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from collector.frame_names import short_name
 from exporters.perfetto.trace_processor import Trace, open_trace
 from exporters.report.html_page import FLAME_ID
 from exporters.report.queries import Report, Section, collect
@@ -37,7 +38,7 @@ def trace_path(request: pytest.FixtureRequest) -> Path:
 def full_report(path: Path) -> tuple[Report, dict[str, Any]]:
     """The report with every row, and the raw rows the checks recompute it from."""
     with open_trace(path) as t:
-        report = collect(t, path.name, top=ALL, bins=50)
+        report = collect(t, path.name, top=ALL, bins=50, stacks=True)
         raw = _raw(t)
     return report, raw
 
@@ -98,7 +99,11 @@ def test_kernel_table_matches_the_raw_durations(trace_path: Path) -> None:
     assert len(rows) == len(durations) > 0
     kernel_total = sum(sum(d) for d in durations.values())
     for row in rows:
-        d = sorted(durations[row["name"]])
+        # The cell shows the short name; the full one (what the trace holds) is kept for
+        # the HTML tooltip.
+        full = row.get("name_full", row["name"])
+        assert row["name"] == short_name(full)
+        d = sorted(durations[full])
         assert row["count"] == len(d)
         assert row["total_ns"] == sum(d)
         assert row["mean_ns"] == pytest.approx(sum(d) / len(d))
@@ -192,6 +197,22 @@ def test_cpu_stacks_of_a_recorded_trace(recorded: RecordedTrace) -> None:
     assert "launch stack recorded" in section(report, "launch_stacks").note
 
 
+def test_top_functions_of_a_recorded_trace(recorded: RecordedTrace) -> None:
+    """two_callers: burn() does all the work, called from heavy_caller 3x as often as from
+    light_caller: burn is one row (not one per caller) with nearly all the self time, and
+    heavy_caller's total is about 3x light_caller's."""
+    if not recorded.cpu_samples:
+        pytest.skip("no eBPF here (needs root + bcc): the recorded trace has no CPU samples")
+    report, raw = full_report(recorded.path)
+    rows = {r["function"]: r for r in section(report, "top_functions").rows}
+    assert rows and next(iter(rows)) == "burn"
+    assert sum(r["self_samples"] for r in rows.values()) <= raw["cpu_samples"]
+    burn, heavy, light = rows["burn"], rows["heavy_caller"], rows["light_caller"]
+    assert burn["self_pct"] > 50
+    assert burn["total_pct"] >= heavy["total_pct"] + light["total_pct"] - 1e-9
+    assert 2.0 < heavy["total_pct"] / light["total_pct"] < 4.5
+
+
 def test_report_terminal_output(example_trace: Path) -> None:
     proc = run_cli("report", example_trace, "--top", "5")
     assert proc.returncode == 0, proc.stderr
@@ -202,7 +223,7 @@ def test_report_terminal_output(example_trace: Path) -> None:
         "GPU busy over time",
         "Memory copies by direction",
         "CUDA API calls by CPU time",
-        "Top CPU stacks (timer samples): no CPU samples in this trace",
+        "Top functions (CPU samples): no CPU samples in this trace",
         "Where GPU time is launched from",
         "Counters: drops, matches, totals",
     ):
@@ -212,7 +233,7 @@ def test_report_terminal_output(example_trace: Path) -> None:
             "select name from slice where category = 'kernel' "
             "group by name order by sum(dur) desc limit 1"
         )
-    assert top[:20] in out
+    assert short_name(top)[:20] in out  # kernel names read short, like C++ frames
     assert "convert_gpu_ops_without_api" in out
     assert "HtoD (Pageable -> Device)" in out
 
@@ -240,11 +261,15 @@ _FLAME_JS = f"""(() => {{
   const frames = [...svg.querySelectorAll('.fg-f')].map(g => ({{
     name: g.querySelector('title').textContent.split('\\n')[0],
     v: +g.getAttribute('data-v'), d: +g.getAttribute('data-d'), g: g }}));
+  // Kernels drawn, plus those under a pixel kept as the graph's sliver data.
+  const data = JSON.parse(svg.querySelector('.fg-data').textContent);
   const kernels = frames.filter(f => f.name.startsWith('[GPU_Kernel]'))
-                        .reduce((s, f) => s + f.v, 0);
+                        .reduce((s, f) => s + f.v, 0)
+    + data.frames.filter(r => data.names[r[0]][0].startsWith('[GPU_Kernel]'))
+                 .reduce((s, r) => s + r[2], 0);
   const rootWidth = +frames[0].g.querySelector('rect').getAttribute('width');
   const target = frames.filter(f => f.d === 2).sort((a, b) => a.v - b.v)[0].g;
-  target.dispatchEvent(new MouseEvent('click'));
+  target.dispatchEvent(new MouseEvent('click', {{bubbles: true}}));  // as a real click
   const zoomed = +target.querySelector('rect').getAttribute('width');
   return {{kernels, rootWidth, zoomed, count: frames.length}};
 }})()"""

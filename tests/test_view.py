@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from collector import model
 from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.writer import TraceWriter
 from exporters.report.ui_server import INTERNAL_USER_SCRIPT, serve_ui, start_in_thread
 
 from .browser import Chromium, is_local
@@ -223,13 +225,15 @@ def _view_in_chromium(trace: Path, shot: Path, host: str = "127.0.0.1") -> None:
 # 'searched' when matches are counted but none is selected, '' while it is still working.
 _SEARCH_STATE_JS = """(() => {
   const text = document.body.innerText;
-  if (text.includes('Category\\nkernel') && text.includes('SQL ID')) return 'selected:' + text;
+  if (text.includes('Category\\n%s') && text.includes('SQL ID')) return 'selected:' + text;
   const bar = document.querySelector('.pf-omnibox');
   return bar && /\\b0 \\/ \\d+/.test(bar.parentElement.innerText) ? 'searched' : '';
 })()"""
 
 
-def _search_and_select(browser: Chromium, name: str, attempts: int = 8) -> str:
+def _search_and_select(
+    browser: Chromium, name: str, attempts: int = 8, category: str = "kernel"
+) -> str:
     """Page text once the searched kernel is selected ('' if it never is).
 
     The UI keeps re-rendering for a moment after the tracks appear and may drop the
@@ -242,7 +246,7 @@ def _search_and_select(browser: Chromium, name: str, attempts: int = 8) -> str:
         _press_enter(browser)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            state = browser.evaluate(_SEARCH_STATE_JS)
+            state = browser.evaluate(_SEARCH_STATE_JS % category)
             if state.startswith("selected:"):
                 return state.removeprefix("selected:")
             if state == "searched":
@@ -287,3 +291,136 @@ def test_view_on_localhost_in_chromium(example_trace: Path, tmp_path: Path):
 
 def test_view_recorded_trace_in_chromium(recorded: RecordedTrace, tmp_path: Path):
     _view_in_chromium(recorded.path, tmp_path / "view_recorded.png")
+
+
+# A trace whose counts are known: timer samples and, more numerous (one per API call, as in
+# a launch-bound training step), launch stacks.
+TIMER_SAMPLES = 120
+API_CALLS = 300
+_LAUNCH = model.Stack(
+    (
+        model.Frame("main", "/bin/train", 0x10),
+        model.Frame("train_step (train.py:10)", "/w/train.py", 10),
+        model.Frame("forward (model.py:42)", "/w/model.py", 42),
+        model.Frame("PyObject_Call", "/usr/lib/libpython3.12.so.1.0", 0x20),  # hidden
+        model.Frame("linear (functional.py:7)", "/w/functional.py", 7),
+        model.Frame("cudaLaunchKernel", "/usr/lib/libcudart.so.12", 0x30),
+    )
+)
+_BURN = model.Stack(
+    (
+        model.Frame("main", "/bin/train", 0x10),
+        model.Frame("train_step (train.py:10)", "/w/train.py", 10),
+        model.Frame("burn (train.py:3)", "/w/train.py", 3),
+    )
+)
+
+
+def _samples_and_launches_trace(path: Path) -> Path:
+    pid = 7
+    events: list[model.Event] = [
+        model.ProcessInfo(pid, "train"),
+        model.ThreadInfo(pid, pid, "main"),
+        model.GpuDevice(0, "H100"),
+    ]
+    events += [
+        model.CpuSample(pid, pid, 1_000_000 + i * 1_000_000, _BURN, cpu=0)
+        for i in range(TIMER_SAMPLES)
+    ]
+    for i in range(API_CALLS):
+        ts = 1_000_000 + i * 400_000 + 123  # not on a microsecond: the ns rest must survive
+        flow = model.flow_id(pid, i + 1)
+        events.append(
+            model.CpuSlice(
+                pid,
+                pid,
+                ts,
+                5_000,
+                "cudaLaunchKernel",
+                "cuda_api",
+                {"correlation_id": i + 1},
+                flow_ids=(flow,),
+                launch_stack=_LAUNCH,
+            )
+        )
+        events.append(
+            model.GpuOp(
+                0,
+                7,
+                ts + 20_000,
+                50_000,
+                "gemm_kernel",
+                "kernel",
+                correlation_id=i + 1,
+                terminating_flow_ids=(flow,),
+            )
+        )
+    events.sort(key=lambda e: getattr(e, "ts", 0))
+    with TraceWriter(path, sample_frequency_hz=999) as writer:
+        writer.producer("test").write_all(events)
+    return path
+
+
+def _flamegraph_root(browser: Chromium) -> str:
+    """The tooltip of the flamegraph's root in the details panel: the UI draws the graph on
+    a canvas, so the mouse goes over the root row (just under the Top Down / Bottom Up
+    switch) and the tooltip's text is read."""
+    top = browser.wait_for(
+        "(() => { const e = [...document.querySelectorAll('button, span, div')]"
+        ".find(e => e.innerText === 'Top Down'); if (!e) return null;"
+        " const r = e.getBoundingClientRect(); return r.y + r.height; })()",
+        what="the flamegraph's Top Down switch",
+    )
+    text = ""
+    for dy in (14, 20, 10):
+        browser.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": 60, "y": top + dy})
+        time.sleep(0.5)
+        text = browser.evaluate("document.body.innerText")
+        if "Cumulative:" in text:
+            return text.split("Cumulative:", 1)[1].strip().split("\n", 1)[0]
+    return ""
+
+
+def test_ui_flamegraph_counts_timer_samples_and_api_slice_shows_launch_stack(tmp_path: Path):
+    """In the UI `view` serves: the CPU flamegraph it opens on load (the process's perf
+    samples) counts the timer samples only, not the launch stacks (one per API call, more
+    numerous here); the API slice's details show the frames of its launch stack, innermost
+    first, with CPython's call machinery between Python frames hidden."""
+    trace = _samples_and_launches_trace(tmp_path / "samples_and_launches.perfetto-trace")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "view", "--no-open", "--port", "0", str(trace)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().rsplit(": ", 1)[1].strip()
+        with Chromium(width=1600, height=1000) as browser:
+            browser.navigate(url)
+            browser.wait_for(
+                "document.body.innerText.includes('Perf Sample Flamegraph')",
+                timeout=90,
+                what="the CPU flamegraph the UI opens on load",
+            )
+            root = _flamegraph_root(browser)
+            browser.screenshot(tmp_path / "view_cpu_flamegraph.png")
+            assert root == f"{TIMER_SAMPLES}, 100.00%", root  # not {TIMER_SAMPLES + API_CALLS}
+            details = _search_and_select(browser, "cudaLaunchKernel", category="cuda_api")
+            browser.evaluate(  # the args are below the panel's fold: bring them up
+                "[...document.querySelectorAll('*')].find(e => e.childElementCount === 0"
+                " && e.textContent === 'Arguments')?.scrollIntoView()"
+            )
+            browser.screenshot(tmp_path / "view_api_launch_stack.png")
+            assert details, "the search never selected the API call (see the screenshot)"
+            shown = (
+                "cudaLaunchKernel <- linear (functional.py:7) <- forward (model.py:42) "
+                "<- train_step (train.py:10) <- main"
+            )
+            # The args table: the key (with the UI's menu icon's name), then the value.
+            assert f"launch_stackarrow_drop_down\n{shown}\n" in details, details[-1500:]
+            assert browser.log.exceptions == []
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -341,13 +341,33 @@ def test_samples_and_instants(tmp_path: Path) -> None:
         w.producer("test").write_all(events)
     decoded = Decoded(path)
     samples = sorted(decoded.samples, key=lambda s: s[0])
-    assert [ts for ts, _ in samples] == [900, 980, 1_000]
+    assert [ts for ts, _ in samples] == [900, 1_000]  # CPU samples only
     for ts, p in samples:
         expected = pb.PerfSample(pid=7, tid=8, callstack_iid=p.perf_sample.callstack_iid)
-        if ts != 980:
-            expected.cpu = {900: 0, 1_000: 2}[ts]
+        expected.cpu = {900: 0, 1_000: 2}[ts]
         assert p.perf_sample == expected
         assert p.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+    # The launch stack: a StreamingProfilePacket on a sequence of thread 7/8 whose reference
+    # time (CLOCK_MONOTONIC us; the trace clock here) plus its delta is 980 ns's whole us,
+    # the rest in process_priority (exporters/perfetto/launch_stacks.py).
+    (launch,) = [p for p in decoded.packets if p.HasField("streaming_profile_packet")]
+    (thread,) = [
+        p.thread_descriptor
+        for p in decoded.packets
+        if p.HasField("thread_descriptor")
+        and p.trusted_packet_sequence_id == launch.trusted_packet_sequence_id
+    ]
+    assert (thread.pid, thread.tid) == (7, 8)
+    profile = launch.streaming_profile_packet
+    assert len(profile.callstack_iid) == 1
+    us = thread.reference_timestamp_us + sum(profile.timestamp_delta_us)
+    assert us * 1000 + profile.process_priority == 980
+    assert launch.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+    # ... and its frames as an arg of the API slice, innermost first.
+    (api,) = [(p, i) for _, p, i in decoded.begins if p.track_event.debug_annotations]
+    annotation = api[0].track_event.debug_annotations[0]
+    assert api[1]["debug_annotation_names"][annotation.name_iid] == "launch_stack"
+    assert api[1]["strings"][annotation.string_value_iid] == "f <- main"
     instants = [(ts, p) for ts, p in decoded.instants if p.track_event.category_iids]
     ((ts, p),) = instants
     assert ts == 950

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from collector.commands.frame_flags import add_frame_flags
 from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
@@ -42,12 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--title", help="title (default: the trace file name and mode)")
     p.add_argument("--width", type=int, default=1200, help="width in px (default: 1200)")
-    p.add_argument(
-        "--full-names",
-        action="store_true",
-        help="C++ frames with their parameter lists and template arguments (default: "
-        "at::native::copy_impl; the trace always keeps the full signatures)",
-    )
+    add_frame_flags(p)
     p.add_argument(
         "--window",
         type=int,
@@ -68,7 +64,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         with open_trace(args.trace, args.trace_processor) as trace:
             stacks = fold_mode(
-                trace, args.mode, args.unit, full_names=args.full_names, window=args.window
+                trace,
+                args.mode,
+                args.unit,
+                full_names=args.full_names,
+                window=args.window,
+                all_frames=args.all_frames,
             )
     except (TraceOpenError, QueryError, FoldedError) as exc:
         raise UserError(str(exc)) from None

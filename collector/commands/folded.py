@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from collector.commands.frame_flags import add_frame_flags
 from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
@@ -34,12 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="with --unit samples: samples per second used to turn time into samples "
         "(default: the recorded sampling frequency, else 99)",
     )
-    p.add_argument(
-        "--full-names",
-        action="store_true",
-        help="C++ frames with their parameter lists and template arguments (default: "
-        "at::native::copy_impl; the trace always keeps the full signatures)",
-    )
+    add_frame_flags(p)
     p.add_argument(
         "--window",
         type=int,
@@ -65,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
                 args.unit,
                 args.freq,
                 full_names=args.full_names,
+                all_frames=args.all_frames,
                 window=args.window,
             )
     except (TraceOpenError, QueryError, FoldedError) as exc:

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from collector.commands.frame_flags import add_frame_flags
 from collector.commands.output import write_output
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
@@ -26,7 +27,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="top kernels, GPU busy/idle, copies, API cost, stacks, counters",
         description="Summarise a trace by SQL: top GPU kernels (count, total, mean, p50/p99), "
         "GPU busy vs idle per device and stream over time, memcpy volume and bandwidth by "
-        "direction, the costliest CUDA API calls, top CPU stacks, the launch stacks behind "
+        "direction, the costliest CUDA API calls, top functions by CPU time (self and total; "
+        "whole stacks with --stacks), the launch stacks behind "
         "the most GPU time and every drop/match counter. -o also writes a self-contained "
         "HTML page with a utilisation timeline and an interactive flamegraph.",
     )
@@ -83,11 +85,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_BINS,
         help=f"time bins of the utilisation timeline (default: {DEFAULT_BINS})",
     )
+    add_frame_flags(p)
     p.add_argument(
-        "--full-names",
+        "--stacks",
         action="store_true",
-        help="C++ frames with their parameter lists and template arguments (default: "
-        "at::native::copy_impl; the trace always keeps the full signatures)",
+        help="also the heaviest whole CPU stacks (default: CPU time by function only)",
     )
     p.add_argument(
         "--window",
@@ -128,6 +130,8 @@ def main(args: argparse.Namespace) -> int:
                 top=args.top,
                 bins=args.bins,
                 full_names=args.full_names,
+                all_frames=args.all_frames,
+                stacks=args.stacks,
                 window=args.window,
                 scope=scope,
             )

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from collector import frames as frames_module
 from collector.model import Frame, Stack, is_python_frame
 from collector.sources.cupti_stream import Stream
 from collector.symbolize import Symbolizer
@@ -111,11 +111,6 @@ def merge_python(native: list[Frame], python: Sequence[PythonFrame | None]) -> l
     return merged
 
 
-# The interpreter's own objects: their static functions have no symbols in distribution builds
-# (Debian's and Ubuntu's python3.x keep only dynamic symbols).
-_INTERPRETER = re.compile(r"^(python\d[\d.]*|libpython\d[\d.]*\.so[\d.]*)$")
-
-
 def drop_interpreter_addresses(frames: list[Frame]) -> tuple[list[Frame], int]:
     """In a stack that has Python frames, the interpreter's unnamed frames
     (`python3.12+0x6bcf22`) only repeat what the Python frames say, the way py-spy's native
@@ -126,9 +121,11 @@ def drop_interpreter_addresses(frames: list[Frame]) -> tuple[list[Frame], int]:
     kept = [
         f
         for f in frames
+        # The interpreter's static functions have no symbols in distribution builds
+        # (Debian's and Ubuntu's python3.x keep only dynamic symbols).
         if not (
-            f.function.startswith(os.path.basename(f.module) + "+0x")
-            and _INTERPRETER.match(os.path.basename(f.module))
+            frames_module.is_unnamed_address(f.function, f.module)
+            and frames_module.is_interpreter_module(f.module)
         )
     ]
     return kept, len(frames) - len(kept)

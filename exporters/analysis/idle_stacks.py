@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from collector.frame_names import shorten_stack
 from exporters.analysis.analyze import load
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.folded.folded import MODES as FOLD_MODES
 from exporters.folded.folded import FoldedError, FoldedStacks, fold, load_stack_tables
-from exporters.folded.names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
 
 _SQL = """
@@ -84,11 +84,14 @@ def fold_mode(
     freq: float | None = None,
     full_names: bool = False,
     window: int | None = None,
+    all_frames: bool = False,
 ) -> FoldedStacks:
     """`fold()` for its modes, `fold_idle()` for `idle` (ns or us; samples mean nothing for
     idle time)."""
     if mode != "idle":
-        return fold(trace, mode, unit, freq, full_names=full_names, window=window)
+        return fold(
+            trace, mode, unit, freq, full_names=full_names, window=window, all_frames=all_frames
+        )
     if unit == "samples":
         raise FoldedError("--mode idle is weighted by GPU idle time: use --unit ns or us")
     stacks = fold_idle(trace, full_names, window)

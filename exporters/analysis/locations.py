@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from exporters.folded.names import shorten_stack
+from collector.frame_names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
 
 # Python code that is not the user's: installed packages and the standard library.

@@ -15,7 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from importlib import resources
 
-from exporters.folded.names import shorten_stack
+from collector.frame_names import shorten_stack
+from exporters.folded.frames import filter_folded
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
 
@@ -70,10 +71,12 @@ def fold(
     freq: float | None = None,
     full_names: bool = False,
     window: int | None = None,
+    all_frames: bool = False,
 ) -> FoldedStacks:
     """Folded stacks of a trace, or of its capture window `window` (1-based, per process);
-    C++ frames read without parameters and template arguments unless full_names (stacks that
-    become equal are added up)."""
+    C++ frames read without parameters and template arguments unless full_names, the
+    interpreter's frames between two Python frames hidden unless all_frames
+    (exporters/folded/frames.py; stacks that become equal are added up)."""
     if mode not in MODES:
         raise FoldedError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     if unit not in UNITS:
@@ -85,12 +88,13 @@ def fold(
     gpu_ns = 0
     cpu_samples = 0
     if mode in ("gpu", "merge"):
-        for row in trace.query("select stack, weight_ns from xpu_folded_gpu"):
+        for row in trace.query("select stack, modules, weight_ns from xpu_folded_gpu"):
             ns = int(row["weight_ns"] or 0)
             gpu_ns += ns
-            weights[row["stack"]] += _from_ns(ns, unit, out_freq)
+            stack = filter_folded(row["stack"], row["modules"], all_frames)
+            weights[stack] += _from_ns(ns, unit, out_freq)
     if mode in ("cpu", "merge"):
-        rows = trace.query("select stack, samples from xpu_folded_cpu")
+        rows = trace.query("select stack, modules, samples from xpu_folded_cpu")
         if rows and sample_hz is None and unit != "samples":
             raise FoldedError(
                 "the trace does not record its CPU sampling frequency; use --unit samples"
@@ -98,12 +102,13 @@ def fold(
         for row in rows:
             n = int(row["samples"])
             cpu_samples += n
+            stack = filter_folded(row["stack"], row["modules"], all_frames)
             if unit == "samples":
                 # A sample stands for 1/sample_hz s of CPU; at the output frequency that is
                 # out_freq/sample_hz samples (1 when the frequencies match).
-                weights[row["stack"]] += n * (out_freq / sample_hz if sample_hz else 1.0)
+                weights[stack] += n * (out_freq / sample_hz if sample_hz else 1.0)
             else:
-                weights[row["stack"]] += _from_ns(n * 1e9 / sample_hz, unit, out_freq)  # type: ignore[operator]
+                weights[stack] += _from_ns(n * 1e9 / sample_hz, unit, out_freq)  # type: ignore[operator]
     if not full_names:
         short: dict[str, float] = defaultdict(float)
         for stack, weight in weights.items():

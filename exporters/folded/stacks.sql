@@ -1,7 +1,9 @@
 -- Folded stacks, one row per distinct stack, weights in ns (GPU) or sample counts (CPU).
 -- Needs the views of exporters/perfetto/xpu_views.sql.
 
--- Callsite -> 'root;...;leaf' of demangled frame names.
+-- Callsite -> 'root;...;leaf' of demangled frame names, and the same frames' modules
+-- (mapping names: an ELF path, a Python frame's source file) in `modules`, so readers can
+-- tell the interpreter's frames by their object (exporters/folded/frames.py).
 CREATE PERFETTO TABLE xpu_callsite_path AS
 WITH RECURSIVE
   used(callsite_id) AS (
@@ -15,11 +17,14 @@ WITH RECURSIVE
     SELECT chain.leaf, p.id, p.parent_id, p.frame_id, p.depth
     FROM chain JOIN stack_profile_callsite p ON p.id = chain.parent_id
   )
-SELECT leaf AS callsite_id, group_concat(frame_name, ';') AS path
+SELECT leaf AS callsite_id, group_concat(frame_name, ';') AS path,
+       group_concat(module, ';') AS modules
 FROM (
   SELECT chain.leaf, chain.depth,
-         replace(coalesce(f.deobfuscated_name, f.name, '[unknown]'), ';', ':') AS frame_name
+         replace(coalesce(f.deobfuscated_name, f.name, '[unknown]'), ';', ':') AS frame_name,
+         replace(coalesce(m.name, ''), ';', ':') AS module
   FROM chain JOIN stack_profile_frame f ON f.id = chain.frame_id
+  LEFT JOIN stack_profile_mapping m ON m.id = f.mapping
   ORDER BY chain.leaf, chain.depth
 )
 GROUP BY leaf;
@@ -32,15 +37,20 @@ FROM thread t LEFT JOIN process p USING (upid);
 
 -- CPU context of each API call: its launch stack when the trace has one, else the names
 -- of the CPU slices enclosing it (python functions, aten ops) -- what Kineto traces give.
+-- context_modules: the launch stack's modules (NULL for enclosing slices).
 CREATE PERFETTO TABLE xpu_api_context AS
 SELECT api.id AS api_id, api.name AS api_name, r.root,
-       coalesce(
-         (SELECT cp.path FROM xpu_launch_stack ls JOIN xpu_callsite_path cp USING (callsite_id)
-          WHERE ls.utid = api.utid AND ls.ts = api.ts LIMIT 1),
+       coalesce(ls.path,
          (SELECT group_concat(n, ';') FROM (
             SELECT replace(a.name, ';', ':') AS n FROM ancestor_slice(api.id) a ORDER BY a.depth))
-       ) AS context
+       ) AS context,
+       ls.modules AS context_modules
 FROM xpu_thread_slice api
+LEFT JOIN (
+  SELECT ls.utid, ls.ts, cp.path, cp.modules
+  FROM xpu_launch_stack ls JOIN xpu_callsite_path cp USING (callsite_id)
+  GROUP BY ls.utid, ls.ts
+) ls ON ls.utid = api.utid AND ls.ts = api.ts
 JOIN xpu_thread_root r USING (utid)
 WHERE api.id IN (SELECT api_id FROM xpu_gpu_op WHERE api_id IS NOT NULL);
 
@@ -51,16 +61,20 @@ SELECT
     || CASE g.category WHEN 'kernel' THEN '[GPU_Kernel]' WHEN 'memcpy' THEN '[GPU_Memcpy]'
                        ELSE '[GPU_Memset]' END
     || replace(g.name, ';', ':') AS stack,
+  -- '' for the root, the API call and the GPU op; NULL where the context has no modules
+  CASE WHEN c.context IS NULL THEN ';;' ELSE ';' || c.context_modules || ';;' END AS modules,
   sum(g.dur) AS weight_ns,
   count(*) AS ops
 FROM xpu_gpu_op g
 LEFT JOIN xpu_api_context c ON c.api_id = g.api_id
 WHERE g.category IN ('kernel', 'memcpy', 'memset')
-GROUP BY stack;
+GROUP BY stack, modules;
 
 CREATE PERFETTO TABLE xpu_folded_cpu AS
-SELECT r.root || coalesce(';' || cp.path, '') AS stack, count(*) AS samples
+SELECT r.root || coalesce(';' || cp.path, '') AS stack,
+       coalesce(';' || cp.modules, '') AS modules,  -- '' for the root
+       count(*) AS samples
 FROM xpu_cpu_sample s
 JOIN xpu_thread_root r USING (utid)
 LEFT JOIN xpu_callsite_path cp USING (callsite_id)
-GROUP BY stack;
+GROUP BY stack, modules;

@@ -19,10 +19,12 @@ reads both back through trace_processor), with the work done per column:
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 from collector import model
-from exporters.perfetto import wire
+from exporters.perfetto import launch_stacks, wire
 from exporters.perfetto.columnar import (
     ByteTable,
     Const,
@@ -34,8 +36,9 @@ from exporters.perfetto.columnar import (
     total_length,
     varint_lengths,
 )
+from exporters.perfetto.launch_stacks import write_launch_stacks
 from exporters.perfetto.producer_state import ProducerState
-from exporters.perfetto.sequences import LAUNCH_STACK_TIMEBASE, Sequence
+from exporters.perfetto.sequences import Sequence
 
 # Packets per assembly block: the (packets x width) matrices of a block stay in the CPU
 # caches, and a block's bytes are well under a chunk.
@@ -89,6 +92,7 @@ class _Slices:
         self.name = _int64(cols.name)
         self.category = _int64(cols.category)
         self.args = _int64(cols.args)
+        self.stack = _int64(cols.stack) if cols.stack is not None else None
         self.corr = _int64(cols.correlation_id)
         self.uuid = np.zeros(len(self.ts), np.int64)
         # Flows: CPU rows start any number (flow_count at flow_first in flow_ids),
@@ -206,7 +210,10 @@ def _heads(prod: ProducerState, part: _Slices) -> tuple[list[bytes], np.ndarray]
     head of each row."""
     seq = prod.seq
     cols = part.cols
-    group, firsts = _group(part.uuid, part.name, part.category, part.args)
+    keys = [part.uuid, part.name, part.category, part.args]
+    if part.stack is not None:
+        keys.append(part.stack)
+    group, firsts = _group(*keys)
     heads = []
     for row in firsts.tolist():
         uuid = int(part.uuid[row])
@@ -222,10 +229,19 @@ def _heads(prod: ProducerState, part: _Slices) -> tuple[list[bytes], np.ndarray]
                     seq.name_field(cols.names[int(part.name[row])]),
                     seq.category_field(cols.categories[int(part.category[row])]),
                     *(seq.annotation(k, v) for k, v in args.items()),
+                    _launch_stack_arg(seq, part, row),
                 )
             )
         )
     return heads, group
+
+
+def _launch_stack_arg(seq: Sequence, part: _Slices, row: int) -> bytes:
+    """Arg `debug.launch_stack` of an API call with a launch stack (launch_stacks.py)."""
+    if part.stack is None or part.stack[row] == _NONE:
+        return b""
+    stack = part.cols.stacks[int(part.stack[row])]
+    return seq.annotation(launch_stacks.ARG_KEY, launch_stacks.stack_text(stack))
 
 
 def _write_slices(prod: ProducerState, part: _Slices) -> None:
@@ -363,45 +379,24 @@ def _write_clock(
 
 
 def _write_launch_stacks(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices) -> None:
-    """A PerfSample per CPU row with a launch stack, on the launch-stack sequence."""
+    """A launch-stack sample per CPU row with a launch stack, on its thread's sequence
+    (launch_stacks.py), thread by thread in time order."""
     assert batch.cpu.stack is not None
     stack = _int64(batch.cpu.stack)
     rows = np.flatnonzero(stack != _NONE)
     if not len(rows):
         return
-    rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
-    seq = prod.sample_sequence(LAUNCH_STACK_TIMEBASE)
-    chunks = prod.trace.chunks
-    used = np.unique(stack[rows])
-    iid_of = np.zeros(int(used.max()) + 1, np.int64)
-    for j in used.tolist():
-        iid_of[j] = seq.callstack_iid(batch.cpu.stacks[j])
-    if seq.dirty:  # ahead of the packets that use the entries (see intern_into_chunk)
-        chunks.size += seq.intern_into_chunk()
-    times = cpu.ts[rows]
-    late, stamp, seq.clock = _timestamps(times, seq.clock)
-    pid_field = wire.varint_field(wire.SAMPLE_PID, batch.pid)
-    absolute = ByteTable([seq.absolute_clock])
-    for lo in range(0, len(rows), BLOCK_PACKETS):
-        r = rows[lo : lo + BLOCK_PACKETS]
-        n = len(r)
-        sample: list[Slot] = [
-            Const(pid_field + wire.key(wire.SAMPLE_TID, wire.VARINT), n),
-            Varint(cpu.track[r]),
-            Const(wire.key(wire.SAMPLE_CALLSTACK_IID, wire.VARINT), n),
-            Varint(iid_of[stack[r]]),
-        ]
-        packet: list[Slot] = [
-            Const(_TS_TAG, n),
-            Varint(stamp[lo : lo + n]),
-            Table(absolute, np.where(late[lo : lo + n], 0, -1)),
-            Const(seq.head_needs + _PERF_SAMPLE_TAG, n),
-            Varint(total_length(sample)),
-            *sample,
-        ]
-        data = assemble(n, [Const(_FRAME_TAG, n), Varint(total_length(packet)), *packet])
-        chunks.parts.append(data)
-        chunks.size += len(data)
-        if chunks.size >= chunks.chunk_bytes:
-            chunks.flush()
-    prod.trace.counts["launch_stacks"] += len(rows)
+    rows = rows[np.lexsort((cpu.ts[rows], cpu.track[rows]))]
+    tids = cpu.track[rows]
+    bounds = [0, *(np.flatnonzero(np.diff(tids)) + 1).tolist(), len(rows)]
+    stacks = batch.cpu.stacks
+    for lo, hi in pairwise(bounds):
+        r = rows[lo:hi]
+        write_launch_stacks(
+            prod.trace,
+            prod.launch_threads,
+            batch.pid,
+            int(tids[lo]),
+            cpu.ts[r].tolist(),
+            [stacks[j] for j in stack[r].tolist()],
+        )

@@ -20,10 +20,9 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from collector import model
 from exporters.perfetto import wire
 from exporters.perfetto.interning import CACHED_TYPES
+from exporters.perfetto.launch_stacks import write_launch_stacks
 from exporters.perfetto.producer_state import LaneEntry, ProducerState
 from exporters.perfetto.sequences import (
-    CPU_SAMPLE_TIMEBASE,
-    LAUNCH_STACK_TIMEBASE,
     TrackClock,
 )
 
@@ -267,7 +266,9 @@ def write_slices(prod: ProducerState, pending: list[model.CpuSlice | model.GpuOp
             size = 0
         if corr is None and type(ev) is _CpuSlice and ev.launch_stack is not None:
             chunks.size = size
-            write_sample(prod, ev.pid, ev.tid, ts, ev.launch_stack, LAUNCH_STACK_TIMEBASE, None)
+            write_launch_stacks(
+                prod.trace, prod.launch_threads, ev.pid, ev.tid, (ts,), (ev.launch_stack,)
+            )
             size = chunks.size
     prod.latest = max(latest, pending[-1].ts)
     flows.freed_at = freed_at
@@ -418,8 +419,7 @@ def write_sample(
     )
     prod.trace.chunks.emit_bytes(wire.frame(body))
     prod.trace.note_ts(ts)
-    key = "cpu_samples" if timebase == CPU_SAMPLE_TIMEBASE else "launch_stacks"
-    prod.trace.counts[key] += 1
+    prod.trace.counts["cpu_samples"] += 1
 
 
 def _varint_field_ts(delta: int) -> bytes:

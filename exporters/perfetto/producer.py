@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
+from dataclasses import replace
 from itertools import islice
 from operator import attrgetter, eq
 
 from collector import model
-from exporters.perfetto import batch_writer, object_path
+from exporters.perfetto import batch_writer, launch_stacks, object_path
 from exporters.perfetto.producer_state import ProducerState
 from exporters.perfetto.sequences import CPU_SAMPLE_TIMEBASE
 from exporters.perfetto.trace_state import TraceState
@@ -31,6 +32,13 @@ _CpuSlice = model.CpuSlice
 _BY_TS = attrgetter("ts")
 
 
+def with_launch_stack_arg(event: model.CpuSlice) -> model.CpuSlice:
+    """An API call with its launch stack's frames as arg `debug.launch_stack`, what the UI
+    shows in the slice's details (launch_stacks.py)."""
+    args = {**event.args, launch_stacks.ARG_KEY: launch_stacks.stack_text(event.launch_stack)}
+    return replace(event, args=args)
+
+
 class Producer(ProducerState):
     """Writes the events of one source (cupti, ebpf, kineto...) on its own sequences."""
 
@@ -40,6 +48,8 @@ class Producer(ProducerState):
 
     def write(self, event: model.Event) -> None:
         if isinstance(event, (model.CpuSlice, model.GpuOp)):
+            if type(event) is _CpuSlice and event.launch_stack is not None:
+                event = with_launch_stack_arg(event)
             self._pending.append(event)
             if len(self._pending) >= REORDER_WINDOW:
                 self.flush()
@@ -69,6 +79,8 @@ class Producer(ProducerState):
         for event in events:
             kind = type(event)
             if kind is _GpuOp or kind is _CpuSlice:
+                if kind is _CpuSlice and event.launch_stack is not None:  # type: ignore[union-attr]
+                    event = with_launch_stack_arg(event)  # type: ignore[arg-type]
                 pending.append(event)
                 room -= 1
                 if room <= 0:

@@ -14,6 +14,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from exporters.perfetto import wire
 from exporters.perfetto.flows import FlowIds
+from exporters.perfetto.launch_stacks import LaunchStackThread
 from exporters.perfetto.sequences import Sequence
 from exporters.perfetto.trace_state import TraceState
 
@@ -33,6 +34,8 @@ class ProducerState:
         self.trace = trace
         self.name = name
         self._sample_seqs: dict[str, Sequence] = {}
+        # Launch stacks: a sequence per calling thread (launch_stacks.py).
+        self.launch_threads: dict[tuple[int, int], LaunchStackThread] = {}
         # Object path: slices begun but not ended: (end ts, -order, encoded END packet
         # minus its timestamp, its track's clock); order makes the inner of two slices
         # ending together end first.

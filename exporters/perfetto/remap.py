@@ -29,6 +29,10 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 _M64 = (1 << 64) - 1
 BOOTTIME = pb.BUILTIN_CLOCK_BOOTTIME
+MONOTONIC = pb.BUILTIN_CLOCK_MONOTONIC
+# Launch stacks (exporters/perfetto/launch_stacks.py) are counted as the perf samples of
+# this timebase were before they became StreamingProfilePackets.
+LAUNCH_STACK_COUNT = "samples.xpu_perf.launch_stack"
 _SCOPED_CLOCKS = range(64, 128)  # sequence-scoped clock ids
 _METADATA = "xpu_perf_metadata"
 _WINDOW = "xpu_perf_window"
@@ -162,6 +166,9 @@ class PacketRemapper:
         self._sequences: dict[int, int] = {}
         self._default_clock: dict[int, int] = {}  # sequence -> its default timestamp clock
         self._timebase: dict[int, str] = {}  # sample sequence -> its perf timebase name
+        # Launch-stack sequence -> the ns its samples move by beyond whole microseconds
+        # (their reference time is in us; the ns rest rides in process_priority).
+        self._profile_rest: dict[int, int] = {}
         self.counts: Counter[str] = Counter()
 
     def rewrite(self, raw: bytes) -> bytes | None:
@@ -192,6 +199,14 @@ class PacketRemapper:
             sample.pid = self.pids(sample.pid)
             sample.tid = self.pids(sample.tid)
             counts[f"samples.{self._timebase.get(seq, 'other')}"] += 1
+        elif kind == "thread_descriptor":
+            self._thread_descriptor(seq, packet.thread_descriptor)
+        elif kind == "streaming_profile_packet":
+            profile = packet.streaming_profile_packet
+            rest = self._profile_rest.get(seq, 0)
+            if rest:
+                profile.process_priority += rest
+            counts[LAUNCH_STACK_COUNT] += len(profile.callstack_iid)
         elif kind is not None and kind != "interned_data":
             counts[f"other_packets.{kind}"] += 1
         if packet.HasField("timestamp"):
@@ -215,6 +230,17 @@ class PacketRemapper:
         event_defaults = defaults.track_event_defaults
         if event_defaults.HasField("track_uuid"):
             event_defaults.track_uuid = self._uuids(event_defaults.track_uuid)
+
+    def _thread_descriptor(self, seq: int, descriptor: pb.ThreadDescriptor) -> None:
+        """A launch-stack sequence's thread and reference time: trace_processor reads the
+        time as CLOCK_MONOTONIC, which the merged trace's snapshot gives as BOOTTIME's
+        twin, so the input's MONOTONIC microseconds become output ns, split into whole
+        microseconds and a rest that every sample of the sequence adds."""
+        descriptor.pid = self.pids(descriptor.pid)
+        descriptor.tid = self.pids(descriptor.tid)
+        if descriptor.HasField("reference_timestamp_us"):
+            out = self.clock.to_output(MONOTONIC, descriptor.reference_timestamp_us * 1000)
+            descriptor.reference_timestamp_us, self._profile_rest[seq] = divmod(out, 1000)
 
     def _clock_snapshot(self, snapshot: pb.ClockSnapshot) -> bool:
         """Rebase a sequence's snapshot (incremental clocks against the trace clock): its

@@ -33,10 +33,9 @@ SHARED_CLOCK = (126, 127)  # indexed by "is a GPU track"
 # that list's extend(), the packet fields before a BEGIN's timestamp (sequence id and
 # flags, clock id)].  A list, not an object: the hot loops read it for every packet.
 TrackClock = list[Any]
-# Perf timebase names of the sample sequences: SQL tells CPU timer samples from launch
-# stacks by them.
+# Perf timebase name of the CPU timer samples' sequences: SQL finds them by it (launch
+# stacks are not perf samples: launch_stacks.py).
 CPU_SAMPLE_TIMEBASE = "cpu-clock"
-LAUNCH_STACK_TIMEBASE = "xpu_perf.launch_stack"
 _SEQ_CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 _TS_SMALL = wire.TIMESTAMP_SMALL
@@ -49,9 +48,16 @@ class Sequence(InternedFields):
     """One trusted_packet_sequence_id: its interning state, its incremental clocks, and the
     encoded forms of its interned ids (so a hot packet is mostly cached bytes).  Its first
     packets (cleared incremental state, defaults, the snapshot defining clock 64) are
-    written when it is made; `timebase` makes it a sequence of perf samples."""
+    written when it is made; `timebase` makes it a sequence of perf samples, `thread`
+    (pid, tid, reference time in CLOCK_MONOTONIC us) one thread's launch stacks."""
 
-    def __init__(self, trace: TraceState, seq_id: int, timebase: str | None = None) -> None:
+    def __init__(
+        self,
+        trace: TraceState,
+        seq_id: int,
+        timebase: str | None = None,
+        thread: tuple[int, int, int] | None = None,
+    ) -> None:
         super().__init__()
         self.trace = trace
         self.seq_id = seq_id
@@ -82,6 +88,11 @@ class Sequence(InternedFields):
         first.first_packet_on_sequence = True
         defaults = first.trace_packet_defaults
         defaults.timestamp_clock_id = INCREMENTAL_CLOCK_ID
+        if thread is not None:
+            pid, tid, reference_us = thread
+            first.thread_descriptor.pid = pid
+            first.thread_descriptor.tid = tid
+            first.thread_descriptor.reference_timestamp_us = reference_us
         if timebase is not None:
             defaults.perf_sample_defaults.timebase.name = timebase
             if trace.sample_frequency_hz:

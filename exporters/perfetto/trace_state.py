@@ -17,6 +17,9 @@ class TraceState:
         # The domain of every timestamp written (a builtin clock id).
         self.clock_id = clock_id
         self.sample_frequency_hz = sample_frequency_hz
+        # CLOCK_MONOTONIC minus the trace clock (from the writer's clock snapshot): launch
+        # stacks are timed on CLOCK_MONOTONIC (see launch_stacks.py).
+        self.monotonic_offset = 0
         self.counts: dict[str, int] = {
             "slices": 0,
             "cpu_samples": 0,

@@ -25,6 +25,8 @@ PACKET_SEQUENCE_FLAGS = 13
 PACKET_COMPRESSED = 50
 PACKET_TIMESTAMP_CLOCK_ID = 58
 PACKET_PERF_SAMPLE = 66
+PACKET_THREAD_DESCRIPTOR = 44
+PACKET_STREAMING_PROFILE = 54
 # Trace.packet
 TRACE_PACKET = 1
 # TrackEvent fields.
@@ -46,6 +48,10 @@ SAMPLE_CPU = 1
 SAMPLE_PID = 2
 SAMPLE_TID = 3
 SAMPLE_CALLSTACK_IID = 4
+# StreamingProfilePacket fields (launch stacks, see launch_stacks.py).
+PROFILE_CALLSTACK_IID = 1
+PROFILE_TIMESTAMP_DELTA_US = 2
+PROFILE_PROCESS_PRIORITY = 3
 
 # The range of an int64 field (a DebugAnnotation's int_value); larger ints go as text.
 INT64_MIN = -(1 << 63)

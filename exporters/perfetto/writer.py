@@ -18,9 +18,10 @@ Encoding contract (the SQL-facing part is in docs/ARCHITECTURE.md):
   lanes of the same name when ops overlap);
 - slices as TrackEvent BEGIN/END pairs with interned names and categories, debug
   annotations, v2 flow ids;
-- stacks as interned mappings -> frames -> callstacks; CPU timer samples and launch
-  stacks are PerfSamples on sequences whose timebases are named `cpu-clock` and
-  `xpu_perf.launch_stack`, which is how SQL tells them apart;
+- stacks as interned mappings -> frames -> callstacks; CPU timer samples are PerfSamples
+  on sequences whose timebase is named `cpu-clock`; launch stacks are StreamingProfile
+  samples on a sequence per calling thread plus an arg of the API slice
+  (launch_stacks.py), so the UI's CPU flamegraph counts timer samples only;
 - one ClockSnapshot, and an `xpu_perf_metadata` instant carrying the run's counters.
 
 Where each part is (one concept a module, lower ones first; none imports a higher one):
@@ -63,7 +64,6 @@ from exporters.perfetto.producer import Producer
 from exporters.perfetto.sequences import (
     CPU_SAMPLE_TIMEBASE,
     INCREMENTAL_CLOCK_ID,
-    LAUNCH_STACK_TIMEBASE,
 )
 from exporters.perfetto.trace_state import TraceState
 
@@ -74,7 +74,6 @@ __all__ = [
     "CPU_SAMPLE_TIMEBASE",
     "DEFAULT_COMPRESSION_LEVEL",
     "INCREMENTAL_CLOCK_ID",
-    "LAUNCH_STACK_TIMEBASE",
     "METADATA_CATEGORY",
     "TOOL_NAME",
     "Producer",
@@ -247,6 +246,14 @@ class TraceWriter:
                 snapshot = capture_clock_snapshot()
             else:
                 snapshot = {pb.BUILTIN_CLOCK_BOOTTIME: 0}
+        # Launch stacks are timed on CLOCK_MONOTONIC, the only clock trace_processor reads
+        # a StreamingProfilePacket's time in (launch_stacks.py): a snapshot without it
+        # gets it as the trace clock's twin (nothing else in the trace uses it then).
+        snapshot = dict(snapshot)
+        snapshot.setdefault(pb.BUILTIN_CLOCK_MONOTONIC, snapshot.get(self.clock_id, 0))
+        self._trace.monotonic_offset = snapshot[pb.BUILTIN_CLOCK_MONOTONIC] - snapshot.get(
+            self.clock_id, 0
+        )
         # The trace clock's reading at the snapshot: a time trace_processor can always
         # convert (see _first_ts_hint).
         self._snapshot_ts = snapshot.get(self.clock_id, 0)

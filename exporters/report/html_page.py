@@ -143,8 +143,9 @@ def _section(section: Section) -> str:
                 raw = "" if value is None else f' data-v="{value}"'
                 cells.append(f'<td class="num"{raw}>{text}</td>')
             elif col.kind in ("stack", "name"):
-                # The cell shows the short form; the full stack is its tooltip.
-                cells.append(f'<td class="name" title="{escape(str(value))}">{text}</td>')
+                # The cell shows the short form; the full name or stack is its tooltip.
+                full = row.get(col.key + "_full", value)
+                cells.append(f'<td class="name" title="{escape(str(full))}">{text}</td>')
             else:
                 cells.append(f"<td>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")

@@ -13,6 +13,7 @@ total AS (
   SELECT sum(dur) AS ns FROM xpu_gpu_op WHERE category IN ('kernel', 'memcpy', 'memset')
 )
 SELECT c.root || coalesce(';' || c.context, '') AS stack,
+       ';' || max(c.context_modules) AS modules,  -- '' for the root; NULL: enclosing slices
        c.api_name AS api,
        sum(p.gpu_ns) AS gpu_ns,
        100.0 * sum(p.gpu_ns) / (SELECT ns FROM total) AS pct,

@@ -5,18 +5,19 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from collector.frame_names import short_name, shorten_stack
 from exporters.analysis.analyze import Analysis, analyze
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
+from exporters.folded import frames
 from exporters.folded.folded import FoldedError, FoldedStacks, fold
-from exporters.folded.names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
-from exporters.report import units
+from exporters.report import top_functions, units
 from exporters.report.analysis_sections import analysis_facts, launch_sections, lead_sections
 from exporters.report.sections import Column, Section
 
@@ -183,31 +184,10 @@ def _load_tables(trace: Trace, window: int | None, scope: Scope = DEFAULT_SCOPE)
     return analysis
 
 
-# Frames of the CUDA libraries (and unnamed addresses), and of framework dispatch (PyTorch's
-# operator machinery, the interpreter), which launch on behalf of the code users wrote.
-_CUDA = re.compile(
-    r"^(cuda|cu[A-Z]|cublas|cudnn|nccl|cutlass|__device_stub__|lib[\w.+-]*\.so[\d.]*\+0x|0x|\[)"
-)
-_DISPATCH = re.compile(r"^(at::|c10::|std::|torch::(?!autograd::generated::)|void |_Py|Py[A-Z])")
-_PYTHON_FRAME = re.compile(r" \([^()]*:\d+\)$")
-
-
 def launched_from(stack: str) -> str:
-    """The code that launched: the innermost Python frame of a launch stack if it has one,
-    else its innermost frame outside the CUDA libraries and framework dispatch, else (a
-    stack of framework frames only, such as the autograd thread's) the innermost frame
-    outside the CUDA libraries: the framework function that launched."""
-    frames = stack.split(";")[1:]  # [0] is the thread
-    for frame in reversed(frames):
-        if _PYTHON_FRAME.search(frame):
-            return frame
-    for frame in reversed(frames):
-        if not _CUDA.match(frame) and not _DISPATCH.match(frame):
-            return frame
-    for frame in reversed(frames):
-        if not _CUDA.match(frame):
-            return frame
-    return frames[-1] if frames else ""
+    """The code that launched, from a launch context `thread;outer;...;inner`
+    (exporters/folded/frames.py)."""
+    return frames.launched_from(stack.split(";")[1:])  # [0] is the thread
 
 
 def collect(
@@ -218,13 +198,21 @@ def collect(
     full_names: bool = False,
     window: int | None = None,
     scope: Scope = DEFAULT_SCOPE,
+    all_frames: bool = False,
+    stacks: bool = False,
 ) -> Report:
     """The report of a trace, or of its capture window `window` (1-based, per process):
-    the analysis (findings, steps, idle by cause) first, then the tables."""
+    the analysis (findings, steps, idle by cause) first, then the tables.  CPU time by
+    function; whole CPU stacks too with `stacks`.  Frames read as
+    exporters/folded/frames.py shows them unless all_frames."""
     analysis = _load_tables(trace, window, scope)
     launch_stacks = trace.scalar("select count(*) from xpu_launch_stack")
     sections = []
     for spec in _SPECS:
+        if spec.key == "cpu_stacks":
+            sections.append(_top_functions(trace, top, full_names, all_frames))
+            if not stacks:
+                continue
         note = spec.note
         if spec.key == "launch_stacks":
             # Recorded traces carry launch stacks; converted Kineto traces only the CPU
@@ -235,16 +223,25 @@ def collect(
                 else "context = the CPU slices enclosing each API call (no launch stacks)"
             )
         rows = trace.query(sql_text(spec.sql, top=top, bins=bins))
+        for row in rows:
+            if isinstance(row.get("stack"), str):
+                row["stack"] = frames.filter_folded(row["stack"], row.get("modules"), all_frames)
+        if spec.key == "cpu_stacks":
+            rows = _merged_stacks(rows, top)
         if not full_names:
             for row in rows:
                 for column in spec.columns:
                     if column.kind == "stack" and isinstance(row.get(column.key), str):
                         row[column.key] = shorten_stack(row[column.key])
+                    elif column.kind == "name" and isinstance(row.get(column.key), str):
+                        # The short name in the cell, the full one on hover (HTML title).
+                        row[column.key + "_full"] = row[column.key]
+                        row[column.key] = short_name(row[column.key])
         if spec.key == "launch_stacks":
             for row in rows:
                 row["launched_from"] = launched_from(row["stack"] or "")
         sections.append(Section(spec.key, spec.title, spec.columns, rows, spec.empty, note))
-    flame, flame_note = _flame_stacks(trace, full_names, window)
+    flame, flame_note = _flame_stacks(trace, full_names, window, all_frames)
     return Report(
         trace=str(trace_name),
         facts=_facts(trace, window) + analysis_facts(analysis),
@@ -257,15 +254,50 @@ def collect(
     )
 
 
+def _top_functions(trace: Trace, top: int, full_names: bool, all_frames: bool) -> Section:
+    rows = top_functions.top_functions(
+        trace, sql_text("top_functions.sql"), top, full_names, all_frames
+    )
+    return Section(
+        "top_functions",
+        top_functions.TITLE,
+        (
+            Column("function", "function", "name"),
+            Column("thread", "thread"),
+            Column("self_pct", "self %", "pct"),
+            Column("total_pct", "total %", "pct"),
+            Column("self_samples", "self samples", "count"),
+        ),
+        rows,
+        "no CPU samples in this trace (recorded with --no-cpu, or converted)",
+        "self: samples in the function itself; total: with it anywhere on the stack; "
+        "whole stacks with --stacks",
+    )
+
+
+def _merged_stacks(rows: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
+    """CPU stack rows added up where filtering made them equal, heaviest first."""
+    samples: dict[str, int] = {}
+    for row in rows:
+        samples[row["stack"]] = samples.get(row["stack"], 0) + int(row["samples"])
+    total = sum(samples.values()) or 1
+    ranked = sorted(samples.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return [{"stack": k, "samples": n, "pct": 100.0 * n / total} for k, n in ranked]
+
+
 def _flame_stacks(
-    trace: Trace, full_names: bool, window: int | None
+    trace: Trace, full_names: bool, window: int | None, all_frames: bool = False
 ) -> tuple[FoldedStacks | None, str]:
     try:
-        stacks = fold(trace, "merge", "ns", full_names=full_names, window=window)
+        stacks = fold(
+            trace, "merge", "ns", full_names=full_names, window=window, all_frames=all_frames
+        )
         note = "GPU ops weighted by GPU time, CPU samples by sampled CPU time"
     except FoldedError as exc:
         # CPU samples without a recorded frequency cannot be put in ns: GPU side only.
-        stacks = fold(trace, "gpu", "ns", full_names=full_names, window=window)
+        stacks = fold(
+            trace, "gpu", "ns", full_names=full_names, window=window, all_frames=all_frames
+        )
         note = f"GPU stacks only: {exc}"
     if not stacks.lines:
         return None, "no GPU ops and no CPU samples: nothing to draw"

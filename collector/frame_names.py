@@ -14,7 +14,8 @@ from functools import lru_cache
 
 import cxxfilt
 
-_PYTHON_FRAME = re.compile(r" \([^()]*:\d+\)$")
+from collector.frames import is_python_frame
+
 _RETURN_TYPE = re.compile(r"^(?:[\w:]+[\s*&]+)+(?=[\w~:]*(?:operator|\w)[^\s]*$)")
 _KEEP_PREFIXES = ("[", "0x")
 
@@ -38,7 +39,7 @@ _DEVICE_STUB = "__device_stub__"
 
 @lru_cache(maxsize=65536)
 def short_name(name: str) -> str:
-    if not name or name.startswith(_KEEP_PREFIXES) or _PYTHON_FRAME.search(name):
+    if not name or name.startswith(_KEEP_PREFIXES) or is_python_frame(name):
         return name
     if name.startswith(_DEVICE_STUB + "Z"):
         # nvcc's host stub of a kernel carries the kernel's mangled name in its own.

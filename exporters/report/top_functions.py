@@ -1,0 +1,87 @@
+"""The report's "Top functions (CPU samples)": CPU time by function, not by whole stack.
+
+A function spread over many stacks (called from many places, or above different leaves)
+is one row: its self share (samples where it is the innermost frame) and its total share
+(samples with it anywhere on the stack, counted once per sample however often it recurs).
+Python functions are `func (file.py)` (all lines of the function together), native ones
+their symbol (short C++ names unless --full-names).  Stacks are read as users see them
+(exporters/folded/frames.py: the interpreter's frames between Python frames hidden unless
+--all-frames), so CPython's call machinery does not crowd out the program's functions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from collector import frames as predicates
+from collector.frame_names import short_name
+from collector.frames import apply_filters
+from exporters.folded.frames import folded_frames
+from exporters.perfetto.trace_processor import Trace
+
+TITLE = "Top functions (CPU samples)"
+_LINE = re.compile(r":\d+\)$")
+
+
+@dataclass
+class _Tally:
+    self_samples: int = 0
+    total_samples: int = 0
+    threads: set[str] = field(default_factory=set)
+
+
+def function_key(name: str, module: str, full_names: bool) -> str:
+    """The function a frame belongs to: a Python frame without its line, a native frame by
+    its (short) symbol."""
+    if predicates.is_python_frame(name, module):
+        return _LINE.sub(")", name)
+    return name if full_names else short_name(name)
+
+
+def rank_functions(
+    stacks: list[tuple[str, str | None, int]], full_names: bool = False, all_frames: bool = False
+) -> list[dict[str, object]]:
+    """Rows (function, thread, self/total samples and % of all samples) for folded CPU
+    stacks `thread;outer;...;leaf` with their modules and sample counts, most self time
+    first (then most total)."""
+    tally: dict[str, _Tally] = defaultdict(_Tally)
+    all_samples = 0
+    for stack, modules, samples in stacks:
+        frames = apply_filters(folded_frames(stack, modules), show_all=all_frames)
+        thread, body = frames[0][0], frames[1:]
+        all_samples += samples
+        if not body:
+            continue
+        keys = [function_key(name, module, full_names) for name, module in body]
+        tally[keys[-1]].self_samples += samples
+        for key in set(keys):
+            tally[key].total_samples += samples
+            tally[key].threads.add(thread)
+    if not all_samples:
+        return []
+    rows = []
+    for key, t in tally.items():
+        rows.append(
+            {
+                "function": key,
+                "thread": next(iter(t.threads))
+                if len(t.threads) == 1
+                else f"all threads ({len(t.threads)})",
+                "self_samples": t.self_samples,
+                "self_pct": 100.0 * t.self_samples / all_samples,
+                "total_pct": 100.0 * t.total_samples / all_samples,
+            }
+        )
+    rows.sort(key=lambda r: (-r["self_samples"], -r["total_pct"], r["function"]))  # type: ignore[operator]
+    return rows
+
+
+def top_functions(
+    trace: Trace, sql: str, top: int, full_names: bool = False, all_frames: bool = False
+) -> list[dict[str, object]]:
+    """The `top` functions of a trace whose stack tables are loaded (`sql`:
+    top_functions.sql)."""
+    stacks = [(r["stack"], r["modules"], int(r["samples"])) for r in trace.query(sql)]
+    return rank_functions(stacks, full_names, all_frames)[:top]

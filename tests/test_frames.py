@@ -1,0 +1,157 @@
+"""Frame predicates and display filters (collector/frames.py, exporters/folded/frames.py):
+literal stacks as the samplers write them, and one contract every filter keeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector import frames as predicates
+from collector.frames import (
+    DEFAULT_FILTERS,
+    FrameRef,
+    StackFilter,
+    apply_filters,
+    hide_interpreter_between_python,
+    hide_startup_above_python,
+)
+from exporters.folded.frames import filter_folded
+
+PY = "/usr/bin/python3.11"
+LIBPY = "/usr/lib/x86_64-linux-gnu/libpython3.13.so.1.0"
+TORCH = "/venv/lib/python3.11/site-packages/torch/lib/libtorch_python.so"
+LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+
+# `import transformers` inside a script, as the in-process sampler names it (Debian's
+# python3.11: the interpreter statically linked into the executable).
+IMPORT_STACK: list[FrameRef] = [
+    ("main-thread", ""),
+    ("_start", PY),
+    ("__libc_start_main", LIBC),
+    ("Py_BytesMain", PY),
+    ("<module> (wl_hf.py:4)", "/work/wl_hf.py"),
+    ("PyImport_ImportModuleLevelObject", PY),
+    ("PyObject_CallMethodObjArgs", PY),
+    ("_find_and_load (<frozen importlib._bootstrap>:1176)", "<frozen importlib._bootstrap>"),
+    (
+        "_call_with_frames_removed (<frozen importlib._bootstrap>:241)",
+        "<frozen importlib._bootstrap>",
+    ),
+    ("builtin_exec", PY),
+    ("PyEval_EvalCode", PY),
+    ("<module> (modeling.py:1)", "/venv/transformers/modeling.py"),
+    ("python3.11+0x1bc2a0", PY),
+    ("compile (re.py:250)", "/usr/lib/python3.11/re.py"),
+    ("_PyEval_EvalFrameDefault", PY),
+    ("sre_compile", PY),
+    ("memcpy", LIBC),
+]
+
+# A PyTorch op: Python calls into libtorch_python (real work between Python frames), which
+# calls back into Python through the interpreter, then a native leaf.
+TORCH_STACK: list[FrameRef] = [
+    ("MainThread", ""),
+    ("train (train.py:40)", "/work/train.py"),
+    ("cfunction_call", LIBPY),
+    ("THPVariable_backward", TORCH),
+    ("_PyFunction_Vectorcall", LIBPY),
+    ("hook (train.py:12)", "/work/train.py"),
+    ("method_vectorcall_FASTCALL", LIBPY),
+    ("THPVariable_add", TORCH),
+    ("at::native::add", TORCH),
+]
+
+NATIVE_ONLY: list[FrameRef] = [("worker", ""), ("start_thread", LIBC), ("run", "/bin/app")]
+ALL_STACKS = [IMPORT_STACK, TORCH_STACK, NATIVE_ONLY, [("t", "")], []]
+
+
+def names(stack: list[FrameRef]) -> list[str]:
+    return [name for name, _ in stack]
+
+
+def test_startup_above_python_goes() -> None:
+    assert names(hide_startup_above_python(IMPORT_STACK))[:3] == [
+        "main-thread",
+        "<module> (wl_hf.py:4)",
+        "PyImport_ImportModuleLevelObject",
+    ]
+    embedded = [("t", ""), ("_start", "/bin/server"), ("serve", "/bin/server"), *IMPORT_STACK[3:]]
+    assert names(hide_startup_above_python(embedded))[:3] == ["t", "_start", "serve"]
+    assert hide_startup_above_python(NATIVE_ONLY) == NATIVE_ONLY  # no Python: all stays
+
+
+def test_interpreter_frames_between_python_frames_go() -> None:
+    assert names(hide_interpreter_between_python(IMPORT_STACK)) == [
+        "main-thread",
+        "_start",
+        "__libc_start_main",
+        "Py_BytesMain",  # above the outermost Python frame: start-up, kept
+        "<module> (wl_hf.py:4)",
+        "_find_and_load (<frozen importlib._bootstrap>:1176)",
+        "_call_with_frames_removed (<frozen importlib._bootstrap>:241)",
+        "<module> (modeling.py:1)",
+        "compile (re.py:250)",
+        "_PyEval_EvalFrameDefault",  # below the innermost Python frame: C that runs there
+        "sre_compile",
+        "memcpy",
+    ]
+
+
+def test_extension_frames_between_python_frames_stay() -> None:
+    assert names(hide_interpreter_between_python(TORCH_STACK)) == [
+        "MainThread",
+        "train (train.py:40)",
+        "THPVariable_backward",
+        "hook (train.py:12)",
+        "method_vectorcall_FASTCALL",  # below the innermost Python frame: kept
+        "THPVariable_add",
+        "at::native::add",
+    ]
+
+
+def test_by_module_first_then_by_name() -> None:
+    # A PyObject_* symbol of another object is that object's (numpy, pybind11 shims).
+    assert not predicates.is_interpreter_frame("PyObject_Call", TORCH)
+    assert predicates.is_interpreter_frame("some_static_function", LIBPY)
+    assert predicates.is_interpreter_frame("x", "/opt/python/bin/python3.13d")
+    # Without a module (folded files, old traces): CPython's API families by name.
+    for name in (
+        "PyObject_Vectorcall",
+        "_PyEval_EvalFrameDefault",
+        "method_vectorcall_O",
+        "PyImport_ImportModuleLevelObject",
+        "cfunction_call",
+        "python3.12+0x6bcf22",
+    ):
+        assert predicates.is_interpreter_frame(name), name
+    for name in ("PyArray_MatrixProduct2", "THPVariable_add", "main", "libtorch.so+0x1f"):
+        assert not predicates.is_interpreter_frame(name), name
+
+
+def test_folded_text_with_and_without_modules() -> None:
+    stack = ";".join(names(IMPORT_STACK))
+    modules = ";".join(m for _, m in IMPORT_STACK)
+    shown = filter_folded(stack, modules)
+    assert "PyObject_CallMethodObjArgs" not in shown and shown.endswith(";sre_compile;memcpy")
+    assert filter_folded(stack, modules, show_all=True) == stack
+    # Names only (modules missing or not lined up): the same frames go by their names.
+    assert filter_folded(stack, None) == filter_folded(stack, ";".join(["x"] * 3))
+    assert "PyEval_EvalCode" not in filter_folded(stack, None)
+
+
+@pytest.mark.parametrize("stack_filter", [*DEFAULT_FILTERS, apply_filters])
+@pytest.mark.parametrize("stack", ALL_STACKS)
+def test_filter_contract(stack_filter: StackFilter, stack: list[FrameRef]) -> None:
+    """Every filter: idempotent, never drops a Python frame, never empties a stack (the
+    thread root stays), keeps the native frames below the innermost Python frame, keeps
+    the order of what it keeps."""
+    out = stack_filter(stack)
+    assert stack_filter(out) == out
+    python = [f for f in stack if predicates.is_python_frame(*f)]
+    assert [f for f in out if predicates.is_python_frame(*f)] == python
+    assert bool(out) == bool(stack) and (not stack or out[0] == stack[0])
+    if python:
+        last = max(i for i, f in enumerate(stack) if predicates.is_python_frame(*f))
+        assert out[len(out) - (len(stack) - last - 1) :] == stack[last + 1 :]
+    it = iter(stack)
+    assert all(frame in it for frame in out)  # a subsequence
+    assert apply_filters(stack, show_all=True) == stack
