@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from collector import frames as predicates  # noqa: E402
 from collector.frames import FrameRef, apply_filters  # noqa: E402
-from exporters.folded.folded import _load_stack_tables  # noqa: E402
+from exporters.folded.folded import load_stack_tables  # noqa: E402
 from exporters.folded.frames import folded_frames  # noqa: E402
 from exporters.perfetto.trace_processor import open_trace  # noqa: E402
 from exporters.report.top_functions import rank_functions  # noqa: E402
@@ -40,7 +40,7 @@ def interpreter_between_python(frames: list[FrameRef]) -> bool:
 
 def measure(trace_path: Path) -> dict[str, object]:
     with open_trace(trace_path) as trace:
-        _load_stack_tables(trace, None)
+        load_stack_tables(trace, None)
         rows = [
             (r["stack"], r["modules"], int(r["samples"]))
             for r in trace.query("select stack, modules, samples from xpu_folded_cpu")
