@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -146,3 +147,35 @@ def test_summary_reports_counts(tmp_path: Path) -> None:
     assert "311 kernels" in proc.stderr
     assert "events in 3876" in proc.stderr
     assert "skipped 5: GPU process/stream labels" in proc.stderr
+
+
+def test_grid_that_is_not_three_numbers_is_kept_as_text(tmp_path: Path) -> None:
+    """A kernel whose grid holds nulls (seen by the fuzz test) converts: the grid stays as
+    its JSON text instead of x/y/z, and the kernel is not lost."""
+    src = tmp_path / "grid.json"
+    kernel = {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "k",
+        "pid": 0,
+        "tid": 7,
+        "ts": 10,
+        "dur": 2,
+        "args": {
+            "device": 0,
+            "stream": 7,
+            "correlation": 1,
+            "grid": [None, None, None],
+            "block": [128, 1, 1],
+        },
+    }
+    src.write_text(json.dumps({"traceEvents": [kernel]}))
+    out = tmp_path / "grid.perfetto-trace"
+    res = run_cli("convert", src, "-o", out)
+    assert res.returncode == 0, res.stderr
+    with open_trace(out) as t:
+        row = t.query(
+            "select extract_arg(arg_set_id, 'debug.grid') as grid, "
+            "extract_arg(arg_set_id, 'debug.block_x') as bx from slice where name = 'k'"
+        )[0]
+    assert row == {"grid": "[null,null,null]", "bx": 128}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import zlib
 from collections import Counter
@@ -385,7 +386,15 @@ def _gpu_args(args: dict[str, Any]) -> dict[str, model.ArgValue]:
         if key in ("device", "stream", "correlation") or key in DROPPED_ARGS:
             continue  # carried by the contract's own args, or bookkeeping
         name = _GPU_ARG_NAMES.get(key, key)
-        if key in ("grid", "block") and isinstance(value, list) and len(value) == 3:
+        if (
+            key in ("grid", "block")
+            and isinstance(value, list)
+            and len(value) == 3
+            and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in value
+            )
+        ):
             out[f"{name}_x"], out[f"{name}_y"], out[f"{name}_z"] = (int(v) for v in value)
         elif isinstance(value, (int, float, str, bool)):
             out[name] = value
