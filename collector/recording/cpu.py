@@ -18,6 +18,7 @@ from collector.recording.size_limit import directory_bytes
 from collector.sources.bcc_sampler import BccKernelModeSampler
 from collector.sources.cpu_stream import InprocessCpuSource
 from collector.window_control import WindowState
+from collector.window_spans import inside, window_spans
 
 
 class InprocessCpuRecording:
@@ -46,6 +47,8 @@ class InprocessCpuRecording:
         share_with_target(self.directory)
         self._source: InprocessCpuSource | None = None
         self._tree = ProcessTreeWatch()
+        self._spans: list[tuple[int, int]] | None = None  # keep_only's windows
+        self._outside = 0
 
     def target_env(self) -> Mapping[str, str]:
         # run_target puts it ahead of the user's own LD_PRELOAD.
@@ -73,8 +76,12 @@ class InprocessCpuRecording:
             self.kernel.follow_windows(windows)
 
     def keep_only(self, windows: Sequence[model.CaptureWindow]) -> None:
-        """Nothing to drop: the library takes no sample outside a window, and a kernel-mode
-        sample outside one finds no in-process sample to join."""
+        """Keep only the samples inside the windows: the library stops sampling when it sees
+        a window closed, but a sample taken between record's close time and the library
+        seeing the flag would fall outside; such samples are dropped and counted
+        (samples_outside_window).  A kernel-mode sample outside one finds no in-process
+        sample to join."""
+        self._spans = window_spans(windows)
 
     def stop(self) -> None:
         self._tree.stop()
@@ -87,7 +94,16 @@ class InprocessCpuRecording:
     def events(self) -> Iterable[model.Event]:
         kernel = self.kernel.kernel_samples() if self.kernel else None
         self._source = InprocessCpuSource(self.directory, kernel_stacks=kernel)
-        yield from self._source.events()
+        spans = self._spans
+        if spans is None:
+            yield from self._source.events()
+        else:
+            starts = [start for start, _ in spans]
+            for event in self._source.events():
+                if isinstance(event, model.CpuSample) and not inside(spans, starts, event.ts):
+                    self._outside += 1
+                    continue
+                yield event
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -103,6 +119,7 @@ class InprocessCpuRecording:
     def stats(self) -> Mapping[str, int]:
         counts = dict(self._source.counts) if self._source else {}
         counts["processes_not_sampled"] = len(self.processes_not_recorded())
+        counts["samples_outside_window"] = self._outside
         if self.kernel:
             kernel = self.kernel.stats()
             counts["kernel_samples"] = kernel.get("cpu_samples", 0)

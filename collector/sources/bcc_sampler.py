@@ -7,7 +7,6 @@ for T seconds of CPU time therefore yields about freq × T samples.
 
 from __future__ import annotations
 
-import bisect
 import ctypes
 import struct
 from collections.abc import Iterator, Sequence
@@ -16,6 +15,7 @@ from collector.model import CaptureWindow, CpuSample, Event, Frame, Stack
 from collector.sources.bcc_source import EV_SAMPLE, MAX_FRAMES, BccSource, comm_str, stack_words
 from collector.symbolize import MapsSnapshot, Symbolizer
 from collector.window_control import WindowState
+from collector.window_spans import inside, window_spans
 
 DEFAULT_FREQ_HZ = 99
 
@@ -53,9 +53,9 @@ class BccCpuSampler(BccSource):
     def keep_only(self, windows: Sequence[CaptureWindow]) -> None:
         """Drop the samples taken outside every window (those of the pause's lag after a
         close), counted as samples_outside_window; call after stop()."""
-        spans = _union(windows)
+        spans = window_spans(windows)
         starts = [start for start, _ in spans]
-        kept = [s for s in self._samples if _inside(spans, starts, s[2])]
+        kept = [s for s in self._samples if inside(spans, starts, s[2])]
         self.samples_outside_window += len(self._samples) - len(kept)
         self._samples = kept
 
@@ -132,23 +132,6 @@ class BccCpuSampler(BccSource):
             "bpf_run_ns": counters.get("bpf_run_ns", 0),
             "bpf_runs": counters.get("bpf_runs", 0),
         }
-
-
-def _union(windows: Sequence[CaptureWindow]) -> list[tuple[int, int]]:
-    """The windows' spans merged where they overlap (windows of several processes)."""
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted((w.start, w.end) for w in windows):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _inside(spans: Sequence[tuple[int, int]], starts: Sequence[int], ts: int) -> bool:
-    """Is `ts` in one of the disjoint sorted `spans` (`starts`: their starts)?"""
-    i = bisect.bisect_right(starts, ts) - 1
-    return i >= 0 and ts <= spans[i][1]
 
 
 def _words(raw: bytes) -> list[int]:
