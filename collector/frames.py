@@ -116,8 +116,13 @@ def is_unnamed_address(name: str, module: str) -> bool:
     return name.startswith(basename(module) + "+0x")
 
 
-def is_cuda_library_frame(name: str) -> bool:
-    return bool(_CUDA.match(name))
+# The CUDA libraries' own objects: their internal symbols carry no cuda prefix.
+_CUDA_MODULE = re.compile(r"^lib(cuda|cudart|cublas\w*|cudnn\w*|nccl|cupti|nvrtc)[\w.+-]*\.so")
+
+
+def is_cuda_library_frame(name: str, module: str = "") -> bool:
+    """A frame of the CUDA libraries: by its name, or where known by its module."""
+    return bool(_CUDA.match(name)) or bool(module and _CUDA_MODULE.match(basename(module)))
 
 
 def is_dispatch_frame(name: str) -> bool:

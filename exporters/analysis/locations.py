@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from collector import frames
 from collector.frame_names import shorten_stack
 from exporters.perfetto.trace_processor import Trace
 
 # Python code that is not the user's: installed packages and the standard library.
 _LIBRARY_PATH = re.compile(r"/(site|dist)-packages/|/lib/python\d[\d.]*/|^<frozen ")
-_INTERPRETER_MODULE = re.compile(r"(^|/)(python\d[\d.]*|libpython\d[\d.]*\.so[\d.]*)$")
 # Kineto's python_function slices: "path/to/file.py(123): func".
 _KINETO_PYTHON = re.compile(r"^(?P<path>.*?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
 
@@ -23,25 +23,15 @@ Frame = tuple[str, str]  # (name, module)
 
 
 def is_python(frame: Frame) -> bool:
-    name = frame[1].rsplit("/", 1)[-1]
-    return name.endswith(".py") or (name.startswith("<") and name.endswith(">"))
+    return frames.is_python_frame(*frame)
 
 
 def is_user_python(frame: Frame) -> bool:
     return is_python(frame) and not _LIBRARY_PATH.search(frame[1])
 
 
-# The CUDA libraries and unnamed addresses: they run on behalf of the code that called them.
-_CUDA_MODULE = re.compile(r"(^|/)lib(cuda|cudart|cublas\w*|cudnn\w*|nccl|cupti|nvrtc)[\w.+-]*\.so")
-_CUDA_NAME = re.compile(r"^(cuda|cu[A-Z]|cublas|cudnn|nccl|__device_stub__|0x|\[)|\.so[\d.]*\+0x")
-# Framework dispatch and the interpreter: the machinery between user code and the launch.
-_DISPATCH_NAME = re.compile(
-    r"^(at::|c10::|std::|torch::(?!autograd::generated::)|void |_Py|Py[A-Z])"
-)
-
-
 def _is_cuda(frame: Frame) -> bool:
-    return bool(_CUDA_MODULE.search(frame[1]) or _CUDA_NAME.search(frame[0]))
+    return frames.is_cuda_library_frame(*frame)
 
 
 def location(frames_leaf_first: Iterable[Frame]) -> str:
@@ -49,22 +39,22 @@ def location(frames_leaf_first: Iterable[Frame]) -> str:
     user Python frame, else Python frame; else (a stack without Python, such as the autograd
     thread's) the innermost frame outside the CUDA libraries, framework dispatch and the
     interpreter, else outside the CUDA libraries."""
-    frames = list(frames_leaf_first)
+    stack = list(frames_leaf_first)
     for pick in (is_user_python, is_python):
-        for frame in frames:
+        for frame in stack:
             if pick(frame):
                 return frame[0]
-    for frame in frames:
+    for frame in stack:
         if not (
             _is_cuda(frame)
-            or _DISPATCH_NAME.search(frame[0])
-            or _INTERPRETER_MODULE.search(frame[1])
+            or frames.is_dispatch_frame(frame[0])
+            or frames.is_interpreter_frame(*frame)
         ):
             return shorten_stack(frame[0])
-    for frame in frames:
+    for frame in stack:
         if not _is_cuda(frame):
             return shorten_stack(frame[0])
-    return shorten_stack(frames[0][0]) if frames else ""
+    return shorten_stack(stack[0][0]) if stack else ""
 
 
 _LINE = re.compile(r":\d+\)$")
