@@ -1,8 +1,8 @@
 """CUPTI injection end to end without a GPU: the real injection library, transport and
 collector against a fake libcupti (tests/fake_cupti) that replays scripted API callbacks and
 activity buffers — runtime and driver-only launches, a CUDA graph, copies, a memset, syncs,
-an untraced API, dropped records, many small buffers, a second thread and a forked child —
-into a Perfetto trace read back with trace_processor."""
+an untraced API, dropped records, many small buffers, a second thread and a forked child
+(CPU work only, ending through _exit) — into a Perfetto trace read back with trace_processor."""
 
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ pytestmark = pytest.mark.skipif(cupti_headers() is None, reason="CUPTI headers n
 LAUNCHES = 200
 # fake_app: parent = 2*LAUNCHES (main + worker) + 10 driver-only + 5 graph + 5 after fork.
 PARENT_KERNELS = 2 * LAUNCHES + 10 + 5 + 5
-CHILD_KERNELS = 10
 GPU_CATS = "('kernel','memcpy','memset','sync')"
 
 
@@ -86,21 +85,29 @@ def test_exit_code_passes_through_and_summary_printed(app_trace) -> None:
     _, proc = app_trace
     assert proc.returncode == 3, proc.stderr
     assert "dropped: cupti=3 transport=0" in proc.stderr
-    assert f"gpu ops without api call: 0 of {PARENT_KERNELS + CHILD_KERNELS + 5}" in proc.stderr
+    # + a copy, a memset and two syncs
+    assert f"gpu ops without api call: 0 of {PARENT_KERNELS + 4}" in proc.stderr
+
+
+def test_forked_child_ends_with_its_final_flush_and_no_cupti_call(app_trace) -> None:
+    """A fork of a process that set CUPTI up ends through _exit (a DataLoader worker): its
+    stream gets its final flush without calling into CUPTI, which the fake (like the real
+    library on the H100, where such workers hung until their parent killed them) aborts on."""
+    _, proc = app_trace
+    assert "(processes=2)" in proc.stderr, proc.stderr
+    assert "forked child" not in proc.stderr, proc.stderr
+    assert "without their final" not in proc.stderr, proc.stderr
 
 
 def test_every_kernel_lands_with_a_flow_from_its_api_call(app_trace) -> None:
     out, _ = app_trace
     with open_trace(out) as t:
-        assert (
-            t.scalar("select count(*) from slice where category = 'kernel'")
-            == PARENT_KERNELS + CHILD_KERNELS
-        )
+        assert t.scalar("select count(*) from slice where category = 'kernel'") == PARENT_KERNELS
         assert t.scalar("select count(*) from slice where category = 'memcpy'") == 1
         assert t.scalar("select count(*) from slice where category = 'memset'") == 1
-        # Parent: device sync + stream sync; child: device sync.  All three come from the
-        # API callbacks (the fake's SYNCHRONIZATION record is ignored: that kind is not on).
-        assert t.scalar("select count(*) from slice where category = 'sync'") == 3
+        # Device sync + stream sync, both from the API callbacks (the fake's
+        # SYNCHRONIZATION record is ignored: that kind is not on).
+        assert t.scalar("select count(*) from slice where category = 'sync'") == 2
         stream_sync = t.query(
             "select s.name, t.name as track, s.dur from slice s join track t on s.track_id = t.id "
             "where s.category = 'sync' and s.name glob '*tream*'"
@@ -140,7 +147,7 @@ def test_graph_launch_flows_to_every_graph_kernel(app_trace) -> None:
         assert rows == [{"api": "cudaGraphLaunch", "n": 5}]
 
 
-def test_threads_and_forked_child_have_their_own_tracks(app_trace) -> None:
+def test_threads_have_their_own_tracks(app_trace) -> None:
     out, _ = app_trace
     with open_trace(out) as t:
         per_thread = t.query(
@@ -149,16 +156,10 @@ def test_threads_and_forked_child_have_their_own_tracks(app_trace) -> None:
             "join thread t using (utid) join process p using (upid) "
             "where s.category = 'cuda_api' group by t.utid order by n desc"
         )
-        pids = {r["pid"] for r in per_thread}
-        assert len(pids) == 2
+        assert len({r["pid"] for r in per_thread}) == 1  # the forked child made no CUDA call
         counts = sorted(r["n"] for r in per_thread)
-        # child: 10 launches + sync; worker: LAUNCHES; main: the rest (2 syncs).
-        assert counts == sorted(
-            [CHILD_KERNELS + 1, LAUNCHES, LAUNCHES + 10 + 1 + 1 + 1 + 1 + 1 + 5]
-        )
-        child_kernels = t.scalar("select count(*) from slice where name = 'child_kernel'")
-        assert child_kernels == CHILD_KERNELS
-        # The child's stream names its API calls too (names are per stream).
+        # worker: LAUNCHES; main: the rest (2 syncs).
+        assert counts == sorted([LAUNCHES, LAUNCHES + 10 + 1 + 1 + 1 + 1 + 1 + 5])
         unnamed = t.scalar("select count(*) from slice where name like 'cuda_api_0x%'")
         assert unnamed == 0
 

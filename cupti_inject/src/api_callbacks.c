@@ -208,6 +208,7 @@ _Atomic uint32_t api_generation;
 
 void api_callbacks_set(int on) {
     if (on == api_callbacks_on || !api_subscriber) return;
+    if (atomic_load(&cupti_forked)) return;
     for (int i = 0; i < n_api_names; i++) {
         uint32_t id = api_names[i].api_id;
         cuptiEnableCallback((uint32_t)on, api_subscriber, (CUpti_CallbackDomain)(id >> 16),

@@ -21,7 +21,8 @@
 
 /* ---- flushing ---- */
 static void flush_hook(int final) {
-    cuptiActivityFlushAll(final ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+    if (!atomic_load(&cupti_forked))
+        cuptiActivityFlushAll(final ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
     if (!final) {
         windows_periodic();
         /* Normally at the first traced call; with the callbacks off outside capture windows
@@ -118,6 +119,7 @@ static void fork_parent(void) {
 }
 static void fork_child(void) {
     /* The parent's stream owns everything recorded so far: start clean. */
+    atomic_store(&cupti_forked, 1);
     launch_stacks_fork_child();
     threads_fork_child();
     activity_fork_child();

@@ -10,8 +10,10 @@
 #include "state.h"
 
 _Atomic int nvtx_used, cupti_ready, markers_enabled;
+_Atomic int cupti_forked;
 
 void enable_markers_once(void) {
+    if (atomic_load(&cupti_forked)) return;
     if (!xp_config.enabled || !kind_wanted(XP_KIND_MARKER)) return;
     if (window_mode != WINDOW_NONE) {
         /* Markers follow the windows: on now only inside one (markers_follow_window does the rest). */

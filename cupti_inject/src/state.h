@@ -144,6 +144,12 @@ void sync_ops_fork_child(void);
 
 /* ---- nvtx.c ---- */
 extern _Atomic int nvtx_used, cupti_ready, markers_enabled;
+/* Set in a forked child of a process where CUPTI was set up: CUDA cannot be used in such a
+ * child, and a call into CUPTI there can block for ever on a lock that one of the parent's
+ * CUPTI threads held at the fork (DataLoader workers, compile workers ending through _exit
+ * hung in their final flush until their parent killed them).  The child's stream still
+ * carries its API rows and counters. */
+extern _Atomic int cupti_forked;
 /* MARKER activity on, once both CUPTI is set up and the process has used NVTX. */
 void enable_markers_once(void);
 /* A window opens or closes: markers follow it once the process has used NVTX. */

@@ -51,6 +51,7 @@ static void count_process_window(int delta) {
 
 /* Turn the window's activity kinds on or off (caller holds window_lock). */
 static void set_window_kinds(int on) {
+    if (atomic_load(&cupti_forked)) return; /* the window still opens: API rows, samples */
     CUptiResult (*set)(CUpti_ActivityKind) = on ? cuptiActivityEnable : cuptiActivityDisable;
     for (int i = 0; i < n_window_kinds; i++) set(window_kinds[i]);
     markers_follow_window(on); /* NVTX markers follow the window too, once NVTX is used */
@@ -103,7 +104,7 @@ void close_window(const char *end_reason) {
     pthread_mutex_unlock(&window_lock);
     /* Hand over what CUPTI holds of this window now rather than at the next periodic pull,
      * so that a process that never opens another window loses nothing of this one. */
-    cuptiActivityFlushAll(0);
+    if (!atomic_load(&cupti_forked)) cuptiActivityFlushAll(0);
 }
 
 void end_open_window(void) {
@@ -219,7 +220,7 @@ void enable_kind(CUpti_ActivityKind kind) {
 }
 
 void windows_periodic(void) {
-    if (window_mode == WINDOW_NONE) return;
+    if (window_mode == WINDOW_NONE || atomic_load(&cupti_forked)) return;
     pthread_mutex_lock(&window_lock);
     if (!atomic_load(&window_open) && window_closed_ns &&
         xp_now_ns() - window_closed_ns >= CALLBACKS_OFF_AFTER_NS) {

@@ -14,7 +14,12 @@
  * NVTX_INJECTION64_PATH and calls its InitializeInjectionNvtx2 (which hands NVTX to CUPTI's);
  * from then on each call runs the subscriber's enabled NVTX-domain callbacks with CUPTI's
  * parameter structs (generated_nvtx_meta.h) and return values (push depth, range id, domain
- * and registered-string handles).  No MARKER records are made. */
+ * and registered-string handles).  No MARKER records are made.
+ * fork: as with the real driver, CUDA is unusable in a forked child of the process that
+ * initialised it, and so is CUPTI: on the H100 a CUPTI call there (the final flush of a
+ * DataLoader worker ending through _exit) blocked on a lock one of the parent's CUPTI threads
+ * held at the fork, until the parent killed the worker.  Any CUPTI or fake CUDA call in such a
+ * child blocks 2 s and aborts with a message. */
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <generated_nvtx_meta.h>
@@ -29,6 +34,17 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+
+static pid_t cuda_pid; /* the process that ran fake_cuInit */
+
+static void refuse_forked_child(const char *call) {
+    if (!cuda_pid || getpid() == cuda_pid) return;
+    fprintf(stderr, "fake_cupti: %s in a forked child of the process that initialised CUDA\n",
+            call);
+    sleep(2);
+    abort();
+}
+#define FORK_CHECK() refuse_forked_child(__func__)
 
 static CUpti_CallbackFunc subscriber_cb;
 static void *subscriber_data;
@@ -91,38 +107,45 @@ EXPORT CUptiResult cuptiGetResultString(CUptiResult result, const char **str) {
     return CUPTI_SUCCESS;
 }
 EXPORT CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
+    FORK_CHECK();
     timestamp_cb = f;
     return CUPTI_SUCCESS;
 }
 /* Buffer attributes are accepted (size-checked) and have no effect on the replay. */
 EXPORT CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t *size, void *value) {
+    FORK_CHECK();
     if (!size || !value) return CUPTI_ERROR_INVALID_PARAMETER;
     if (attr == CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) return *size == 1 ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
     if (attr == CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE) return *size == sizeof(size_t) ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
     return CUPTI_ERROR_NOT_SUPPORTED;
 }
 EXPORT CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType type) {
+    FORK_CHECK();
     (void)type;
     return CUPTI_SUCCESS;
 }
 EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
                                                   CUpti_BuffersCallbackCompleteFunc done) {
+    FORK_CHECK();
     request_cb = req;
     complete_cb = done;
     return CUPTI_SUCCESS;
 }
 EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
+    FORK_CHECK();
     if (record_size(kind) == 0) return CUPTI_ERROR_NOT_COMPATIBLE;
     enabled_kinds[kind] = 1;
     return CUPTI_SUCCESS;
 }
 /* As CUPTI: a disabled kind produces no records from then on (those queued stay queued). */
 EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
+    FORK_CHECK();
     if (record_size(kind) == 0) return CUPTI_ERROR_NOT_COMPATIBLE;
     enabled_kinds[kind] = 0;
     return CUPTI_SUCCESS;
 }
 EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud) {
+    FORK_CHECK();
     if (subscriber_cb) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     subscriber_cb = cb;
     subscriber_data = ud;
@@ -157,12 +180,14 @@ static const char *driver_name(uint32_t cbid) {
 }
 
 EXPORT CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cbid, const char **name) {
+    FORK_CHECK();
     *name = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_name(cbid)
           : domain == CUPTI_CB_DOMAIN_DRIVER_API ? driver_name(cbid) : NULL;
     return *name ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
 }
 EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle s,
                                        CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+    FORK_CHECK();
     (void)s;
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE) enabled_runtime[cbid] = (uint8_t)enable;
     else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid < CUPTI_DRIVER_TRACE_CBID_SIZE) enabled_driver[cbid] = (uint8_t)enable;
@@ -171,6 +196,7 @@ EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle s
     return CUPTI_SUCCESS;
 }
 EXPORT CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle s, CUpti_CallbackDomain domain) {
+    FORK_CHECK();
     (void)s;
     if (domain != CUPTI_CB_DOMAIN_NVTX) return CUPTI_ERROR_NOT_SUPPORTED;
     memset(enabled_nvtx, enable ? 1 : 0, sizeof enabled_nvtx);
@@ -179,6 +205,7 @@ EXPORT CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle s, 
 
 /* Records in a delivered buffer are prefixed by their size (the fake's own layout). */
 EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, CUpti_Activity **record) {
+    FORK_CHECK();
     uint8_t *p;
     if (*record == NULL) p = buffer;
     else {
@@ -193,6 +220,7 @@ EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, CUp
 
 static __thread size_t reported_dropped;
 EXPORT CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t stream, size_t *dropped) {
+    FORK_CHECK();
     (void)ctx;
     (void)stream;
     *dropped = reported_dropped;
@@ -238,6 +266,7 @@ static void deliver_all(void) {
 }
 
 EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    FORK_CHECK();
     (void)flag;
     if (complete_cb) deliver_all();
     return CUPTI_SUCCESS;
@@ -284,6 +313,7 @@ static void run_callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCa
 /* One API call: runtime call (with a nested driver call when driver_cbid != 0) or driver only.
  * Returns the correlation id that GPU records carry (the outermost call's). */
 static uint32_t api_call(uint32_t runtime_cbid, uint32_t driver_cbid, uint64_t busy_ns) {
+    FORK_CHECK();
     uint64_t rt_data = 0, drv_data = 0;
     uint32_t outer = 0;
     if (runtime_cbid) {
@@ -334,6 +364,7 @@ EXPORT void fake_cuInit(void) {
     static int done;
     if (done) return;
     done = 1;
+    cuda_pid = getpid();
     const char *path = getenv("CUDA_INJECTION64_PATH");
     if (!path) return;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -440,6 +471,7 @@ EXPORT uint32_t fake_stream_synchronize(uint32_t stream) {
 
 EXPORT CUptiResult cuptiGetStreamIdEx(CUcontext ctx, CUstream stream, uint8_t per_thread,
                                       uint32_t *id) {
+    FORK_CHECK();
     (void)per_thread;
     uint32_t device;
     if (!fake_device_of(ctx, &device) || (uintptr_t)stream < 0x5000) return CUPTI_ERROR_INVALID_PARAMETER;
@@ -448,6 +480,7 @@ EXPORT CUptiResult cuptiGetStreamIdEx(CUcontext ctx, CUstream stream, uint8_t pe
 }
 
 EXPORT CUptiResult cuptiGetContextId(CUcontext ctx, uint32_t *id) {
+    FORK_CHECK();
     uint32_t device;
     if (!fake_device_of(ctx, &device)) return CUPTI_ERROR_INVALID_PARAMETER;
     *id = 1 + device;
@@ -455,6 +488,7 @@ EXPORT CUptiResult cuptiGetContextId(CUcontext ctx, uint32_t *id) {
 }
 
 EXPORT CUptiResult cuptiGetDeviceId(CUcontext ctx, uint32_t *id) {
+    FORK_CHECK();
     if (!fake_device_of(ctx, id)) return CUPTI_ERROR_INVALID_PARAMETER;
     return CUPTI_SUCCESS;
 }
