@@ -22,16 +22,14 @@
 -- Gaps between the device's busy islands, clipped to the regions; next_op_id: the op whose
 -- start ends the gap (unset where a region's end clips the gap).
 CREATE PERFETTO TABLE _xpu_gap_raw AS
-WITH reach AS (
-  SELECT id, api_id, device_track_id, ts, max(end_ts) OVER (
-           PARTITION BY device_track_id ORDER BY ts, end_ts
-           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM xpu_analysis_op
-)
 SELECT g.device_track_id, max(g.prev_end, r.ts) AS ts, min(g.ts, r.end_ts) AS end_ts,
        CASE WHEN g.ts <= r.end_ts THEN g.id END AS next_op_id,
-       CASE WHEN g.ts <= r.end_ts THEN g.api_id END AS api_id
-FROM reach g
+       CASE WHEN g.ts <= r.end_ts THEN g.api_id END AS api_id,
+       CASE WHEN g.ts <= r.end_ts THEN g.name END AS next_op,
+       CASE WHEN g.ts <= r.end_ts THEN g.api_name END AS api_name,
+       CASE WHEN g.ts <= r.end_ts THEN g.api_ts END AS api_ts,
+       CASE WHEN g.ts <= r.end_ts THEN g.utid END AS utid
+FROM _xpu_op_reach g
 JOIN xpu_analysis_region r ON g.prev_end < r.end_ts AND g.ts > r.ts
 WHERE g.ts > g.prev_end;
 
@@ -39,13 +37,12 @@ WHERE g.ts > g.prev_end;
 -- the lookups below rely on.  host_end: where the host part ends (the API call's start,
 -- clipped to the gap).
 CREATE PERFETTO TABLE _xpu_gap AS
-SELECT row_number() OVER (ORDER BY tt.utid, g.ts, g.device_track_id) AS id,
-       g.ts, g.end_ts - g.ts AS dur, g.end_ts, g.device_track_id, g.next_op_id, g.api_id,
-       a.name AS api_name, a.ts AS api_ts, tt.utid,
-       CASE WHEN a.id IS NULL THEN g.ts ELSE max(g.ts, min(a.ts, g.end_ts)) END AS host_end
-FROM _xpu_gap_raw g
-LEFT JOIN slice a ON a.id = g.api_id
-LEFT JOIN thread_track tt ON tt.id = a.track_id;
+SELECT row_number() OVER (ORDER BY g.utid, g.ts, g.device_track_id) AS id,
+       g.ts, g.end_ts - g.ts AS dur, g.end_ts, g.device_track_id, g.next_op_id, g.next_op,
+       g.api_id, g.api_name, g.api_ts, g.utid,
+       CASE WHEN g.api_ts IS NULL THEN g.ts ELSE max(g.ts, min(g.api_ts, g.end_ts)) END
+         AS host_end
+FROM _xpu_gap_raw g;
 CREATE PERFETTO INDEX _xpu_gap_id ON _xpu_gap(id);
 
 -- Calls that block the host until the GPU is done: syncs and copies (a copy to or from
@@ -69,31 +66,47 @@ FROM xpu_cpu_sample s
 WHERE s.utid IN (SELECT utid FROM _xpu_gap);
 CREATE PERFETTO INDEX _xpu_gap_thread_sample_seq ON _xpu_gap_thread_sample(seq);
 
--- For each gap, by one sort of gaps, calls and samples together: the last blocking call
--- begun by its start, and its samples' range (first after its start .. last before the end
--- of its host part + one period), and its last sample at or before the API call.
-CREATE PERFETTO TABLE _xpu_gap_lookup AS
+-- For each gap, by one sort of gaps and blocking calls together: the last blocking call
+-- begun by its start on the launching thread (gaps with a host part only: the call must have
+-- been in flight while the GPU ran dry and the thread had not yet launched).
+CREATE PERFETTO TABLE _xpu_gap_block_lookup AS
 WITH ev AS (
-  SELECT utid, ts, 1 AS ord, 0 AS is_sample, 0 AS is_block, id AS gap_id, 0 AS part
-  FROM _xpu_gap WHERE utid IS NOT NULL
+  SELECT utid, ts, 1 AS ord, 0 AS is_block, id AS gap_id FROM _xpu_gap
+  WHERE utid IS NOT NULL AND host_end > ts
   UNION ALL
-  SELECT utid, host_end, 1, 0, 0, id, 1 FROM _xpu_gap WHERE utid IS NOT NULL
+  SELECT utid, ts, 0, 1, NULL FROM _xpu_block_call
+),
+counted AS (
+  SELECT gap_id, sum(is_block) OVER (ORDER BY utid, ts, ord ROWS UNBOUNDED PRECEDING) AS seq
+  FROM ev
+)
+SELECT gap_id, seq AS block_seq FROM counted WHERE gap_id IS NOT NULL AND seq > 0;
+
+-- The same for the samples, for the gaps whose host part is long enough for its samples to
+-- matter (a shorter one is the launch path, whatever ran): its samples' range (first after
+-- its start .. last before the end of its host part + one period), and its last sample at
+-- or before the API call.
+CREATE PERFETTO TABLE _xpu_gap_lookup AS
+WITH long_gap AS (
+  SELECT id, utid, ts, host_end FROM _xpu_gap
+  WHERE utid IS NOT NULL AND host_end - ts >= {launch_host_ns}
+),
+ev AS (
+  SELECT utid, ts, 1 AS ord, 0 AS is_sample, id AS gap_id, 0 AS part FROM long_gap
   UNION ALL
-  SELECT utid, host_end + {period}, 1, 0, 0, id, 2 FROM _xpu_gap WHERE utid IS NOT NULL
+  SELECT utid, host_end, 1, 0, id, 1 FROM long_gap
   UNION ALL
-  SELECT utid, ts, 0, 0, 1, NULL, NULL FROM _xpu_block_call
+  SELECT utid, host_end + {period}, 1, 0, id, 2 FROM long_gap
   UNION ALL
-  SELECT utid, ts, 0, 1, 0, NULL, NULL FROM _xpu_gap_thread_sample
+  SELECT utid, ts, 0, 1, NULL, NULL FROM _xpu_gap_thread_sample
+  WHERE EXISTS (SELECT 1 FROM long_gap)
 ),
 counted AS (
   SELECT gap_id, part,
-         sum(is_sample) OVER w AS samples_before,
-         sum(is_block) OVER w AS blocks_before
+         sum(is_sample) OVER (ORDER BY utid, ts, ord ROWS UNBOUNDED PRECEDING) AS samples_before
   FROM ev
-  WINDOW w AS (ORDER BY utid, ts, ord ROWS UNBOUNDED PRECEDING)
 )
 SELECT gap_id,
-       max(CASE WHEN part = 0 THEN blocks_before END) AS block_seq,
        max(CASE WHEN part = 0 THEN samples_before END) + 1 AS first_sample,
        max(CASE WHEN part = 1 THEN samples_before END) AS last_host_sample,
        max(CASE WHEN part = 2 THEN samples_before END) AS last_sample
@@ -106,7 +119,7 @@ CREATE PERFETTO INDEX _xpu_gap_lookup_gap ON _xpu_gap_lookup(gap_id);
 -- start, on the launching thread).
 CREATE PERFETTO TABLE _xpu_gap_block AS
 SELECT l.gap_id, b.id AS block_id, b.name AS block_name
-FROM _xpu_gap_lookup l
+FROM _xpu_gap_block_lookup l
 JOIN _xpu_gap g ON g.id = l.gap_id
 JOIN _xpu_block_call b ON b.seq = l.block_seq
 WHERE b.utid = g.utid AND b.end_ts >= g.ts - 2000 AND g.host_end > g.ts;
@@ -184,8 +197,9 @@ JOIN _xpu_data_slice d ON d.seq = c.seq
 WHERE c.gap_id IS NOT NULL AND d.utid = g.utid;
 CREATE PERFETTO INDEX _xpu_gap_data_slice_gap ON _xpu_gap_data_slice(gap_id);
 
--- Per gap: the host part split by cause.
-CREATE PERFETTO TABLE _xpu_gap_split AS
+-- The gaps, classified: ns per cause (they add up to dur), the class that explains most of
+-- the gap, the launching thread and call, the next op, the blocking call where one.
+CREATE PERFETTO TABLE xpu_gpu_gap AS
 WITH cover AS (
   SELECT gap_id, sum(CASE WHEN is_data THEN covered_ns ELSE 0 END) AS data_ns,
          sum(CASE WHEN is_data THEN 0 ELSE covered_ns END) AS host_ns
@@ -199,67 +213,67 @@ last_seen AS (
   JOIN _xpu_gap_thread_sample s ON s.seq = l.last_host_sample
   LEFT JOIN _xpu_gap_callsite c USING (callsite_id)
   WHERE s.utid = g.utid AND s.ts >= g.ts - {stale_ns}
-)
-SELECT g.id AS gap_id,
-       CASE WHEN b.gap_id IS NOT NULL THEN g.host_end - g.ts ELSE 0 END AS sync_ns,
-       CASE WHEN b.gap_id IS NOT NULL THEN 0
-            ELSE min(coalesce(c.data_ns, 0), g.host_end - g.ts) END AS data_cov,
-       CASE WHEN b.gap_id IS NOT NULL THEN 0
-            ELSE min(coalesce(c.host_ns, 0), g.host_end - g.ts - min(coalesce(c.data_ns, 0), g.host_end - g.ts)) END AS host_cov,
-       ls.is_data AS last_is_data,
-       -- No sample of the thread at all: the CPU slices say what it did.
-       CASE WHEN b.gap_id IS NULL AND c.gap_id IS NULL AND ls.gap_id IS NULL
-              AND g.utid NOT IN (SELECT DISTINCT utid FROM _xpu_gap_thread_sample)
-            THEN coalesce(ds.data_ns, 0) END AS slice_data_ns
-FROM _xpu_gap g
-LEFT JOIN _xpu_gap_block b ON b.gap_id = g.id
-LEFT JOIN cover c ON c.gap_id = g.id
-LEFT JOIN last_seen ls ON ls.gap_id = g.id
-LEFT JOIN _xpu_gap_data_slice ds ON ds.gap_id = g.id;
-CREATE PERFETTO INDEX _xpu_gap_split_gap ON _xpu_gap_split(gap_id);
-
--- The gaps, classified: ns per cause (they add up to dur), the class that explains most of
--- the gap, the launching thread and call, the next op, the blocking call where one.
-CREATE PERFETTO TABLE xpu_gpu_gap AS
-WITH parts AS (
-  SELECT g.*, s.sync_ns,
-         CASE WHEN s.slice_data_ns IS NOT NULL THEN min(s.slice_data_ns, g.host_end - g.ts)
-              ELSE s.data_cov + CASE WHEN s.sync_ns = 0 AND s.last_is_data = 1
-                                     THEN g.host_end - g.ts - s.data_cov - s.host_cov ELSE 0 END
+),
+-- Per gap: the host part split by cause.
+split AS (
+  SELECT g.*, b.block_id, b.block_name,
+         CASE WHEN b.gap_id IS NOT NULL THEN g.host_end - g.ts ELSE 0 END AS sync_ns,
+         CASE WHEN b.gap_id IS NOT NULL THEN 0
+              ELSE min(coalesce(c.data_ns, 0), g.host_end - g.ts) END AS data_cov,
+         CASE WHEN b.gap_id IS NOT NULL THEN 0
+              ELSE min(coalesce(c.host_ns, 0),
+                       g.host_end - g.ts - min(coalesce(c.data_ns, 0), g.host_end - g.ts))
+         END AS host_cov,
+         ls.is_data AS last_is_data,
+         -- No sample of the thread at all: the CPU slices say what it did.
+         CASE WHEN b.gap_id IS NULL AND c.gap_id IS NULL AND ls.gap_id IS NULL
+                AND g.utid NOT IN (SELECT DISTINCT utid FROM _xpu_gap_thread_sample)
+              THEN coalesce(ds.data_ns, 0) END AS slice_data_ns
+  FROM _xpu_gap g
+  LEFT JOIN _xpu_gap_block b ON b.gap_id = g.id
+  LEFT JOIN cover c ON c.gap_id = g.id
+  LEFT JOIN last_seen ls ON ls.gap_id = g.id
+  LEFT JOIN _xpu_gap_data_slice ds ON ds.gap_id = g.id
+),
+parts AS (
+  SELECT g.*,
+         CASE WHEN g.slice_data_ns IS NOT NULL THEN min(g.slice_data_ns, g.host_end - g.ts)
+              ELSE g.data_cov + CASE WHEN g.sync_ns = 0 AND g.last_is_data = 1
+                                     THEN g.host_end - g.ts - g.data_cov - g.host_cov ELSE 0 END
          END AS data_ns,
-         CASE WHEN s.slice_data_ns IS NOT NULL
-              THEN g.host_end - g.ts - min(s.slice_data_ns, g.host_end - g.ts)
-              ELSE s.host_cov + CASE WHEN s.sync_ns = 0 AND s.last_is_data = 0
-                                     THEN g.host_end - g.ts - s.data_cov - s.host_cov ELSE 0 END
+         CASE WHEN g.slice_data_ns IS NOT NULL
+              THEN g.host_end - g.ts - min(g.slice_data_ns, g.host_end - g.ts)
+              ELSE g.host_cov + CASE WHEN g.sync_ns = 0 AND g.last_is_data = 0
+                                     THEN g.host_end - g.ts - g.data_cov - g.host_cov ELSE 0 END
          END AS host_ns,
          CASE WHEN g.api_id IS NULL THEN 0 ELSE g.end_ts - g.host_end END AS launch_ns
-  FROM _xpu_gap g JOIN _xpu_gap_split s ON s.gap_id = g.id
+  FROM split g
 ),
 -- A short host part (under {launch_host_ns}) between two launches is the launch path
 -- itself (the framework's per-op work), not code worth naming: it counts as launch.
 short AS (
-  SELECT id, ts, dur, end_ts, device_track_id, next_op_id, api_id, api_name, utid, sync_ns,
+  SELECT id, ts, dur, end_ts, device_track_id, next_op_id, next_op, api_id, api_name, api_ts,
+         utid, block_id, block_name, sync_ns,
          CASE WHEN sync_ns = 0 AND host_end - ts < {launch_host_ns} THEN 0 ELSE data_ns END
            AS data_ns,
          CASE WHEN sync_ns = 0 AND host_end - ts < {launch_host_ns} THEN 0 ELSE host_ns END
            AS host_ns,
          launch_ns + CASE WHEN sync_ns = 0 AND host_end - ts < {launch_host_ns}
-                          THEN data_ns + host_ns ELSE 0 END AS launch_ns
-  FROM parts
+                          THEN host_end - ts ELSE 0 END AS launch_ns
+  -- OFFSET 0 keeps SQLite from flattening this into the queries below, which would copy
+  -- the nested CASE expressions above into every reference to a column (1.3x slower).
+  FROM parts LIMIT -1 OFFSET 0
 ),
 classed AS (
   SELECT *, dur - sync_ns - data_ns - host_ns - launch_ns AS other_ns FROM short
 )
 SELECT c.id, c.ts, c.dur, c.device_track_id, t.name AS device, c.utid, c.api_id, c.api_name,
-       c.next_op_id, o.name AS next_op,
+       c.api_ts, c.next_op_id, c.next_op,
        CASE max(c.sync_ns, c.data_ns, c.host_ns, c.launch_ns, c.other_ns)
          WHEN c.sync_ns THEN 'sync' WHEN c.data_ns THEN 'data_loading'
          WHEN c.host_ns THEN 'host_compute' WHEN c.launch_ns THEN 'launch'
          ELSE 'other' END AS class,
-       c.sync_ns, c.data_ns, c.host_ns, c.launch_ns, c.other_ns,
-       b.block_id, b.block_name
+       c.sync_ns, c.data_ns, c.host_ns, c.launch_ns, c.other_ns, c.block_id, c.block_name
 FROM classed c
-JOIN track t ON t.id = c.device_track_id
-LEFT JOIN slice o ON o.id = c.next_op_id
-LEFT JOIN _xpu_gap_block b ON b.gap_id = c.id;
+JOIN track t ON t.id = c.device_track_id;
 CREATE PERFETTO INDEX xpu_gpu_gap_id ON xpu_gpu_gap(id);

@@ -84,8 +84,8 @@ def next_call_sites(trace: Trace, part: str, top: int = 3) -> list[Site]:
     line that made them, weighted by that time."""
     return _call_sites(
         trace,
-        f"SELECT g.api_id AS call_id, s.ts, g.utid, g.{part} AS ns, g.next_op AS detail "
-        f"FROM xpu_focus_gap g JOIN slice s ON s.id = g.api_id WHERE g.{part} > 0",
+        f"SELECT g.api_id AS call_id, g.api_ts AS ts, g.utid, g.{part} AS ns, "
+        f"g.next_op AS detail FROM xpu_focus_gap g WHERE g.api_id IS NOT NULL AND g.{part} > 0",
         top,
     )
 
@@ -94,10 +94,8 @@ def op_sites(trace: Trace, where: str, top: int = 3) -> list[Site]:
     """The launch sites of the GPU ops (xpu_launch rows) matching `where`, by GPU time."""
     return _call_sites(
         trace,
-        "SELECT l.api_id AS call_id, l.api_ts AS ts, tt.utid, l.dur AS ns, l.name AS detail "
-        "FROM xpu_launch l JOIN slice s ON s.id = l.api_id "
-        "JOIN thread_track tt ON tt.id = s.track_id "
-        f"WHERE ({where}) AND l.ts >= (SELECT ts FROM xpu_analysis_focus) "
+        "SELECT l.api_id AS call_id, l.api_ts AS ts, l.utid, l.dur AS ns, l.name AS detail "
+        f"FROM xpu_launch l WHERE ({where}) AND l.ts >= (SELECT ts FROM xpu_analysis_focus) "
         "AND l.ts < (SELECT end_ts FROM xpu_analysis_focus)",
         top,
     )
@@ -147,23 +145,25 @@ _UNSTACKED_CALLS = 200
 def _call_sites(trace: Trace, calls_sql: str, top: int) -> list[Site]:
     """Sites of API calls (`calls_sql`: call_id, ts, utid, ns, detail), by the innermost user
     frame of each call's launch stack (summed per stack in SQL), or of its enclosing slices."""
-    stacked = trace.query(
+    # One pass over the calls: those with a launch stack summed per stack, the heaviest of
+    # the others one by one.
+    rows = trace.query(
         f"""
-        WITH a AS ({calls_sql})
-        SELECT ls.callsite_id, a.detail, sum(a.ns) AS ns, count(*) AS n
-        FROM a JOIN _xpu_launch_stack_at ls ON ls.ts = a.ts AND ls.utid = a.utid
-        GROUP BY ls.callsite_id, a.detail
+        WITH a AS MATERIALIZED (
+          SELECT c.call_id, c.detail, c.ns, ls.callsite_id
+          FROM ({calls_sql}) c
+          LEFT JOIN _xpu_launch_stack_at ls ON ls.ts = c.ts AND ls.utid = c.utid
+        )
+        SELECT callsite_id, NULL AS call_id, detail, sum(ns) AS ns, count(*) AS n
+        FROM a WHERE callsite_id IS NOT NULL GROUP BY callsite_id, detail
+        UNION ALL
+        SELECT * FROM (
+          SELECT NULL, call_id, detail, ns, 1 FROM a WHERE callsite_id IS NULL
+          ORDER BY ns DESC LIMIT {_UNSTACKED_CALLS})
         """
     )
-    unstacked = trace.query(
-        f"""
-        WITH a AS ({calls_sql})
-        SELECT a.call_id, a.detail, a.ns FROM a
-        WHERE NOT EXISTS (
-          SELECT 1 FROM _xpu_launch_stack_at ls WHERE ls.ts = a.ts AND ls.utid = a.utid)
-        ORDER BY a.ns DESC LIMIT {_UNSTACKED_CALLS}
-        """
-    )
+    stacked = [r for r in rows if r["callsite_id"] is not None]
+    unstacked = [r for r in rows if r["callsite_id"] is None]
     frames = locations.callsite_frames(trace, (r["callsite_id"] for r in stacked))
     by_slice = locations.slice_locations(trace, (int(r["call_id"]) for r in unstacked))
     weights: dict[str, list[int]] = {}

@@ -8,11 +8,11 @@ CREATE PERFETTO INDEX _xpu_launch_stack_at_ts ON _xpu_launch_stack_at(ts);
 -- op ran for less time than its launch call took on the CPU (the CPU cannot keep up with
 -- a stream of such ops).
 CREATE PERFETTO TABLE xpu_launch AS
-SELECT o.id AS op_id, o.name, o.category, o.ts, o.dur, o.end_ts, o.device_track_id, o.stream,
-       a.id AS api_id, a.name AS api_name, a.ts AS api_ts, a.dur AS api_dur,
-       o.ts - a.ts AS latency_ns, o.dur < a.dur AS shorter_than_call
-FROM xpu_analysis_op o
-JOIN slice a ON a.id = o.api_id;
+SELECT id AS op_id, name, category, ts, dur, end_ts, device_track_id, stream, api_id,
+       api_name, api_ts, api_dur, utid, ts - api_ts AS latency_ns,
+       dur < api_dur AS shorter_than_call
+FROM xpu_analysis_op
+WHERE api_ts IS NOT NULL;
 
 -- Per kernel name: launches, latency percentiles (nearest rank), ops shorter than their call.
 CREATE PERFETTO TABLE xpu_launch_kernel_stats AS
@@ -43,11 +43,13 @@ depth AS (
                           ROWS UNBOUNDED PRECEDING) AS depth
   FROM ev
 )
-SELECT d.device_track_id, t.name AS device, d.stream, max(depth) AS max_depth,
-       avg(depth) AS mean_depth_at_launch, count(*) AS launches
-FROM depth d JOIN track t ON t.id = d.device_track_id
-WHERE delta = 1
-GROUP BY d.device_track_id, d.stream;
+SELECT q.device_track_id, t.name AS device, q.stream, q.max_depth, q.mean_depth_at_launch,
+       q.launches
+FROM (
+  SELECT device_track_id, stream, max(depth) AS max_depth, avg(depth) AS mean_depth_at_launch,
+         count(*) AS launches
+  FROM depth WHERE delta = 1 GROUP BY device_track_id, stream
+) q JOIN track t ON t.id = q.device_track_id;
 
 -- Copies one by one: direction, host memory (pageable / pinned, from the recorded
 -- `debug.host_memory`, else from Kineto's op name "Memcpy HtoD (Pageable -> Device)"),

@@ -5,12 +5,17 @@
 -- whole capture window asked for with --window).
 
 -- A GPU op that occupies its device: kernels, copies, sets (sync ops are host waits seen
--- from the GPU side, not GPU work).  device_track_id: the `GPU D (<name>)` track.
+-- from the GPU side, not GPU work).  device_track_id: the `GPU D (<name>)` track.  The API
+-- call that launched it (api_*, its thread utid) is joined once here for every analysis
+-- that needs it (gaps, steps, launch statistics).
 CREATE PERFETTO TABLE xpu_analysis_op AS
 SELECT g.id, g.ts, g.dur, g.ts + g.dur AS end_ts, g.name, g.category, g.api_id,
-       t.parent_id AS device_track_id, t.name AS stream
+       t.parent_id AS device_track_id, t.name AS stream,
+       a.ts AS api_ts, a.dur AS api_dur, a.name AS api_name, tt.utid
 FROM xpu_gpu_op g
 JOIN track t ON g.track_id = t.id
+LEFT JOIN slice a ON a.id = g.api_id
+LEFT JOIN thread_track tt ON tt.id = a.track_id
 WHERE g.category IN ('kernel', 'memcpy', 'memset') AND g.dur > 0;
 
 -- One row: ts, end_ts, dur of the analysed span and what it is ('active' or 'all').
@@ -56,10 +61,19 @@ WHERE m.ts < s.end_ts AND m.end_ts > s.ts
 UNION ALL
 SELECT ts, end_ts FROM xpu_analysis_span WHERE NOT EXISTS (SELECT 1 FROM win);
 
--- GPU busy time per device inside the regions, by kind of work: compute kernels, NCCL
--- kernels, copies, sets (each kind's intervals merged, so overlaps on streams count once),
--- and all of them together.
-CREATE PERFETTO TABLE xpu_analysis_busy_island AS
+-- Busy islands (the union of the intervals of the ops) per device, of all ops ('any') and
+-- of each kind of work: compute kernels, NCCL kernels, copies, sets; overlaps on streams
+-- count once.  One sort and running maximum per key: prev_end is the furthest end of the
+-- earlier ops of the same device (and kind); an op that starts after it opens an island,
+-- which ends at the running maximum just before the next island opens.  The 'any' pass
+-- also gives the gaps (gaps.sql) and the report's device busy time (gpu_busy.sql).
+CREATE PERFETTO TABLE _xpu_op_reach AS
+SELECT id, api_id, api_name, api_ts, utid, name, device_track_id, ts, end_ts, max(end_ts) OVER (
+         PARTITION BY device_track_id ORDER BY ts, end_ts
+         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+FROM xpu_analysis_op;
+
+CREATE PERFETTO TABLE _xpu_kind_reach AS
 WITH keyed AS (
   SELECT device_track_id,
          CASE WHEN category != 'kernel' THEN category
@@ -67,27 +81,36 @@ WITH keyed AS (
               ELSE 'compute' END AS kind,
          ts, end_ts
   FROM xpu_analysis_op
-),
-both_ AS (
-  SELECT device_track_id, kind, ts, end_ts FROM keyed
-  UNION ALL
-  SELECT device_track_id, 'any', ts, end_ts FROM keyed
-),
-reach AS (
-  SELECT *, max(end_ts) OVER (
-           PARTITION BY device_track_id, kind ORDER BY ts, end_ts
-           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM both_
-),
-islands AS (
-  SELECT *, sum(CASE WHEN prev_end IS NULL OR ts > prev_end THEN 1 ELSE 0 END) OVER (
-           PARTITION BY device_track_id, kind ORDER BY ts, end_ts ROWS UNBOUNDED PRECEDING)
-           AS island
-  FROM reach
-),
-merged AS (
-  SELECT device_track_id, kind, min(ts) AS ts, max(end_ts) AS end_ts
-  FROM islands GROUP BY device_track_id, kind, island
 )
+SELECT device_track_id, kind, ts, end_ts, max(end_ts) OVER (
+         PARTITION BY device_track_id, kind ORDER BY ts, end_ts
+         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+FROM keyed;
+
+-- Every island, unclipped.  The last island of a device (and kind) has no next opening: it
+-- ends at the furthest end of all (looked up for those few rows only).
+CREATE PERFETTO TABLE xpu_busy_island_all AS
+WITH any_island AS (
+  SELECT device_track_id, 'any' AS kind, ts,
+         lead(prev_end) OVER (PARTITION BY device_track_id ORDER BY ts) AS end_ts
+  FROM _xpu_op_reach WHERE prev_end IS NULL OR ts > prev_end
+),
+kind_island AS (
+  SELECT device_track_id, kind, ts,
+         lead(prev_end) OVER (PARTITION BY device_track_id, kind ORDER BY ts) AS end_ts
+  FROM _xpu_kind_reach WHERE prev_end IS NULL OR ts > prev_end
+)
+SELECT device_track_id, kind, ts,
+       coalesce(end_ts, (SELECT max(r.end_ts) FROM _xpu_op_reach r
+                         WHERE r.device_track_id = i.device_track_id)) AS end_ts
+FROM any_island i
+UNION ALL
+SELECT device_track_id, kind, ts,
+       coalesce(end_ts, (SELECT max(r.end_ts) FROM _xpu_kind_reach r
+                         WHERE r.device_track_id = i.device_track_id AND r.kind = i.kind))
+FROM kind_island i;
+
+-- The islands inside the regions.
+CREATE PERFETTO TABLE xpu_analysis_busy_island AS
 SELECT m.device_track_id, m.kind, max(m.ts, r.ts) AS ts, min(m.end_ts, r.end_ts) AS end_ts
-FROM merged m JOIN xpu_analysis_region r ON m.ts < r.end_ts AND m.end_ts > r.ts;
+FROM xpu_busy_island_all m JOIN xpu_analysis_region r ON m.ts < r.end_ts AND m.end_ts > r.ts;

@@ -20,17 +20,14 @@ WHERE s.name GLOB '{steps_glob}' AND s.dur > 0
 -- the name of their first op.
 CREATE PERFETTO TABLE _xpu_launch_seq AS
 WITH calls AS (
-  SELECT o.api_id, min(o.id) AS op_id FROM xpu_analysis_op o
-  WHERE o.api_id IS NOT NULL AND {detect} AND NOT EXISTS (SELECT 1 FROM _xpu_marked_step)
+  -- The first op of each call (SQLite takes the bare columns from the row of the min()).
+  SELECT o.api_id, min(o.id) AS op_id, o.name AS symbol, o.api_ts AS ts, o.utid
+  FROM xpu_analysis_op o
+  WHERE o.api_ts IS NOT NULL AND {detect} AND NOT EXISTS (SELECT 1 FROM _xpu_marked_step)
   GROUP BY o.api_id
 ),
 located AS (
-  SELECT c.api_id, a.ts, tt.utid, t.upid, o.name AS symbol
-  FROM calls c
-  JOIN slice a ON a.id = c.api_id
-  JOIN thread_track tt ON tt.id = a.track_id
-  JOIN thread t USING (utid)
-  JOIN slice o ON o.id = c.op_id
+  SELECT c.api_id, c.ts, c.utid, t.upid, c.symbol FROM calls c JOIN thread t USING (utid)
 ),
 main AS (SELECT upid FROM located GROUP BY upid ORDER BY count(*) DESC LIMIT 1)
 SELECT row_number() OVER (ORDER BY ts, api_id) AS i, api_id, ts, utid, symbol

@@ -1,7 +1,8 @@
 -- GPU busy time: the union of the intervals in which a stream (or any stream of a device)
 -- runs a kernel, copy or set.  Ops that overlap on one stream sit on sibling tracks of the
 -- same name, and streams of one device overlap each other, so durations cannot just be
--- added: overlapping intervals are first merged ("islands").  Needs xpu_views.sql.
+-- added: overlapping intervals are first merged ("islands").  Needs xpu_views.sql and the
+-- analysis's span.sql.
 
 -- GPU ops that occupy the device; a stream is (device track, stream track name).
 CREATE PERFETTO TABLE xpu_report_gpu_op AS
@@ -10,30 +11,29 @@ FROM xpu_gpu_op s
 JOIN track t ON s.track_id = t.id
 WHERE s.category IN ('kernel', 'memcpy', 'memset') AND s.dur > 0;
 
--- Busy islands per stream (stream set) and per device (stream NULL).
+-- Busy islands per stream (stream set) and per device (stream NULL: the analysis's islands
+-- of all ops, exporters/analysis/span.sql, the same ops).  prev_end: the furthest end of the
+-- stream's earlier ops; an op starting after it opens an island, which ends at the running
+-- maximum just before the next one opens (or at the stream's last end).
 CREATE PERFETTO TABLE xpu_report_busy AS
-WITH keyed AS (
-  SELECT device_track_id, stream, ts, ts + dur AS end_ts FROM xpu_report_gpu_op
-  UNION ALL
-  SELECT device_track_id, NULL AS stream, ts, ts + dur AS end_ts FROM xpu_report_gpu_op
-),
-reach AS (
-  -- The furthest end of any earlier op of the same stream: an op starting after it
-  -- opens a new island.
-  SELECT *, max(end_ts) OVER (
-           PARTITION BY device_track_id, stream ORDER BY ts, end_ts
+WITH reach AS (
+  SELECT device_track_id, stream, ts, ts + dur AS end_ts, max(ts + dur) OVER (
+           PARTITION BY device_track_id, stream ORDER BY ts, ts + dur
            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM keyed
+  FROM xpu_report_gpu_op
 ),
-islands AS (
-  SELECT *, sum(CASE WHEN prev_end IS NULL OR ts > prev_end THEN 1 ELSE 0 END) OVER (
-           PARTITION BY device_track_id, stream ORDER BY ts, end_ts
-           ROWS UNBOUNDED PRECEDING) AS island
-  FROM reach
+island AS (
+  SELECT device_track_id, stream, ts,
+         lead(prev_end) OVER (PARTITION BY device_track_id, stream ORDER BY ts) AS end_ts
+  FROM reach WHERE prev_end IS NULL OR ts > prev_end
 )
-SELECT device_track_id, stream, min(ts) AS ts, max(end_ts) AS end_ts
-FROM islands
-GROUP BY device_track_id, stream, island;
+SELECT device_track_id, stream, ts,
+       coalesce(end_ts, (SELECT max(o.ts + o.dur) FROM xpu_report_gpu_op o
+                         WHERE o.device_track_id = i.device_track_id AND o.stream = i.stream))
+         AS end_ts
+FROM island i
+UNION ALL
+SELECT device_track_id, NULL, ts, end_ts FROM xpu_busy_island_all WHERE kind = 'any';
 
 -- The span utilisation is measured over: the analysis span (exporters/analysis/span.sql,
 -- loaded first): the active span by default, the whole trace with --span all.

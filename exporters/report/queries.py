@@ -383,9 +383,11 @@ def _window_fact(trace: Trace, window: int, dur: int) -> str:
 
 # A device is the parent track of the tracks GPU ops are on.
 _DEVICES_SQL = """
-select distinct d.name from xpu_gpu_op s
+select distinct d.name from (
+  select distinct track_id from xpu_gpu_op
+  where category in ('kernel', 'memcpy', 'memset', 'sync')
+) s
 join track t on s.track_id = t.id
 join track d on d.id = t.parent_id
-where s.category in ('kernel', 'memcpy', 'memset', 'sync')
 order by d.name
 """
