@@ -38,11 +38,13 @@ def summary(
     size_limit: SizeLimit | None,
     output: Path,
     accounts: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    notes: Sequence[str] = (),
 ) -> list[str]:
     """The end-of-record summary: each source's part (by the name it wrote its counters
     under), the capture windows, the --max-size cut, the trace written.  `accounts`: per
     source, the processes without their final data and those not recorded at all
-    (source.process_accounts)."""
+    (source.process_accounts).  `notes`: the lines of sources that word their own part
+    (source.DescribedSource: the GPU counters), after the GPU's."""
     accounts = accounts or {}
     lines = []
     if "cupti" in stats:
@@ -53,6 +55,7 @@ def summary(
                 "CUDA (no GPU visible, no CUDA use, or CUDA linked statically without "
                 "injection support); the trace has no GPU tracks"
             )
+    lines += notes
     if plan.windowed:
         windows = sum(s.get("windows", 0) for s in stats.values())
         ignored = stats.get("cupti", {}).get("windows_ignored", 0)

@@ -34,7 +34,9 @@ def write_counter_series(trace: TraceState, series: model.GpuCounterSeries) -> i
     for ts, value in zip(series.ts, series.values, strict=True):
         value = float(value)
         if not math.isfinite(value):
-            trace.counts["counter_values_skipped"] = trace.counts.get("counter_values_skipped", 0) + 1
+            trace.counts["counter_values_skipped"] = (
+                trace.counts.get("counter_values_skipped", 0) + 1
+            )
             continue
         pkt = pb.TracePacket(
             trusted_packet_sequence_id=seq_id, timestamp=int(ts), timestamp_clock_id=clock_id

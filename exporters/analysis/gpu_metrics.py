@@ -1,0 +1,84 @@
+"""GPU counters per device, per step and per kernel (gpu_metrics.sql): the tables
+`xpu_gpu_counter` and `xpu_kernel_metrics` and the summaries `report` shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from collector.gpu_metrics import catalog
+from exporters.perfetto.trace_processor import Trace
+
+# The counters a kernel is ranked by and shown with, in this order.
+KERNEL_METRICS = (
+    catalog.TENSOR_ACTIVE,
+    catalog.DRAM_BANDWIDTH,
+    catalog.SM_ACTIVE,
+    catalog.SM_OCCUPANCY,
+)
+
+
+def load(trace: Trace) -> None:
+    """The tables (the shared views must be loaded); once per trace."""
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_kernel_metrics'"):
+        trace.execute(resources.files("exporters.analysis").joinpath("gpu_metrics.sql").read_text())
+
+
+@dataclass(frozen=True)
+class DeviceCounter:
+    device: str
+    metric: str
+    mean: float  # over the span the values cover, weighted by time
+    peak: float
+    values: int
+
+
+def device_counters(trace: Trace) -> list[DeviceCounter]:
+    """Per device and counter: its time-weighted mean and its peak."""
+    load(trace)
+    rows = trace.query(
+        "select gc.device, gc.metric, "
+        "sum(s.value * (s.end_ts - s.ts)) * 1.0 / sum(s.end_ts - s.ts) as mean, "
+        "max(s.value) as peak, count(*) as n "
+        "from _xpu_counter_step s join xpu_gpu_counter gc using (track_id) "
+        "group by gc.track_id order by gc.device, gc.track_id"
+    )
+    return [
+        DeviceCounter(
+            str(r["device"]), str(r["metric"]), float(r["mean"]), float(r["peak"]), int(r["n"])
+        )
+        for r in rows
+        if r["mean"] is not None
+    ]
+
+
+def kernel_table(trace: Trace, top: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """Per kernel name: GPU time and its counters' time-weighted means over the kernels'
+    intervals (KERNEL_METRICS that the trace has), the most GPU time first.  Returns the
+    metrics shown and the rows."""
+    load(trace)
+    present = {r["metric"] for r in trace.query("select distinct metric from xpu_gpu_counter")}
+    metrics = [m for m in KERNEL_METRICS if m in present]
+    if not metrics:
+        return [], []
+    columns = ", ".join(
+        f"sum(case when metric = '{m}' then value * dur * coverage end) / "
+        f"sum(case when metric = '{m}' then dur * coverage end) as m{i}"
+        for i, m in enumerate(metrics)
+    )
+    rows = trace.query(
+        f"select name, count(distinct id) as kernels, {columns}, "
+        "(select sum(dur) from xpu_gpu_op g where g.category = 'kernel' and g.name = k.name) "
+        "as gpu_ns from xpu_kernel_metrics k group by name order by gpu_ns desc "
+        f"limit {int(top)}"
+    )
+    return metrics, [
+        {
+            "name": r["name"],
+            "kernels": r["kernels"],
+            "gpu_ns": r["gpu_ns"],
+            **{m: r[f"m{i}"] for i, m in enumerate(metrics)},
+        }
+        for r in rows
+    ]
