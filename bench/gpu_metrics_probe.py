@@ -12,9 +12,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collector.gpu_metrics import catalog  # noqa: E402
-from collector.gpu_metrics.choice import choose  # noqa: E402
-from collector.gpu_metrics.sampler import CounterSampler  # noqa: E402
+from collector.gpu_metrics import catalog
+from collector.gpu_metrics.choice import choose
+from collector.gpu_metrics.sampler import CounterSampler
 
 
 def main() -> None:
@@ -25,7 +25,7 @@ def main() -> None:
         from importlib.metadata import version
 
         out["nvidia_ml_py"] = version("nvidia-ml-py")
-    except Exception as exc:  # noqa: BLE001 - a probe: say what happened
+    except Exception as exc:
         out["nvidia_ml_py"] = repr(exc)
     choice = choose(None)
     out["source"] = choice.source
@@ -40,9 +40,12 @@ def main() -> None:
             time.sleep(0.2)
             values = d.gpm.read()
             entry["gpm"] = {
-                c.name: (v, d.gpm.failures.get(c.name)) for c, v in zip(d.gpm.counters, values)
+                c.name: (v, d.gpm.failures.get(c.name))
+                for c, v in zip(d.gpm.counters, values, strict=True)
             }
-        entry["instant"] = dict(zip((c.name for c in d.instant.counters), d.instant.read()))
+        entry["instant"] = dict(
+            zip((c.name for c in d.instant.counters), d.instant.read(), strict=True)
+        )
         entry["instant_failures"] = d.instant.failures
         devices.append(entry)
     out["devices"] = devices
