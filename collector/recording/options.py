@@ -14,7 +14,7 @@ from collector.recording.gpu_metrics import MAX_RATE_HZ
 from collector.recording.windows import CapturePlan, capture_plan
 
 # GPU activity kinds the injection library records (--kinds).
-KINDS = ("kernel", "memcpy", "memset", "sync", "marker")
+KINDS = ("kernel", "memcpy", "memset", "sync", "marker", "memory")
 LAUNCH_STACK_MODES = ("auto", "inprocess", "ebpf", "off")
 # CPU samplers: the in-process one (CFI + Python frames, no privilege) is the default; the eBPF
 # one (root) walks frame pointers but has kernel frames.  docs/ARCHITECTURE.md has the numbers.
