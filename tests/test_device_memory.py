@@ -84,3 +84,17 @@ def test_peak_and_the_sites_holding_it(memory_trace: Path) -> None:
     ]
     device1 = peaks["GPU 1 (Fake GPU 9001)"]
     assert device1.bytes == 8 * MIB and device1.sites[0].location.startswith("alloc_pool")
+
+
+def test_report_names_the_peak_and_its_sites(memory_trace: Path) -> None:
+    from exporters.report.queries import collect
+
+    with open_trace(memory_trace) as t:
+        report = collect(t, memory_trace)
+    rows = {s.key: s for s in report.sections}["memory_peak"].rows
+    assert rows[0]["device"] == "GPU 0 (Fake GPU 9000)" and rows[0]["peak"] == "324 MiB"
+    assert [(r["site"].split(" ")[0], r["held"] // MIB) for r in rows[:3]] == [
+        ("alloc_weights", 192),
+        ("alloc_workspace", 100),
+        ("alloc_activations", 32),
+    ]

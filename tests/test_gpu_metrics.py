@@ -268,3 +268,39 @@ def test_recording_writes_source_and_refusals_to_metadata(tmp_path: Path) -> Non
     assert "nvml_gpm on GPU 0: no permission" in meta["gpu_metrics_refused"]
     assert meta["gpu_metrics_reads"] == stats["gpu_metrics"]["reads"]
     assert used["n"] == stats["gpu_metrics"]["reads"] and used["v"] == 1 << 30
+
+
+def test_report_shows_counters_kernels_and_the_source(tmp_path: Path) -> None:
+    """`report` on a recorded-like trace: counters per device, kernels ranked with their
+    counters, and the source and refusals from the metadata."""
+    from exporters.report.queries import collect
+
+    sampler = sampled(FakeGpu(phases=PHASES))
+    out = tmp_path / "m.perfetto-trace"
+    with TraceWriter(out, clock_id=pb.BUILTIN_CLOCK_BOOTTIME) as writer:
+        writer.set_metadata("gpu_metrics_source", "nvml_gpm")
+        writer.set_metadata("gpu_metrics_refused", "cupti_pm_sampling: not built")
+        producer = writer.producer("test")
+        producer.write(model.GpuDevice(0, "NVIDIA H100 80GB HBM3"))
+        for columns in sampler.devices:
+            producer.write_all(columns.series())
+        producer.write_all(
+            model.GpuOp(0, 7, T0 + a * MS, 5 * MS, name, "kernel", {}, correlation_id=a)
+            for a, name in [(t, "gemm_bf16") for t in range(210, 390, 10)]
+            + [(t, "vector_add") for t in range(410, 590, 10)]
+        )
+    with open_trace(out) as trace:
+        report = collect(trace, out)
+    facts = dict(report.facts)
+    assert facts["GPU counters"] == "nvml_gpm"
+    assert facts["GPU counters refused"] == "cupti_pm_sampling: not built"
+    sections = {s.key: s for s in report.sections}
+    kernels = {r["name"]: r for r in sections["kernel_counters"].rows}
+    tensor = next(
+        c.key for c in sections["kernel_counters"].columns if c.title == "tensor active %"
+    )
+    dram = next(c.key for c in sections["kernel_counters"].columns if c.title == "DRAM bandwidth %")
+    assert (kernels["gemm_bf16"][tensor], kernels["gemm_bf16"][dram]) == ("80.0%", "10.0%")
+    assert (kernels["vector_add"][tensor], kernels["vector_add"][dram]) == ("0.0%", "90.0%")
+    devices = {(r["device"], r["metric"]): r for r in sections["gpu_counters"].rows}
+    assert devices[("GPU 0 (NVIDIA H100 80GB HBM3)", "power W")]["mean"] == "312 W"

@@ -53,6 +53,52 @@ def device_counters(trace: Trace) -> list[DeviceCounter]:
     ]
 
 
+# The counters shown per step, in this order.
+STEP_METRICS = (catalog.SM_ACTIVE, catalog.TENSOR_ACTIVE, catalog.DRAM_BANDWIDTH)
+
+
+def step_means(trace: Trace, steps: list[int]) -> dict[tuple[int, str, str], float]:
+    """(step number of xpu_step, GPU track name, counter) -> the counter's time-weighted
+    mean over the step (STEP_METRICS; the analysis tables must be loaded)."""
+    load(trace)
+    if not steps:
+        return {}
+    metrics = ", ".join(f"'{m}'" for m in STEP_METRICS)
+    rows = trace.query(
+        f"""
+        SELECT st.step, gc.device, gc.metric,
+               SUM(s.value * (MIN(s.end_ts, st.end_ts) - MAX(s.ts, st.ts))) * 1.0
+               / SUM(MIN(s.end_ts, st.end_ts) - MAX(s.ts, st.ts)) AS mean
+        FROM xpu_step st
+        JOIN _xpu_counter_step s ON s.ts < st.end_ts AND s.end_ts > st.ts
+        JOIN xpu_gpu_counter gc ON gc.track_id = s.track_id
+        WHERE gc.metric IN ({metrics}) AND st.step IN ({", ".join(map(str, steps))})
+        GROUP BY st.step, gc.track_id
+        """
+    )
+    return {(int(r["step"]), str(r["device"]), str(r["metric"])): float(r["mean"]) for r in rows}
+
+
+def source_facts(trace: Trace) -> list[tuple[str, str]]:
+    """What `record` said about the counters: the source that ran, what was refused."""
+    meta = {
+        r["key"]: r["value"]
+        for r in trace.query(
+            "select key, coalesce(string_value, int_value, real_value) as value from xpu_metadata "
+            "where key in ('gpu_metrics_source', 'gpu_metrics_refused', 'gpu_metrics_rate_hz')"
+        )
+    }
+    if "gpu_metrics_source" not in meta:
+        return []
+    rate = meta.get("gpu_metrics_rate_hz")
+    facts = [
+        ("GPU counters", f"{meta['gpu_metrics_source']}" + (f" at {rate:g} Hz" if rate else ""))
+    ]
+    if meta.get("gpu_metrics_refused"):
+        facts.append(("GPU counters refused", str(meta["gpu_metrics_refused"])))
+    return facts
+
+
 def kernel_table(trace: Trace, top: int) -> tuple[list[str], list[dict[str, Any]]]:
     """Per kernel name: GPU time and its counters' time-weighted means over the kernels'
     intervals (KERNEL_METRICS that the trace has), the most GPU time first.  Returns the
