@@ -18,7 +18,8 @@ SELECT device_track_id, device, CAST(substr(device, 5) AS INT) AS device_no, ts,
 FROM ranked WHERE r = 1;
 
 -- Each allocation: its API call (id, ts, name, thread, process), device, address, size,
--- and when the call that released it started (NULL: never released in the trace).
+-- and when the call that released it started (NULL: never released in the trace).  A
+-- release is the next memory call at the same address of the same process and device.
 CREATE PERFETTO TABLE xpu_allocation AS
 WITH op AS (
   SELECT s.id, s.ts, s.name, tt.utid, t.upid,
@@ -30,11 +31,15 @@ WITH op AS (
   JOIN thread_track tt ON tt.id = s.track_id
   JOIN thread t USING (utid)
   WHERE s.category = 'cuda_api'
-    AND extract_arg(s.arg_set_id, 'debug.memory_op') IN ('alloc', 'free')
+    AND s.arg_set_id IN (SELECT arg_set_id FROM args WHERE key = 'debug.memory_op')
+),
+paired AS (
+  SELECT *,
+         LEAD(memory_op) OVER (PARTITION BY upid, device_no, address ORDER BY ts) AS next_op,
+         LEAD(ts) OVER (PARTITION BY upid, device_no, address ORDER BY ts) AS next_ts
+  FROM op
 )
-SELECT a.id, a.ts, a.name, a.utid, a.upid, a.device_no, a.address, a.bytes,
-       (SELECT MIN(f.ts) FROM op f
-        WHERE f.memory_op = 'free' AND f.upid = a.upid AND f.device_no = a.device_no
-          AND f.address = a.address AND f.ts > a.ts) AS free_ts
-FROM op a
-WHERE a.memory_op = 'alloc';
+SELECT id, ts, name, utid, upid, device_no, address, bytes,
+       CASE WHEN next_op = 'free' THEN next_ts END AS free_ts
+FROM paired
+WHERE memory_op = 'alloc';

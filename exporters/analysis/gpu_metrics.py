@@ -19,10 +19,18 @@ KERNEL_METRICS = (
 )
 
 
+def _sql(name: str) -> str:
+    return resources.files("exporters.analysis").joinpath(name).read_text()
+
+
 def load(trace: Trace) -> None:
-    """The tables (the shared views must be loaded); once per trace."""
+    """The counter tables and the per-kernel ones (the shared views must be loaded); once
+    per trace."""
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_gpu_counter'"):
+        trace.execute(_sql("gpu_metrics.sql"))
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_kernel_metrics'"):
-        trace.execute(resources.files("exporters.analysis").joinpath("gpu_metrics.sql").read_text())
+        names = ", ".join(f"'{c.name}'" for c in catalog.GPM_COUNTERS)
+        trace.execute(_sql("kernel_metrics.sql").replace("{interval_metrics}", names))
 
 
 @dataclass(frozen=True)
@@ -102,29 +110,42 @@ def source_facts(trace: Trace) -> list[tuple[str, str]]:
 def kernel_table(trace: Trace, top: int) -> tuple[list[str], list[dict[str, Any]]]:
     """Per kernel name: GPU time and its counters' time-weighted means over the kernels'
     intervals (KERNEL_METRICS that the trace has), the most GPU time first.  Returns the
-    metrics shown and the rows."""
+    metrics shown and the rows.  Summed per name and grid interval first, so the cost
+    follows names x intervals, not kernels x counters."""
     load(trace)
     present = {r["metric"] for r in trace.query("select distinct metric from xpu_gpu_counter")}
     metrics = [m for m in KERNEL_METRICS if m in present]
     if not metrics:
         return [], []
-    columns = ", ".join(
-        f"sum(case when metric = '{m}' then value * dur * coverage end) / "
-        f"sum(case when metric = '{m}' then dur * coverage end) as m{i}"
-        for i, m in enumerate(metrics)
+    listed = ", ".join(f"'{m}'" for m in metrics)
+    means = trace.query(
+        f"""
+        WITH piece AS (
+          SELECT name, device_track_id, ts, SUM(overlap) AS overlap
+          FROM _xpu_kernel_piece GROUP BY name, device_track_id, ts
+        )
+        SELECT p.name, ic.metric, SUM(c.value * p.overlap) * 1.0 / SUM(p.overlap) AS mean
+        FROM piece p
+        JOIN _xpu_interval_counter ic USING (device_track_id)
+        JOIN _xpu_counter_step c ON c.track_id = ic.track_id AND c.ts = p.ts
+        WHERE ic.metric IN ({listed})
+        GROUP BY p.name, ic.metric
+        """
     )
+    by_name: dict[str, dict[str, float]] = {}
+    for r in means:
+        by_name.setdefault(str(r["name"]), {})[str(r["metric"])] = float(r["mean"])
     rows = trace.query(
-        f"select name, count(distinct id) as kernels, {columns}, "
-        "(select sum(dur) from xpu_gpu_op g where g.category = 'kernel' and g.name = k.name) "
-        "as gpu_ns from xpu_kernel_metrics k group by name order by gpu_ns desc "
-        f"limit {int(top)}"
+        "select name, count(*) as kernels, sum(end_ts - ts) as gpu_ns from _xpu_kernel "
+        f"group by name order by gpu_ns desc limit {int(top)}"
     )
     return metrics, [
         {
             "name": r["name"],
             "kernels": r["kernels"],
             "gpu_ns": r["gpu_ns"],
-            **{m: r[f"m{i}"] for i, m in enumerate(metrics)},
+            **{m: by_name.get(str(r["name"]), {}).get(m) for m in metrics},
         }
         for r in rows
+        if str(r["name"]) in by_name
     ]
