@@ -304,3 +304,54 @@ def test_report_shows_counters_kernels_and_the_source(tmp_path: Path) -> None:
     assert (kernels["vector_add"][tensor], kernels["vector_add"][dram]) == ("0.0%", "90.0%")
     devices = {(r["device"], r["metric"]): r for r in sections["gpu_counters"].rows}
     assert devices[("GPU 0 (NVIDIA H100 80GB HBM3)", "power W")]["mean"] == "312 W"
+
+
+FAKE_PYNVML = """
+# pynvml for this test: the scripted GPU of tests/fake_nvml.py, GPM refused (no permission).
+from collector.gpu_metrics.sampler import monotonic_ns
+from tests.fake_nvml import FakeGpu, FakeNvml
+
+_fake = FakeNvml([FakeGpu(name="Fake GPU 9000", gpm_error={error})], monotonic_ns)
+
+
+def __getattr__(name):
+    return getattr(_fake, name)
+"""
+
+
+def test_record_names_the_refused_source(tmp_path: Path) -> None:
+    """`record` end to end (fake CUPTI target, NVML bindings replaced by the double through
+    PYTHONPATH): the counters come from the fallback, and the summary and the trace's
+    metadata say GPM was refused and why."""
+    from .fake_cupti.build import build_fake, cupti_headers
+    from .test_cupti_fake import metadata, record
+
+    if cupti_headers() is None:
+        pytest.skip("CUPTI headers not installed")
+    fake = build_fake(tmp_path / "fake")
+    bindings = tmp_path / "bindings"
+    bindings.mkdir()
+    (bindings / "pynvml.py").write_text(FAKE_PYNVML.format(error=NVML_ERROR_NO_PERMISSION))
+    import os
+
+    from .conftest import REPO
+
+    env = {"PYTHONPATH": os.pathsep.join([str(bindings), str(REPO)])}
+    out = tmp_path / "rec.perfetto-trace"
+    proc = record(fake, out, fake.app, 20, 0, "delay", extra_env=env)  # runs 2 s
+    assert proc.returncode == 0, proc.stderr
+    assert "xpu-perf record: GPU metrics at 10 Hz: GPU 0 nvml" in proc.stderr
+    assert "GPU metrics refused: nvml_gpm on GPU 0: no permission" in proc.stderr
+    assert "GPU metrics refused: cupti_pm_sampling: not built" in proc.stderr
+    with open_trace(out) as t:
+        assert metadata(t, "gpu_metrics_source") == "nvml"
+        assert "no permission" in metadata(t, "gpu_metrics_refused")
+        tracks = {
+            r["name"]
+            for r in t.query(
+                "select k.name from track k join track p on p.id = k.parent_id "
+                "where p.name = 'GPU 0 (Fake GPU 9000)' and k.id in (select track_id from counter)"
+            )
+        }
+    assert {catalog.GPU_UTILIZATION, catalog.MEMORY_USED, catalog.POWER} <= tracks
+    assert catalog.TENSOR_ACTIVE not in tracks
