@@ -355,3 +355,39 @@ def test_record_names_the_refused_source(tmp_path: Path) -> None:
         }
     assert {catalog.GPU_UTILIZATION, catalog.MEMORY_USED, catalog.POWER} <= tracks
     assert catalog.TENSOR_ACTIVE not in tracks
+
+
+def test_kept_counters_write_the_same_trace_later(tmp_path: Path) -> None:
+    """The counters are kept beside the streams when the target ends, so a trace written
+    later (`record --from-streams`) has them, with the same metadata and summary."""
+    import time
+
+    from collector.gpu_metrics.sampler import monotonic_ns
+    from collector.recording.kept_streams import GPU_METRICS, Manifest, kept_sources
+
+    (tmp_path / "rec" / GPU_METRICS).mkdir(parents=True)
+    gpu = FakeGpu(phases=[(0, 1 << 62, GEMM)])
+    recording = GpuMetricsRecording(
+        100.0, lambda: FakeNvml([gpu], monotonic_ns), directory=tmp_path / "rec" / GPU_METRICS
+    )
+    recording.start()
+    time.sleep(0.2)
+    recording.stop()
+    live = {s.name: s for s in recording.events() if isinstance(s, model.GpuCounterSeries)}
+    sources = kept_sources(tmp_path / "rec")
+    assert [s.name for s in sources] == ["gpu_metrics"]
+    out = tmp_path / "later.perfetto-trace"
+    write_trace(out, sources, ["test"], kept=Manifest(["test"]))
+    assert sources[0].summary_lines() == recording.summary_lines()
+    with open_trace(out) as trace:
+        load_views(trace)
+        source = trace.scalar(
+            "select string_value from xpu_metadata where key = 'gpu_metrics_source'"
+        )
+        tensor = trace.query(
+            "select count(*) as n, min(c.value) as lo from counter c join track t "
+            f"on t.id = c.track_id where t.name = '{catalog.TENSOR_ACTIVE}'"
+        )[0]
+    assert source == "nvml_gpm"
+    assert tensor["n"] == len(live[catalog.TENSOR_ACTIVE].ts) > 0
+    assert tensor["lo"] == 80.0

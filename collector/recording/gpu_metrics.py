@@ -8,11 +8,14 @@ recording."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from collector import model
+from collector.gpu_metrics import kept
 from collector.gpu_metrics.choice import Choice, choose, load_pynvml
 from collector.gpu_metrics.sampler import CounterSampler
 from collector.window_control import WindowState
@@ -49,10 +52,13 @@ class GpuMetricsRecording:
         rate_hz: float = DEFAULT_RATE_HZ,
         load_nvml: Callable[[], Any] = load_pynvml,
         visible_devices: str | None = None,
+        directory: Path | None = None,
     ) -> None:
         """`visible_devices`: the target's CUDA_VISIBLE_DEVICES (default: record's own,
-        which the target inherits)."""
+        which the target inherits).  `directory`: where the counters are kept when the
+        target ends (record's stream directory), for a trace written later."""
         self.rate_hz = rate_hz
+        self.directory = directory
         self._load_nvml = load_nvml
         self._visible = (
             visible_devices
@@ -83,6 +89,16 @@ class GpuMetricsRecording:
             self._sampler.stop()
         if self._choice is not None:
             self._choice.close()
+        if self.directory is not None and self._sampler is not None:
+            # Best effort, as the manifest's end: the trace is written from memory.
+            with contextlib.suppress(OSError):
+                self._keep(self.directory, self._sampler)
+
+    def _keep(self, directory: Path, sampler: CounterSampler) -> None:
+        """The counters beside the streams, for a trace written later (--from-streams)."""
+        devices = [model.GpuDevice(c.source.device, c.source.name) for c in sampler.devices]
+        series = [s for c in sampler.devices for s in c.series()]
+        kept.save(directory, devices, series, self.stats(), self.metadata(), self.summary_lines())
 
     def events(self) -> Iterable[model.Event]:
         if self._sampler is None:
@@ -153,3 +169,37 @@ class GpuMetricsRecording:
         spans = [(w.start, w.end) for w in windows]
         for columns in self._sampler.devices:
             self._outside_windows += columns.keep_only(spans)
+
+
+class KeptGpuMetrics:
+    """The counters a recording kept beside its streams, as a source for
+    `record --from-streams` (the same events, metadata and summary lines)."""
+
+    name = "gpu_metrics"
+
+    def __init__(self, directory: Path) -> None:
+        self._kept = kept.load(directory)
+
+    def target_env(self) -> Mapping[str, str]:
+        return {}
+
+    def start(self) -> None:
+        pass
+
+    def target_started(self, pid: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def events(self) -> Iterable[model.Event]:
+        return kept.events(self._kept)
+
+    def stats(self) -> Mapping[str, int]:
+        return self._kept.stats
+
+    def metadata(self) -> Mapping[str, model.ArgValue]:
+        return self._kept.metadata
+
+    def summary_lines(self) -> list[str]:
+        return self._kept.summary_lines
