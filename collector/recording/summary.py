@@ -101,12 +101,18 @@ def gpu_summary_lines(
         f"records: kernel={cupti.get('records_kernel', 0)} memcpy={cupti.get('records_memcpy', 0)} "
         f"memset={cupti.get('records_memset', 0)} sync={cupti.get('records_sync', 0)} "
         f"api={cupti.get('records_api', 0)} nvtx={cupti.get('records_marker', 0)} "
-        f"(processes={cupti.get('streams', 0)})",
+        f"memory={cupti.get('records_memory', 0)} (processes={cupti.get('streams', 0)})",
         f"dropped: cupti={cupti.get('cupti_dropped_records', 0)} "
         f"transport={cupti.get('transport_dropped_rows', 0)}",
         f"gpu ops without api call: {cupti.get('gpu_ops_without_api', 0)} of {ops}",
         f"launches without stack: {cupti.get('launches_without_stack', 0)} of {launches}",
     ]
+    unmatched = cupti.get("memory_frees_unmatched", 0)
+    if unmatched:
+        lines.append(
+            f"device memory: {unmatched} releases of memory allocated before the recording "
+            "(or outside its windows) are not in `device memory in use`"
+        )
     no_python = cupti.get("streams_python_unsupported", 0)
     if no_python:
         lines.append(
