@@ -72,7 +72,7 @@ def _kernel_section(trace: Trace, top: int) -> Section:
         Column("gpu_ns", "GPU time", "ns"),
     ]
     for i, metric in enumerate(metrics):
-        columns.append(Column(f"m{i}", metric))
+        columns.append(Column(f"m{i}", _SHORT.get(metric, metric)))
         for row in rows:
             row[f"m{i}"] = _value(row.get(metric), "%")
     return Section(
@@ -107,7 +107,7 @@ def _step_section(trace: Trace, analysis: Analysis, top: int) -> Section:
         (
             Column("step", "step", "id"),
             Column("device", "device"),
-            *(Column(f"m{i}", m) for i, m in enumerate(gpu_metrics.STEP_METRICS)),
+            *(Column(f"m{i}", _SHORT.get(m, m)) for i, m in enumerate(gpu_metrics.STEP_METRICS)),
         ),
         rows,
         "no steps with GPU counter values",
@@ -152,6 +152,13 @@ def _at(trace: Trace, ts: int) -> str:
     return f"+{units.duration(ts - start)}"
 
 
+# Short column titles (terminal tables cut long ones).
+_SHORT = {
+    catalog.TENSOR_ACTIVE: "tensor %",
+    catalog.DRAM_BANDWIDTH: "DRAM bw %",
+    catalog.SM_ACTIVE: "SM active %",
+    catalog.SM_OCCUPANCY: "occupancy %",
+}
 # Each counter's unit, for the cells.
 _UNITS = {
     c.name: c.unit
