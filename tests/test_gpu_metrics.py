@@ -389,3 +389,37 @@ def test_kept_counters_write_the_same_trace_later(tmp_path: Path) -> None:
     assert source == "nvml_gpm"
     assert tensor["n"] == len(live[catalog.TENSOR_ACTIVE].ts) > 0
     assert tensor["lo"] == 80.0
+
+
+def test_no_reads_while_the_capture_windows_are_closed() -> None:
+    from types import SimpleNamespace
+
+    clock = ManualClock(T0)
+    choice = choose(None, lambda: FakeNvml([FakeGpu(phases=PHASES)], clock))
+    sampler = CounterSampler(choice.devices, 10 * MS, clock=clock)
+    sampler.begin()
+    windows = SimpleNamespace(tree_open=False, process_windows=0)
+    sampler.windows = windows
+    for step in range(1, 31):
+        clock.now = T0 + step * 10 * MS
+        windows.process_windows = 1 if 10 <= step < 20 else 0  # open from 100 to 190 ms
+        sampler.tick()
+    tensor = series_of(sampler)[catalog.TENSOR_ACTIVE]
+    # The first read after the window opened starts an interval; none spans closed time.
+    assert list(tensor.ts) == [T0 + s * 10 * MS for s in range(10, 19)]
+    assert sampler.closed_ticks == 20 and sampler.ticks == 10
+
+
+def test_query_builds_kernel_metrics_when_named(tmp_path: Path) -> None:
+    from .conftest import run_cli
+
+    out = tmp_path / "m.perfetto-trace"
+    write(out, sampled(FakeGpu(phases=PHASES)), [("gemm_bf16", 250, 350)])
+    proc = run_cli(
+        "query",
+        out,
+        "select name, metric, round(value, 3) as v from xpu_kernel_metrics "
+        f"where metric = '{catalog.TENSOR_ACTIVE}'",
+        check=True,
+    )
+    assert "gemm_bf16" in proc.stdout and "80.0" in proc.stdout
