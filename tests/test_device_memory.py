@@ -98,3 +98,17 @@ def test_report_names_the_peak_and_its_sites(memory_trace: Path) -> None:
         ("alloc_workspace", 100),
         ("alloc_activations", 32),
     ]
+
+
+def test_release_gives_back_its_allocation_even_when_the_address_is_reused() -> None:
+    import numpy as np
+
+    from collector.sources.cupti_memory import ALLOCATION, RELEASE, release_deltas
+
+    # Time order: A@0x10 (100), B@0x20 (50), free 0x10, C@0x10 (70, reused), free 0x30
+    # (allocated before the recording), free 0x10 (C), B on device 1 at 0x10 (30), its free.
+    device = np.array([0, 0, 0, 0, 0, 0, 1, 1])
+    address = np.array([0x10, 0x20, 0x10, 0x10, 0x30, 0x10, 0x10, 0x10], np.uint64)
+    op = np.array([ALLOCATION, ALLOCATION, RELEASE, ALLOCATION, RELEASE, RELEASE, ALLOCATION, RELEASE])
+    size = np.array([100, 50, 100, 70, 9, 70, 30, 30])
+    assert release_deltas(device, address, op, size).tolist() == [0, 0, -100, 0, 0, -70, 0, -30]

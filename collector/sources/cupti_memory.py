@@ -38,6 +38,25 @@ def api_row_of(stream: Stream, corr: np.ndarray) -> np.ndarray:
     return row
 
 
+def release_deltas(
+    device: np.ndarray, address: np.ndarray, op: np.ndarray, size: np.ndarray
+) -> np.ndarray:
+    """Minus the size of the allocation each release gives back (0 for other rows, and for
+    a release whose allocation is not in the table: made before the recording or a
+    window).  Rows are in time order; grouped by (device, address), a release's allocation
+    is the row just before it."""
+    delta = np.zeros(len(op), np.int64)
+    if not len(op):
+        return delta
+    order = np.lexsort((np.arange(len(op)), address, device))
+    d, a, o = device[order], address[order], op[order]
+    same = np.zeros(len(op), bool)
+    same[1:] = (d[1:] == d[:-1]) & (a[1:] == a[:-1]) & (o[:-1] == ALLOCATION)
+    released = np.flatnonzero(same & (o == RELEASE))
+    delta[order[released]] = -size[order[released - 1]]
+    return delta
+
+
 class DeviceMemory:
     """Device memory in use per device, summed over every process's allocations."""
 
@@ -63,32 +82,18 @@ class DeviceMemory:
         address = np.asarray(mem["address"], np.uint64)[order]
         size = np.asarray(mem["bytes"], np.int64)[order]
         counts["records_memory"] += mem.rows
-        delta = np.zeros(len(ts), np.int64)
-        live: dict[tuple[int, int], int] = {}
-        args: list[tuple[tuple[str, model.ArgValue], ...]] = []
-        for i in range(len(ts)):
-            key = (int(device[i]), int(address[i]))
-            if op[i] == ALLOCATION:
-                live[key] = int(size[i])
-                delta[i] = size[i]
-                what = "alloc"
-            elif op[i] == RELEASE:
-                held = live.pop(key, None)
-                if held is None:
-                    counts["memory_frees_unmatched"] += 1
-                else:
-                    delta[i] = -held
-                what = "free"
-            else:
-                what = "other"
-            args.append(
-                (
-                    ("memory_op", what),
-                    ("bytes", int(size[i]) if what != "free" else int(-delta[i])),
-                    ("address", f"{int(address[i]):#x}"),
-                    ("device", int(device[i])),
-                )
+        delta = release_deltas(device, address, op, size)
+        delta[op == ALLOCATION] = size[op == ALLOCATION]
+        unmatched = (op == RELEASE) & (delta == 0)
+        counts["memory_frees_unmatched"] += int(unmatched.sum())
+        what = np.where(op == ALLOCATION, "alloc", np.where(op == RELEASE, "free", "other"))
+        shown = np.where(op == RELEASE, -delta, size)  # a release shows what it gave back
+        args = [
+            (("memory_op", w), ("bytes", b), ("address", f"{a:#x}"), ("device", d))
+            for w, b, a, d in zip(
+                what.tolist(), shown.tolist(), address.tolist(), device.tolist(), strict=True
             )
+        ]
         device_memory = np.isin(kind, DEVICE_KINDS)
         keep = device_memory & (delta != 0)
         self._ts.append(ts[keep])
