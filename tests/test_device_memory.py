@@ -109,6 +109,7 @@ def test_release_gives_back_its_allocation_even_when_the_address_is_reused() -> 
     # (allocated before the recording), free 0x10 (C), B on device 1 at 0x10 (30), its free.
     device = np.array([0, 0, 0, 0, 0, 0, 1, 1])
     address = np.array([0x10, 0x20, 0x10, 0x10, 0x30, 0x10, 0x10, 0x10], np.uint64)
-    op = np.array([ALLOCATION, ALLOCATION, RELEASE, ALLOCATION, RELEASE, RELEASE, ALLOCATION, RELEASE])
+    a, r = ALLOCATION, RELEASE
+    op = np.array([a, a, r, a, r, r, a, r])
     size = np.array([100, 50, 100, 70, 9, 70, 30, 30])
     assert release_deltas(device, address, op, size).tolist() == [0, 0, -100, 0, 0, -70, 0, -30]
