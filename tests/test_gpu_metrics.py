@@ -423,3 +423,37 @@ def test_query_builds_kernel_metrics_when_named(tmp_path: Path) -> None:
         check=True,
     )
     assert "gemm_bf16" in proc.stdout and "80.0" in proc.stdout
+
+
+def test_counter_packets_are_the_bytes_upb_writes() -> None:
+    """The hand-built counter packets against the same packets built as upb messages."""
+    from exporters.perfetto import wire
+    from exporters.perfetto.chunks import ChunkBuffer
+    from exporters.perfetto.counters import write_counter_series
+    from exporters.perfetto.trace_state import TraceState
+
+    emitted: list[bytes] = []
+    chunks = ChunkBuffer(lambda chunk: None, 1 << 30)
+    chunks.emit_bytes = emitted.append  # type: ignore[method-assign]
+    trace = TraceState(chunks, pb.BUILTIN_CLOCK_MONOTONIC, 0)
+    values = [0.0, 80.5, float("nan"), 1e300, -3.25]
+    times = [1, 300, 2**40, 2**62, 17]
+    emitted.clear()
+    written = write_counter_series(
+        trace, model.GpuCounterSeries(3, catalog.TENSOR_ACTIVE, "%", times, values)
+    )
+    assert written == 4 and trace.counts["counter_values_skipped"] == 1
+    counter_packets = emitted[-4:]  # after the GPU's and the counter track's descriptors
+    track = trace.tracks.gpu_counter(3, catalog.TENSOR_ACTIVE, "%")
+    for framed, ts, value in zip(
+        counter_packets, [1, 300, 2**62, 17], [0.0, 80.5, 1e300, -3.25], strict=True
+    ):
+        pkt = pb.TracePacket(
+            timestamp=ts,
+            timestamp_clock_id=pb.BUILTIN_CLOCK_MONOTONIC,
+            trusted_packet_sequence_id=trace.descriptor_seq_id,
+        )
+        pkt.track_event.type = pb.TrackEvent.TYPE_COUNTER
+        pkt.track_event.track_uuid = track
+        pkt.track_event.double_counter_value = value
+        assert framed == wire.frame(pkt.SerializeToString())

@@ -2,20 +2,28 @@
 track (tracks.py).
 
 Counters are few next to slices (10 Hz x a dozen counters per GPU), so each value is one
-upb-built packet on the descriptor sequence with an absolute timestamp in the trace's
-clock: no incremental clock, no interning, and trace_processor sorts them in.
+packet on the descriptor sequence with an absolute timestamp in the trace's clock: no
+incremental clock, no interning, and trace_processor sorts them in.  The packets are the
+bytes upb would write (fields in number order: timestamp, sequence id, the track event's
+type, track and double value, clock id), built by hand from wire.py pieces: an hour of 17
+counters at 10 Hz is 612k packets, which upb message objects took 5.5 s to write.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
+from exporters.perfetto import wire
 from exporters.perfetto.trace_state import TraceState
 
 _TYPE_COUNTER = pb.TrackEvent.TYPE_COUNTER
+_EVENT_DOUBLE_COUNTER_VALUE = 44  # TrackEvent.double_counter_value (fixed64)
+_DOUBLE = struct.Struct("<d").pack
+_TS_TAG = wire.key(wire.PACKET_TIMESTAMP, wire.VARINT)
 
 
 def write_counter_series(trace: TraceState, series: model.GpuCounterSeries) -> int:
@@ -27,26 +35,32 @@ def write_counter_series(trace: TraceState, series: model.GpuCounterSeries) -> i
     if not len(series.ts):
         return 0
     track = trace.tracks.gpu_counter(series.device, series.name, series.unit)
-    seq_id = trace.descriptor_seq_id
-    clock_id = trace.clock_id
-    emit = trace.chunks.emit
-    written = 0
-    for ts, value in zip(series.ts, series.values, strict=True):
-        value = float(value)
+    event = wire.event_head(_TYPE_COUNTER, track) + wire.key(
+        _EVENT_DOUBLE_COUNTER_VALUE, wire.FIXED64
+    )
+    # Between the timestamp and the value: the sequence id, the track event's tag, length
+    # and head; after the value: the clock id.  All constant for the series.
+    middle = (
+        wire.varint_field(wire.PACKET_SEQUENCE_ID, trace.descriptor_seq_id)
+        + wire.TRACK_EVENT_PREFIX[len(event) + 8]
+        + event
+    )
+    clock = wire.varint_field(wire.PACKET_TIMESTAMP_CLOCK_ID, trace.clock_id)
+    frame_prefix = wire.FRAME_PREFIX
+    varint = wire.varint
+    emit = trace.chunks.emit_bytes
+    times = [int(t) for t in series.ts]
+    written = skipped = 0
+    for ts, value in zip(times, map(float, series.values), strict=True):
         if not math.isfinite(value):
-            trace.counts["counter_values_skipped"] = (
-                trace.counts.get("counter_values_skipped", 0) + 1
-            )
+            skipped += 1
             continue
-        pkt = pb.TracePacket(
-            trusted_packet_sequence_id=seq_id, timestamp=int(ts), timestamp_clock_id=clock_id
-        )
-        event = pkt.track_event
-        event.type = _TYPE_COUNTER
-        event.track_uuid = track
-        event.double_counter_value = value
-        emit(pkt)
+        body = _TS_TAG + varint(ts) + middle + _DOUBLE(value) + clock
+        emit(frame_prefix[len(body)] + body)
         written += 1
-    trace.note_ts(int(min(series.ts)))
-    trace.counts["counter_values"] = trace.counts.get("counter_values", 0) + written
+    trace.note_ts(min(times))
+    counts = trace.counts
+    counts["counter_values"] = counts.get("counter_values", 0) + written
+    if skipped:
+        counts["counter_values_skipped"] = counts.get("counter_values_skipped", 0) + skipped
     return written
