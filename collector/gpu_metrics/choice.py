@@ -3,8 +3,9 @@
 1. CUPTI PM sampling (SM issue, DRAM read/write, warps; needs profiling permission) — not
    built in this version: always refused, and said so;
 2. NVML GPM (Hopper and later: SM active, occupancy, tensor active, DRAM bandwidth, PCIe,
-   NVLink), refused on older GPUs, without profiling permission, or while another client
-   (DCGM) holds the counters;
+   NVLink), refused on older GPUs, where the driver keeps it from this user, or while
+   another client (DCGM) holds the counters (on the lent H100, driver 580, it answered an
+   unprivileged user as it answers root: docs/benchmarks.md);
 3. NVML's utilisation, memory, clocks and power, which any user may read.
 
 A refusal never fails the recording: it is a reason in the summary and the metadata.
