@@ -457,3 +457,29 @@ def test_counter_packets_are_the_bytes_upb_writes() -> None:
         pkt.track_event.track_uuid = track
         pkt.track_event.double_counter_value = value
         assert framed == wire.frame(pkt.SerializeToString())
+
+
+def test_kernels_on_interval_edges_read_only_their_interval(tmp_path: Path) -> None:
+    """A kernel that starts or ends exactly at a read's time belongs to the interval on its
+    side of it; one starting before the first read is covered from that read on."""
+    sampler = sampled(FakeGpu(phases=PHASES))
+    out = tmp_path / "m.perfetto-trace"
+    write(out, sampler, [("at_edges", 200, 210), ("to_edge", 390, 400), ("before", -10, 10)])
+    with open_trace(out) as trace:
+        load_views(trace)
+        gpu_metrics.load(trace)
+        got = {
+            r["name"]: (r["value"], r["coverage"])
+            for r in trace.query(
+                "select name, value, coverage from xpu_kernel_metrics "
+                f"where metric = '{catalog.TENSOR_ACTIVE}'"
+            )
+        }
+        pieces = trace.query(
+            "select s.name, count(*) as n from _xpu_kernel_piece p join slice s using (id) "
+            "group by s.name"
+        )
+    assert got["at_edges"] == pytest.approx((80.0, 1.0))
+    assert got["to_edge"] == pytest.approx((80.0, 1.0))
+    assert got["before"] == pytest.approx((0.0, 0.5))
+    assert {r["name"]: r["n"] for r in pieces} == {"at_edges": 1, "to_edge": 1, "before": 1}

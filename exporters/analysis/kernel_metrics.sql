@@ -34,12 +34,14 @@ CREATE PERFETTO INDEX _xpu_grid_k ON _xpu_grid(device_track_id, k);
 
 -- The grid interval of each kernel's start and end (NULL: before the first grid time).
 CREATE PERFETTO TABLE _xpu_kernel_k AS
+-- At one time: a kernel's end before the grid time (it ends in the interval before), a
+-- kernel's start after it (it starts in the interval that begins there).
 WITH edge AS (
-  SELECT device_track_id, ts, 1 AS ord, id, 0 AS is_end, NULL AS k FROM _xpu_kernel
+  SELECT device_track_id, end_ts AS ts, 0 AS ord, id, 1 AS is_end, NULL AS k FROM _xpu_kernel
   UNION ALL
-  SELECT device_track_id, end_ts, 0, id, 1, NULL FROM _xpu_kernel
+  SELECT device_track_id, ts, 1, NULL, NULL, k FROM _xpu_grid
   UNION ALL
-  SELECT device_track_id, ts, 2, NULL, NULL, k FROM _xpu_grid
+  SELECT device_track_id, ts, 2, id, 0, NULL FROM _xpu_kernel
 ),
 carried AS (
   SELECT id, is_end,
