@@ -483,3 +483,30 @@ def test_kernels_on_interval_edges_read_only_their_interval(tmp_path: Path) -> N
     assert got["to_edge"] == pytest.approx((80.0, 1.0))
     assert got["before"] == pytest.approx((0.0, 0.5))
     assert {r["name"]: r["n"] for r in pieces} == {"at_edges": 1, "to_edge": 1, "before": 1}
+
+
+def test_report_counters_per_step(tmp_path: Path) -> None:
+    """Marked steps over the three phases: each step's counter means."""
+    from exporters.report.queries import collect
+
+    sampler = sampled(FakeGpu(phases=PHASES))
+    out = tmp_path / "m.perfetto-trace"
+    with TraceWriter(out, clock_id=pb.BUILTIN_CLOCK_BOOTTIME) as writer:
+        producer = writer.producer("test")
+        producer.write(model.GpuDevice(0, "NVIDIA H100 80GB HBM3"))
+        producer.write(model.ProcessInfo(1, "train"))
+        for columns in sampler.devices:
+            producer.write_all(columns.series())
+        producer.write_all(
+            model.CpuSlice(1, 1, T0 + a * MS, 200 * MS, f"ProfilerStep#{i}", "user_annotation")
+            for i, a in enumerate((0, 200, 400))
+        )
+        producer.write_all(
+            model.GpuOp(0, 7, T0 + a * MS, 5 * MS, "k", "kernel", {}, correlation_id=a)
+            for a in range(0, 600, 50)
+        )
+    with open_trace(out) as trace:
+        report = collect(trace, out)
+    rows = {s.key: s for s in report.sections}["step_counters"].rows
+    by_step = {(r["m1"], r["m2"]) for r in rows}  # tensor %, DRAM bw %
+    assert by_step == {("0.0%", "0.0%"), ("80.0%", "10.0%"), ("0.0%", "90.0%")}
