@@ -181,6 +181,21 @@ class Instant:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuCounterSeries:
+    """Samples of one counter of one GPU (SM active %, DRAM read throughput, device memory
+    in use, ...): `values[i]` holds from `ts[i]` until `ts[i + 1]` (the last one until the
+    end of the trace), which is how trace_processor reads a counter track.  Written as a
+    counter track named `name` under the `GPU D (<name>)` track of `device`; `unit` is
+    the unit's name as the UI shows it (%, MiB/s, MHz, W, bytes)."""
+
+    device: int
+    name: str
+    unit: str
+    ts: Sequence[int]
+    values: Sequence[float]
+
+
+@dataclass(frozen=True, slots=True)
 class CaptureWindow:
     """A span of one process in which `record` captured (--capture-range, --delay): what
     opened it (`reason`: cudaProfilerApi, delay) and what closed it (`end_reason`:
@@ -283,4 +298,14 @@ class SliceBatch:
             )
 
 
-Event = ProcessInfo | ThreadInfo | GpuDevice | CpuSlice | GpuOp | CpuSample | Instant | SliceBatch
+Event = (
+    ProcessInfo
+    | ThreadInfo
+    | GpuDevice
+    | CpuSlice
+    | GpuOp
+    | CpuSample
+    | Instant
+    | SliceBatch
+    | GpuCounterSeries
+)

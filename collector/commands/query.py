@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
 # gaps, the launches and copies, over the active span.
 ANALYSIS_VIEWS = re.compile(
     r"\bxpu_(step|step_busy|gpu_gap|launch|launch_kernel_stats|copy|stream_queue|"
-    r"kernel_overlap|analysis_\w+)\b"
+    r"kernel_overlap|analysis_\w+|gpu_counter|kernel_metrics|memory_peak|allocation)\b"
 )
 
 

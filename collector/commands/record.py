@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 
 from collector.errors import Terminated, UserError
+from collector.recording.gpu_metrics import add_gpu_metrics_arguments
 from collector.recording.keep import keep_streams, write_kept
 from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import CPU_SAMPLERS, KINDS, LAUNCH_STACK_MODES, check_options
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
-from collector.recording.source import process_accounts
+from collector.recording.source import process_accounts, source_notes
 from collector.recording.summary import say, summary, toggle_hint
 from collector.recording.target import run_target
 from collector.recording.trace import write_trace
@@ -37,6 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", type=Path, default=Path("xpu-perf.perfetto-trace"))
     p.add_argument("--no-cpu", action="store_true", help="no CPU sampling (GPU recording only)")
     p.add_argument("--no-gpu", action="store_true", help="no GPU recording (CPU sampling only)")
+    add_gpu_metrics_arguments(p)
     p.add_argument(
         "--no-kernel-stacks",
         action="store_true",
@@ -177,8 +179,10 @@ def main(args: argparse.Namespace) -> int:
         if tree is not None:
             tree.close()
     if not options.quiet:
-        accounts = process_accounts(selection.sources)
-        for line in summary(stats, plan, selection.freq, size_limit, options.output, accounts):
+        accounts, notes = process_accounts(selection.sources), source_notes(selection.sources)
+        for line in summary(
+            stats, plan, selection.freq, size_limit, options.output, accounts, notes
+        ):
             say(line)
     return code
 

@@ -23,7 +23,9 @@ from typing import Any
 
 from collector import model
 from collector.errors import UserError
+from collector.gpu_metrics.kept import INDEX
 from collector.recording.credentials import share_with_target
+from collector.recording.gpu_metrics import KeptGpuMetrics
 from collector.sources.cpu_stream import InprocessCpuSource
 from collector.sources.cupti import CuptiSource
 
@@ -31,6 +33,7 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 GPU_STREAMS = "cupti"
 CPU_STREAMS = "cpu"
+GPU_METRICS = "gpu_metrics"  # the counters record read itself (collector/gpu_metrics/kept.py)
 
 
 @dataclass
@@ -150,10 +153,13 @@ class KeptSource:
         return []
 
 
-def kept_sources(directory: Path) -> list[KeptSource]:
-    """The sources of a kept recording, in record's order (GPU first, then CPU)."""
-    return [
-        KeptSource(name, directory / name)
-        for name in (GPU_STREAMS, CPU_STREAMS)
-        if (directory / name).is_dir()
-    ]
+def kept_sources(directory: Path) -> list[KeptSource | KeptGpuMetrics]:
+    """The sources of a kept recording, in record's order (GPU, its counters, then CPU)."""
+    sources: list[KeptSource | KeptGpuMetrics] = []
+    for name in (GPU_STREAMS, GPU_METRICS, CPU_STREAMS):
+        if name == GPU_METRICS:
+            if (directory / name / INDEX).is_file():
+                sources.append(KeptGpuMetrics(directory / name))
+        elif (directory / name).is_dir():
+            sources.append(KeptSource(name, directory / name))
+    return sources

@@ -10,10 +10,11 @@ from pathlib import Path
 
 from collector.errors import UserError
 from collector.files import check_output
+from collector.recording.gpu_metrics import MAX_RATE_HZ
 from collector.recording.windows import CapturePlan, capture_plan
 
 # GPU activity kinds the injection library records (--kinds).
-KINDS = ("kernel", "memcpy", "memset", "sync", "marker")
+KINDS = ("kernel", "memcpy", "memset", "sync", "marker", "memory")
 LAUNCH_STACK_MODES = ("auto", "inprocess", "ebpf", "off")
 # CPU samplers: the in-process one (CFI + Python frames, no privilege) is the default; the eBPF
 # one (root) walks frame pointers but has kernel frames.  docs/ARCHITECTURE.md has the numbers.
@@ -40,6 +41,7 @@ class RecordOptions:
     max_bytes: int | None  # --max-size in bytes
     stop_after_s: float | None  # --duration when it stops the target (not a window's length)
     quiet: bool
+    gpu_metrics_hz: float | None = None  # GPU counter reads per second; None: off
 
 
 def check_options(args: argparse.Namespace) -> RecordOptions:
@@ -61,6 +63,9 @@ def check_options(args: argparse.Namespace) -> RecordOptions:
         if not args.max_size > 0:
             raise UserError(f"--max-size {args.max_size}: give a number of megabytes > 0")
         max_bytes = round(args.max_size * 1e6)
+    gpu_metrics_hz = None if args.no_gpu_metrics or not gpu else args.gpu_metrics
+    if gpu_metrics_hz is not None and not 0 < gpu_metrics_hz <= MAX_RATE_HZ:
+        raise UserError(f"--gpu-metrics {gpu_metrics_hz:g}: give 0 < RATE <= {MAX_RATE_HZ:g}")
     if plan.in_process and not gpu:
         raise UserError(
             f"--capture-range {plan.mode}: the GPU recording sees those calls; drop --no-gpu"
@@ -82,6 +87,7 @@ def check_options(args: argparse.Namespace) -> RecordOptions:
         # --duration stops the target, unless it is the length of a --delay window.
         stop_after_s=None if plan.windowed else args.duration,
         quiet=args.quiet,
+        gpu_metrics_hz=gpu_metrics_hz,
     )
 
 

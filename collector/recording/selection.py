@@ -14,7 +14,8 @@ from collector.inject_build import BuildError, build, build_sampler
 from collector.launch_join import EbpfLaunchStacks
 from collector.recording.cpu import InprocessCpuRecording
 from collector.recording.gpu import CuptiRecording
-from collector.recording.kept_streams import CPU_STREAMS, GPU_STREAMS, StreamsDir
+from collector.recording.gpu_metrics import GpuMetricsRecording
+from collector.recording.kept_streams import CPU_STREAMS, GPU_METRICS, GPU_STREAMS, StreamsDir
 from collector.recording.libraries import loadable_by_target
 from collector.recording.options import RecordOptions, check_freq
 from collector.recording.source import RecordSource
@@ -46,6 +47,10 @@ def select_sources(options: RecordOptions, streams: StreamsDir | None = None) ->
     if note:
         say(note)
     sources = gpu_sources(options, stacks, streams)
+    if options.gpu_metrics_hz is not None:
+        # After the GPU recording: it gets that source's capture windows to keep to.
+        metrics_dir = streams.subdir(GPU_METRICS) if streams is not None else None
+        sources.append(GpuMetricsRecording(options.gpu_metrics_hz, directory=metrics_dir))
     freq = 0
     if options.cpu:
         cpu, freq = cpu_source(options, ebpf_problems, streams)

@@ -47,6 +47,25 @@ class WindowFollower(Protocol):
 
 
 @runtime_checkable
+class DescribedSource(Protocol):
+    """A source with facts beyond counts (the GPU counters: which source ran, why a better
+    one was refused): metadata keys of their own, and lines for the summary."""
+
+    def metadata(self) -> Mapping[str, model.ArgValue]: ...
+    def summary_lines(self) -> list[str]: ...
+
+
+def source_notes(sources: Sequence[RecordSource]) -> list[str]:
+    """The summary lines of the sources that word their own part."""
+    return [
+        line
+        for source in sources
+        if isinstance(source, DescribedSource)
+        for line in source.summary_lines()
+    ]
+
+
+@runtime_checkable
 class SizedSource(Protocol):
     """A source whose target writes files while it runs (--max-size measures them)."""
 

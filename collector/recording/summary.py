@@ -38,11 +38,13 @@ def summary(
     size_limit: SizeLimit | None,
     output: Path,
     accounts: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    notes: Sequence[str] = (),
 ) -> list[str]:
     """The end-of-record summary: each source's part (by the name it wrote its counters
     under), the capture windows, the --max-size cut, the trace written.  `accounts`: per
     source, the processes without their final data and those not recorded at all
-    (source.process_accounts)."""
+    (source.process_accounts).  `notes`: the lines of sources that word their own part
+    (source.DescribedSource: the GPU counters), after the GPU's."""
     accounts = accounts or {}
     lines = []
     if "cupti" in stats:
@@ -53,6 +55,7 @@ def summary(
                 "CUDA (no GPU visible, no CUDA use, or CUDA linked statically without "
                 "injection support); the trace has no GPU tracks"
             )
+    lines += notes
     if plan.windowed:
         windows = sum(s.get("windows", 0) for s in stats.values())
         ignored = stats.get("cupti", {}).get("windows_ignored", 0)
@@ -98,12 +101,18 @@ def gpu_summary_lines(
         f"records: kernel={cupti.get('records_kernel', 0)} memcpy={cupti.get('records_memcpy', 0)} "
         f"memset={cupti.get('records_memset', 0)} sync={cupti.get('records_sync', 0)} "
         f"api={cupti.get('records_api', 0)} nvtx={cupti.get('records_marker', 0)} "
-        f"(processes={cupti.get('streams', 0)})",
+        f"memory={cupti.get('records_memory', 0)} (processes={cupti.get('streams', 0)})",
         f"dropped: cupti={cupti.get('cupti_dropped_records', 0)} "
         f"transport={cupti.get('transport_dropped_rows', 0)}",
         f"gpu ops without api call: {cupti.get('gpu_ops_without_api', 0)} of {ops}",
         f"launches without stack: {cupti.get('launches_without_stack', 0)} of {launches}",
     ]
+    unmatched = cupti.get("memory_frees_unmatched", 0)
+    if unmatched:
+        lines.append(
+            f"device memory: {unmatched} releases of memory allocated before the recording "
+            "(or outside its windows) are not in `device memory in use`"
+        )
     no_python = cupti.get("streams_python_unsupported", 0)
     if no_python:
         lines.append(

@@ -14,6 +14,7 @@ from collector import model
 from collector.recording.kept_streams import Manifest
 from collector.recording.size_limit import SizeLimit
 from collector.recording.source import (
+    DescribedSource,
     RecordSource,
     WindowedSource,
     WindowFollower,
@@ -63,6 +64,9 @@ def write_trace(
             for key, value in stats[source.name].items():
                 prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"
                 writer.set_metadata(prefixed, value)
+            if isinstance(source, DescribedSource):
+                for key, value in source.metadata().items():
+                    writer.set_metadata(key, value)
             for which, names in process_accounts([source]).get(source.name, {}).items():
                 if names:  # SQL: debug.<source>_processes_<which>, 'pid N (name), ...'
                     writer.set_metadata(f"{source.name}_processes_{which}", ", ".join(names))

@@ -8,6 +8,8 @@ The facade over one-job modules; per process it hands out:
   kernel of it); GPU records carry the outermost API's correlation id, or a nested driver
   call's, which the stream's API_ALIAS rows map back to the runtime call;
 - NVTX ranges/markers on the thread that made them (cupti_nvtx.py);
+- device memory: each allocation's and release's size and address on its API call, and a
+  `device memory in use` counter track per device over all processes (cupti_memory.py);
 all as one SliceBatch in numpy columns (cupti_rows.py), and here: the process and its threads,
 its GPU devices, its capture windows, and counts (records per kind, CUPTI and transport drops,
 GPU ops without an API call, launches without a stack) in `counts`, for the trace metadata
@@ -24,6 +26,7 @@ from collector import model
 from collector.sources.cupti_api import api_rows
 from collector.sources.cupti_flows import link
 from collector.sources.cupti_gpu_ops import gpu_op_rows
+from collector.sources.cupti_memory import DeviceMemory
 from collector.sources.cupti_nvtx import nvtx_rows
 from collector.sources.cupti_stream import Stream, process_events, read_streams
 from collector.symbolize import Symbolizer
@@ -58,6 +61,9 @@ REPORTED_COUNTS = (
     "windows",  # capture windows recorded (record --capture-range / --delay), all processes
     "windows_ignored",  # cudaProfilerStart calls past --capture-range-end's last window
     "nvtx_ranges_untracked",  # NVTX ranges --capture-range nvtx:NAME could not follow
+    "records_memory",  # device memory allocations and releases (CUPTI MEMORY2)
+    "memory_frees_unmatched",  # releases of memory not seen allocated (before a window)
+    "memory_records_without_api",  # allocations whose API call was not recorded
 )
 # The library's final counters (COUNTER rows) summed over the processes.
 LIBRARY_COUNTS = (
@@ -99,10 +105,13 @@ class CuptiSource:
         self.windows: list[model.CaptureWindow] = []  # in stream order
         # 'pid N (name)' of each process whose stream has no final counters (killed).
         self.without_final_data: list[str] = []
+        self._memory = DeviceMemory()
 
     def events(self) -> Iterator[model.Event]:
         for stream in read_streams(stream_paths(self.directory), self.counts):
             yield from self._process(stream)
+        # Over every process: several may share a device.
+        yield from self._memory.series()
 
     def _process(self, stream: Stream) -> Iterator[model.Event]:
         """One process: its process/thread events, new devices, then its slices as one
@@ -123,6 +132,7 @@ class CuptiSource:
             self.without_final_data.append(f"pid {pid} ({events[0].name})")
         self._keep_windows(stream, pid)
         cpu = api_rows(stream, strings, self.symbolizer, counts)
+        self._memory.add_process(stream, cpu, counts)
         gpu = gpu_op_rows(stream, strings, counts)
         flow_from, flow_to = link(stream, gpu, counts)
         instants = nvtx_rows(stream, strings, pid, cpu, counts)  # after link: API rows first

@@ -59,6 +59,15 @@ class Rows:
             self.pieces[key].append(np.broadcast_to(piece, (n,)) if piece.ndim == 0 else piece)
         self.rows += n
 
+    def override_args(self, rows: np.ndarray, sets: Sequence[tuple]) -> None:
+        """Other args for some of the rows so far (`sets[i]` for row `rows[i]`, as items):
+        an allocation's size and address on its API call."""
+        if not len(rows):
+            return
+        args = self.column("args").copy()
+        args[rows] = self.arg_sets.index_of(sets)
+        self.pieces["args"] = [args]
+
     def column(self, key: str) -> np.ndarray:
         pieces = self.pieces[key]
         return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)

@@ -1,6 +1,6 @@
 /* CUPTI activity: the buffers CUPTI fills (buffer_requested hands out one, buffer_completed
  * gets it back full), each record parsed into one row of its kind's batch (KERNEL, MEMCPY,
- * MEMSET, SYNC via sync_ops.c, MARKER, DEVICE) and the batches emitted into the stream once
+ * MEMSET, SYNC via sync_ops.c, MARKER, MEMORY, DEVICE) and the batches emitted into the stream once
  * per buffer.  CUPTI calls buffer_completed on its own thread or at cuptiActivityFlushAll
  * (the flush hook, a window's close), never on the application's launch path. */
 #define _GNU_SOURCE
@@ -18,6 +18,7 @@ static struct xp_batch_MEMCPY *memcpy_batch;
 static struct xp_batch_MEMSET *memset_batch;
 static struct xp_batch_MARKER *marker_batch;
 static struct xp_batch_DEVICE *device_batch;
+static struct xp_batch_MEMORY *memory_batch;
 
 int activity_init(void) {
     kernel_batch = calloc(1, sizeof *kernel_batch);
@@ -26,7 +27,9 @@ int activity_init(void) {
     int sync = sync_ops_init();
     marker_batch = calloc(1, sizeof *marker_batch);
     device_batch = calloc(1, sizeof *device_batch);
-    if (!kernel_batch || !memcpy_batch || !memset_batch || sync != 0 || !marker_batch || !device_batch)
+    memory_batch = calloc(1, sizeof *memory_batch);
+    if (!kernel_batch || !memcpy_batch || !memset_batch || sync != 0 || !marker_batch || !device_batch ||
+        !memory_batch)
         return -1;
     return 0;
 }
@@ -121,6 +124,23 @@ static void add_marker(const CUpti_ActivityMarker2 *m) {
     if (++b->rows == XP_BATCH_ROWS) xp_emit_MARKER(b);
 }
 
+/* An allocation or release of device memory (the counter track of memory in use and, joined
+ * to its API call by correlation id, the call's launch stack as the allocation site). */
+static void add_memory(const CUpti_ActivityMemory4 *m) {
+    struct xp_batch_MEMORY *b = memory_batch;
+    uint32_t r = b->rows;
+    b->timestamp[r] = m->timestamp;
+    b->correlation_id[r] = m->correlationId;
+    b->device[r] = m->deviceId;
+    b->operation[r] = (uint32_t)m->memoryOperationType;
+    b->memory_kind[r] = (uint32_t)m->memoryKind;
+    b->address[r] = m->address;
+    b->bytes[r] = m->bytes;
+    b->stream[r] = m->streamId;
+    b->is_async[r] = m->isAsync;
+    if (++b->rows == XP_BATCH_ROWS) xp_emit_MEMORY(b);
+}
+
 static void add_device(const CUpti_ActivityDevice5 *d) {
     struct xp_batch_DEVICE *b = device_batch;
     uint32_t r = b->rows;
@@ -137,6 +157,7 @@ static void emit_activity_batches(void) {
     xp_emit_MEMSET(memset_batch);
     emit_sync_rows();
     xp_emit_MARKER(marker_batch);
+    xp_emit_MEMORY(memory_batch);
 }
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
@@ -161,6 +182,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
             add_sync((const CUpti_ActivitySynchronization2 *)rec); counters.records_sync++; break;
         case CUPTI_ACTIVITY_KIND_MARKER:
             add_marker((const CUpti_ActivityMarker2 *)rec); counters.records_marker++; break;
+        case CUPTI_ACTIVITY_KIND_MEMORY2:
+            add_memory((const CUpti_ActivityMemory4 *)rec); counters.records_memory++; break;
         case CUPTI_ACTIVITY_KIND_DEVICE:
             add_device((const CUpti_ActivityDevice5 *)rec); break;
         default:
@@ -197,6 +220,7 @@ void activity_enable_kinds(void) {
         enable_kind(CUPTI_ACTIVITY_KIND_MEMCPY2);
     }
     if (kind_wanted(XP_KIND_MEMSET)) enable_kind(CUPTI_ACTIVITY_KIND_MEMSET);
+    if (kind_wanted(XP_KIND_MEMORY)) enable_kind(CUPTI_ACTIVITY_KIND_MEMORY2);
     if (kind_wanted(XP_KIND_SYNC)) {
         if (xp_exp.callbacks && !xp_config.sync_activity) sync_from_callbacks = 1;
         else enable_kind(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
@@ -209,4 +233,5 @@ void activity_fork_child(void) {
     kernel_batch->rows = memcpy_batch->rows = memset_batch->rows = 0;
     sync_ops_fork_child();
     marker_batch->rows = 0;
+    memory_batch->rows = 0;
 }

@@ -21,7 +21,7 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
 static unsigned read_kinds(void) {
     static const struct { const char *name; unsigned bit; } names[] = {
         {"kernel", XP_KIND_KERNEL}, {"memcpy", XP_KIND_MEMCPY}, {"memset", XP_KIND_MEMSET},
-        {"sync", XP_KIND_SYNC},     {"marker", XP_KIND_MARKER},
+        {"sync", XP_KIND_SYNC},     {"marker", XP_KIND_MARKER}, {"memory", XP_KIND_MEMORY},
     };
     const char *v = getenv("XPU_PERF_KINDS");
     if (!v || !*v) return ~0u;

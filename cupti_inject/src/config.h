@@ -9,7 +9,7 @@
 
 /* The activity kinds XPU_PERF_KINDS may name. */
 enum xp_kind { XP_KIND_KERNEL = 1, XP_KIND_MEMCPY = 2, XP_KIND_MEMSET = 4, XP_KIND_SYNC = 8,
-               XP_KIND_MARKER = 16 };
+               XP_KIND_MARKER = 16, XP_KIND_MEMORY = 32 };
 
 /* What opens the windows: cudaProfilerStart/Stop, an NVTX range by name, the target's start +
  * --delay, or `record` (tree_open on the control page: --capture-range signal). */

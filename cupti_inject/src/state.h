@@ -185,7 +185,7 @@ struct xp_counters {
     _Atomic uint64_t api_records, launches, launch_stacks, launches_no_stack, alias_records;
     _Atomic uint64_t stacks_unique, stack_table_full, cupti_dropped, activity_buffers;
     _Atomic uint64_t records_kernel, records_memcpy, records_memset, records_sync, records_marker;
-    _Atomic uint64_t records_other;
+    _Atomic uint64_t records_other, records_memory;
     _Atomic uint64_t windows_recorded, windows_ignored;
 };
 extern struct xp_counters counters;

@@ -9,14 +9,16 @@ json` and the tests.
 
 The span: the active span (first GPU op to the end of the last; only the capture windows'
 time in a windowed trace) unless `Scope.span_all`.  SQL views for `query`: xpu_step,
-xpu_step_busy, xpu_gpu_gap, xpu_launch, xpu_copy, xpu_stream_queue, xpu_kernel_overlap."""
+xpu_step_busy, xpu_gpu_gap, xpu_launch, xpu_copy, xpu_stream_queue, xpu_kernel_overlap,
+xpu_gpu_counter, xpu_kernel_metrics (GPU counters per kernel), xpu_memory_peak,
+xpu_allocation (device memory)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from exporters.analysis import launches, tables
+from exporters.analysis import device_memory, gpu_metrics, launches, tables
 from exporters.analysis.findings import Context, Finding, findings
 from exporters.analysis.idle import IdleSummary, summary
 from exporters.analysis.launches import LaunchStats, launch_stats
@@ -127,6 +129,8 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = None) 
     load_views(trace, window)
     tables.load(trace, scope)
     launches.load(trace)
+    gpu_metrics.load(trace)
+    device_memory.load(trace)
 
 
 def analyze(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = None) -> Analysis:

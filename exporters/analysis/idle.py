@@ -66,7 +66,7 @@ _COLUMNS = {
 
 def sync_sites(trace: Trace, top: int = 3) -> list[Site]:
     """The blocking calls the GPU ran dry behind, by the line that made them."""
-    return _call_sites(
+    return call_sites(
         trace,
         "SELECT g.block_id AS call_id, s.ts, g.utid, g.sync_ns AS ns, g.block_name AS detail "
         "FROM xpu_focus_gap g JOIN slice s ON s.id = g.block_id WHERE g.sync_ns > 0",
@@ -76,13 +76,13 @@ def sync_sites(trace: Trace, top: int = 3) -> list[Site]:
 
 def launch_sites(trace: Trace, top: int = 3) -> list[Site]:
     """The launches the GPU waited for, by the line that made them."""
-    return next_call_sites(trace, "launch_ns", top)
+    return nextcall_sites(trace, "launch_ns", top)
 
 
-def next_call_sites(trace: Trace, part: str, top: int = 3) -> list[Site]:
+def nextcall_sites(trace: Trace, part: str, top: int = 3) -> list[Site]:
     """The launches that ended gaps with time in `part` (a column of xpu_gpu_gap), by the
     line that made them, weighted by that time."""
-    return _call_sites(
+    return call_sites(
         trace,
         f"SELECT g.api_id AS call_id, g.api_ts AS ts, g.utid, g.{part} AS ns, "
         f"g.next_op AS detail FROM xpu_focus_gap g WHERE g.api_id IS NOT NULL AND g.{part} > 0",
@@ -92,7 +92,7 @@ def next_call_sites(trace: Trace, part: str, top: int = 3) -> list[Site]:
 
 def op_sites(trace: Trace, where: str, top: int = 3) -> list[Site]:
     """The launch sites of the GPU ops (xpu_launch rows) matching `where`, by GPU time."""
-    return _call_sites(
+    return call_sites(
         trace,
         "SELECT l.api_id AS call_id, l.api_ts AS ts, l.utid, l.dur AS ns, l.name AS detail "
         f"FROM xpu_launch l WHERE ({where}) AND l.ts >= (SELECT ts FROM xpu_analysis_focus) "
@@ -116,7 +116,7 @@ def sample_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
     if not rows:
         # No samples in the gaps (converted traces, --no-cpu): the code that made the next
         # launch, from its launch stack or the CPU slices around it.
-        return next_call_sites(trace, part, top)
+        return nextcall_sites(trace, part, top)
     frames = locations.callsite_frames(trace, (r["callsite_id"] for r in rows))
     # Samples land on whatever line of a function runs: they are added up per function
     # (the dataset's __getitem__, the function between launches), named by its heaviest line.
@@ -142,9 +142,11 @@ def sample_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
 _UNSTACKED_CALLS = 200
 
 
-def _call_sites(trace: Trace, calls_sql: str, top: int) -> list[Site]:
+def call_sites(trace: Trace, calls_sql: str, top: int) -> list[Site]:
     """Sites of API calls (`calls_sql`: call_id, ts, utid, ns, detail), by the innermost user
-    frame of each call's launch stack (summed per stack in SQL), or of its enclosing slices."""
+    frame of each call's launch stack (summed per stack in SQL), or of its enclosing slices.
+    `ns` is the weight the sites are ranked by (time; bytes for allocations).  Needs
+    launches.load_stack_lookup."""
     # One pass over the calls: those with a launch stack summed per stack, the heaviest of
     # the others one by one.
     rows = trace.query(

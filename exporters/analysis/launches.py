@@ -9,7 +9,17 @@ from typing import Any
 from exporters.perfetto.trace_processor import Trace
 
 
+def load_stack_lookup(trace: Trace) -> None:
+    """`_xpu_launch_stack_at`: the launch stack of an API call by thread and time (what
+    idle.call_sites joins), once per trace."""
+    if not trace.scalar("select count(*) from sqlite_master where name = '_xpu_launch_stack_at'"):
+        trace.execute(
+            resources.files("exporters.analysis").joinpath("launch_stack_at.sql").read_text()
+        )
+
+
 def load(trace: Trace) -> None:
+    load_stack_lookup(trace)
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_launch'"):
         trace.execute(resources.files("exporters.analysis").joinpath("launches.sql").read_text())
 

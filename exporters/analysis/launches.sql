@@ -1,8 +1,3 @@
--- Launch stacks by time, for finding the stack of an API call (same thread, same ts).
-CREATE PERFETTO TABLE _xpu_launch_stack_at AS
-SELECT ts, utid, callsite_id FROM xpu_launch_stack ORDER BY ts;
-CREATE PERFETTO INDEX _xpu_launch_stack_at_ts ON _xpu_launch_stack_at(ts);
-
 -- Launch statistics: every GPU op with the API call that launched it.  Needs span.sql.
 -- latency_ns: from the call's start to the op's start on the GPU; shorter_than_call: the
 -- op ran for less time than its launch call took on the CPU (the CPU cannot keep up with

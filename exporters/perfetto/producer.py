@@ -5,7 +5,8 @@ It sends each event to the code that encodes it:
   and encoded by the object path (object_path.write_slices);
 - SliceBatch (the CUPTI source's columns): the columnar path (batch_writer.write_batch);
 - CpuSample, Instant: object_path.write_sample / write_instant, as they come;
-- ProcessInfo, ThreadInfo, GpuDevice: track descriptors (tracks.py).
+- ProcessInfo, ThreadInfo, GpuDevice: track descriptors (tracks.py);
+- GpuCounterSeries: counters.write_counter_series, on the GPU's counter track.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from itertools import islice
 from operator import attrgetter, eq
 
 from collector import model
-from exporters.perfetto import batch_writer, launch_stacks, object_path
+from exporters.perfetto import batch_writer, counters, launch_stacks, object_path
 from exporters.perfetto.producer_state import ProducerState
 from exporters.perfetto.sequences import CPU_SAMPLE_TIMEBASE
 from exporters.perfetto.trace_state import TraceState
@@ -70,6 +71,8 @@ class Producer(ProducerState):
         elif isinstance(event, model.SliceBatch):
             self.flush()  # the object slices so far go first
             batch_writer.write_batch(self, event)
+        elif isinstance(event, model.GpuCounterSeries):
+            counters.write_counter_series(self.trace, event)
         else:
             raise TypeError(f"not a trace event: {event!r}")
 

@@ -3,6 +3,8 @@
 - a process track per pid and a thread track per (pid, tid), named from ProcessInfo and
   ThreadInfo (a later name re-describes the track);
 - `GPU D (<name>)` root tracks, each with one `Stream N` child per stream;
+- counter tracks of a GPU (hardware counters, device memory in use) under its track, above
+  its streams;
 - lanes: slices that overlap on one thread or stream without nesting go to sibling tracks
   (lanes.py places them); a thread's extra lanes are children of its track, a stream's are
   more `Stream N` tracks under the GPU's.
@@ -40,6 +42,7 @@ class Tracks:
         self._gpus: dict[int, int] = {}
         self._gpu_names: dict[int, str] = {}
         self._stream_lanes: dict[tuple[int, int], tuple[LaneSet, list[int]]] = {}
+        self._gpu_counters: dict[tuple[int, str], int] = {}
 
     def _uuid(self) -> int:
         uuid = self._next_uuid
@@ -166,6 +169,22 @@ class Tracks:
         # Keep GPUs and their streams in numeric order in the UI.
         desc.child_ordering = pb.TrackDescriptor.ChildTracksOrdering.EXPLICIT
         desc.sibling_order_rank = device if _INT32_MIN <= device <= _INT32_MAX else _INT32_MAX
+        self._descriptor(desc)
+        return uuid
+
+    def gpu_counter(self, device: int, name: str, unit: str) -> int:
+        """The counter track `name` under GPU `device`'s track (created at first use).
+        Counter tracks sort above the streams, in the order they were first used (a
+        source writes them in its catalog's order)."""
+        key = (device, name)
+        uuid = self._gpu_counters.get(key)
+        if uuid is not None:
+            return uuid
+        uuid = self._gpu_counters[key] = self._uuid()
+        desc = pb.TrackDescriptor(uuid=uuid, parent_uuid=self.gpu_device(device, None), name=name)
+        desc.counter.unit_name = unit
+        # Streams rank by their id (>= 0, or INT32_MAX): counters before all of them.
+        desc.sibling_order_rank = _INT32_MIN + len(self._gpu_counters)
         self._descriptor(desc)
         return uuid
 

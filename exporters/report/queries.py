@@ -12,6 +12,7 @@ from typing import Any
 
 from collector.frame_names import short_name, shorten_stack
 from exporters.analysis.analyze import Analysis, analyze
+from exporters.analysis.gpu_metrics import source_facts
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.folded import frames
 from exporters.folded.folded import FoldedError, FoldedStacks, fold
@@ -19,6 +20,7 @@ from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
 from exporters.report import top_functions, units
 from exporters.report.analysis_sections import analysis_facts, launch_sections, lead_sections
+from exporters.report.gpu_sections import gpu_sections
 from exporters.report.sections import Column, Section
 
 DEFAULT_TOP = 15
@@ -244,8 +246,8 @@ def collect(
     flame, flame_note = _flame_stacks(trace, full_names, window, all_frames)
     return Report(
         trace=str(trace_name),
-        facts=_facts(trace, window) + analysis_facts(analysis),
-        sections=sections + launch_sections(analysis, top),
+        facts=_facts(trace, window) + analysis_facts(analysis) + source_facts(trace),
+        sections=sections + launch_sections(analysis, top) + gpu_sections(trace, analysis, top),
         timeline=_timeline(trace, bins),
         flame=flame,
         flame_note=flame_note,

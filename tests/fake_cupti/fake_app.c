@@ -32,7 +32,12 @@
  * burn_inside_window and LAUNCHES "window_kernel", cudaProfilerStop, 0.5 s outside again.
  * "toggle" (the outside trigger): LAUNCHES "outside_kernel", SIGUSR2 to its parent, LAUNCHES
  * "window_kernel" + a device sync, SIGUSR2, 5 "outside_kernel", SIGUSR2, 4 "second_window_kernel"
- * on stream 1, exit (300 ms pause after each signal). */
+ * on stream 1, exit (300 ms pause after each signal).
+ * "memory" (device memory): on device 0, alloc_weights cudaMallocs 3 x 64 MiB,
+ * alloc_activations 4 x 16 MiB, two of those are freed, alloc_workspace takes 100 MiB (the
+ * peak: 324 MiB, held by weights 192, workspace 100, activations 32), then everything is
+ * freed; on device 1, alloc_pool takes 8 MiB with cudaMallocAsync on stream 13 and keeps
+ * it (device 1's peak: 8 MiB, at its end). */
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -51,6 +56,8 @@ extern uint32_t fake_memset(uint64_t bytes, uint32_t value, uint32_t stream);
 extern uint32_t fake_device_synchronize(void);
 extern uint32_t fake_stream_synchronize(uint32_t stream);
 extern void fake_get_device(void);
+extern uint64_t fake_malloc(uint64_t bytes, int async, uint32_t stream);
+extern void fake_free(uint64_t address, uint64_t bytes, int async, uint32_t stream);
 extern void fake_set_dropped(size_t n);
 extern void fake_set_device(uint32_t device);
 extern int cuptiActivityFlushAll(uint32_t flag);
@@ -105,10 +112,39 @@ static void burn_cpu(void) {
 __attribute__((noinline)) void burn_outside_window(void) { burn_cpu(); }
 __attribute__((noinline)) void burn_inside_window(void) { burn_cpu(); }
 
+#define MIB (1ull << 20)
+static uint64_t weights[3], activations[4], workspace, pool;
+__attribute__((noinline)) void alloc_weights(void) {
+    for (int i = 0; i < 3; i++) weights[i] = fake_malloc(64 * MIB, 0, 0);
+}
+__attribute__((noinline)) void alloc_activations(void) {
+    for (int i = 0; i < 4; i++) activations[i] = fake_malloc(16 * MIB, 0, 0);
+}
+__attribute__((noinline)) void alloc_workspace(void) { workspace = fake_malloc(100 * MIB, 0, 0); }
+__attribute__((noinline)) void alloc_pool(void) { pool = fake_malloc(8 * MIB, 1, 13); }
+
+static void memory_scenario(void) {
+    alloc_weights();
+    alloc_activations();
+    fake_free(activations[0], 16 * MIB, 0, 0);
+    fake_free(activations[1], 16 * MIB, 0, 0);
+    alloc_workspace();
+    fake_free(workspace, 100 * MIB, 0, 0);
+    for (int i = 2; i < 4; i++) fake_free(activations[i], 16 * MIB, 0, 0);
+    for (int i = 0; i < 3; i++) fake_free(weights[i], 64 * MIB, 0, 0);
+    fake_set_device(1);
+    alloc_pool();
+    fake_set_device(0);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) launches = atoi(argv[1]);
     int exit_code = argc > 2 ? atoi(argv[2]) : 0;
     fake_cuInit();
+    if (argc > 3 && strcmp(argv[3], "memory") == 0) {
+        memory_scenario();
+        return exit_code;
+    }
     if (argc > 3 && strcmp(argv[3], "two_devices") == 0) {
         fake_set_device(1);
         for (int i = 0; i < 3; i++) fake_launch_kernel("device1_kernel", 13, 0);

@@ -67,6 +67,7 @@ union record {
     CUpti_ActivityMemset4 memset;
     CUpti_ActivitySynchronization2 sync;
     CUpti_ActivityDevice5 device;
+    CUpti_ActivityMemory4 memory;
 };
 static union record *pending;
 static size_t pending_count, pending_cap;
@@ -79,6 +80,7 @@ static size_t record_size(CUpti_ActivityKind kind) {
     case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return sizeof(CUpti_ActivitySynchronization2);
     case CUPTI_ACTIVITY_KIND_DEVICE: return sizeof(CUpti_ActivityDevice5);
+    case CUPTI_ACTIVITY_KIND_MEMORY2: return sizeof(CUpti_ActivityMemory4);
     default: return 0;
     }
 }
@@ -162,6 +164,10 @@ static const char *runtime_name(uint32_t cbid) {
     case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020: return "cudaStreamSynchronize";
     case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000: return "cudaGraphLaunch";
     case CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020: return "cudaGetDevice";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020: return "cudaMalloc_v3020";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020: return "cudaFree_v3020";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020: return "cudaMallocAsync_v11020";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020: return "cudaFreeAsync_v11020";
     case CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000: return "cudaProfilerStart_v4000";
     case CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000: return "cudaProfilerStop_v4000";
     default: return NULL;
@@ -172,6 +178,8 @@ static const char *driver_name(uint32_t cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: return "cuLaunchKernel";
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2: return "cuMemcpyHtoDAsync_v2";
     case CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice: return "cuCtxGetDevice";
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: return "cuMemAlloc_v2";
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2: return "cuMemFree_v2";
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize: return "cuStreamSynchronize";
     case CUPTI_DRIVER_TRACE_CBID_cuProfilerStart: return "cuProfilerStart";
     case CUPTI_DRIVER_TRACE_CBID_cuProfilerStop: return "cuProfilerStop";
@@ -491,6 +499,54 @@ EXPORT CUptiResult cuptiGetDeviceId(CUcontext ctx, uint32_t *id) {
     FORK_CHECK();
     if (!fake_device_of(ctx, id)) return CUPTI_ERROR_INVALID_PARAMETER;
     return CUPTI_SUCCESS;
+}
+
+/* Device memory: cudaMalloc (a nested cuMemAlloc_v2, whose correlation id the MEMORY2 record
+ * carries, as the driver does it), cudaFree, and the stream-ordered cudaMallocAsync/
+ * cudaFreeAsync (the runtime call's id).  Addresses are handed out as the driver would: never
+ * two live blocks at one address, a freed address reused. */
+static uint64_t next_address = 0x7f2000000000ull;
+static void memory_record(uint32_t correlation, CUpti_ActivityMemoryOperationType op,
+                          uint64_t address, uint64_t bytes, uint32_t stream, uint32_t is_async) {
+    union record r;
+    memset(&r, 0, sizeof r);
+    r.memory.kind = CUPTI_ACTIVITY_KIND_MEMORY2;
+    r.memory.memoryOperationType = op;
+    r.memory.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+    r.memory.correlationId = correlation;
+    r.memory.address = address;
+    r.memory.bytes = bytes;
+    r.memory.timestamp = now();
+    r.memory.deviceId = current_device;
+    r.memory.contextId = 1 + current_device;
+    r.memory.streamId = stream;
+    r.memory.isAsync = is_async;
+    queue_record(&r);
+}
+
+EXPORT uint64_t fake_malloc(uint64_t bytes, int async, uint32_t stream) {
+    uint64_t address = next_address;
+    next_address += (bytes + 0xfffff) & ~0xfffffull;
+    if (async) {
+        uint32_t c = api_call(CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020, 0, 300);
+        memory_record(c, CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, address, bytes, stream, 1);
+    } else {
+        uint32_t before = atomic_load(&next_correlation);
+        api_call(CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, 300);
+        memory_record(before + 1, CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, address, bytes, 0, 0);
+    }
+    return address;
+}
+
+EXPORT void fake_free(uint64_t address, uint64_t bytes, int async, uint32_t stream) {
+    if (async) {
+        uint32_t c = api_call(CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020, 0, 200);
+        memory_record(c, CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE, address, bytes, stream, 1);
+    } else {
+        uint32_t before = atomic_load(&next_correlation);
+        api_call(CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, 200);
+        memory_record(before + 1, CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE, address, bytes, 0, 0);
+    }
 }
 
 /* An API that cupti_inject must not trace. */
