@@ -63,6 +63,15 @@ class ProcessAccounting(Protocol):
     def processes_not_recorded(self) -> Sequence[str]: ...
 
 
+@runtime_checkable
+class NotedSource(Protocol):
+    """A source with text to say beyond its counters: metadata `<name>_<key>` and lines of
+    the summary (the GPU source: the program's own profiler, another tool's injection)."""
+
+    def notes(self) -> Mapping[str, str]: ...
+    def summary_lines(self) -> Sequence[str]: ...
+
+
 def process_accounts(sources: Sequence[RecordSource]) -> dict[str, dict[str, list[str]]]:
     """Per source name: `without_final_data` and `not_recorded` processes (after `events()`),
     for the summary and the metadata `<source>_processes_<which>`."""

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from collector.recording.size_limit import SizeLimit
+from collector.recording.source import NotedSource, RecordSource, process_accounts
 from collector.recording.windows import CapturePlan, window_summary
 from collector.sources.cpu_stream import UNWIND_ENDS
 
@@ -37,16 +38,19 @@ def summary(
     freq: int,
     size_limit: SizeLimit | None,
     output: Path,
-    accounts: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    sources: Sequence[RecordSource] = (),
 ) -> list[str]:
     """The end-of-record summary: each source's part (by the name it wrote its counters
-    under), the capture windows, the --max-size cut, the trace written.  `accounts`: per
-    source, the processes without their final data and those not recorded at all
-    (source.process_accounts)."""
-    accounts = accounts or {}
+    under), the capture windows, the --max-size cut, the trace written.  `sources` (after
+    their events were written): the processes without their final data and those not
+    recorded at all (source.process_accounts), and what a source says beyond its counters."""
+    accounts = process_accounts(sources)
     lines = []
     if "cupti" in stats:
         lines += gpu_summary_lines(stats["cupti"], accounts.get("cupti", {}))
+    for source in sources:
+        if isinstance(source, NotedSource):
+            lines += source.summary_lines()
         if not stats["cupti"].get("streams"):
             lines.append(
                 "no GPU activity: no process of the target initialised "

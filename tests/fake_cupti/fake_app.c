@@ -32,7 +32,9 @@
  * burn_inside_window and LAUNCHES "window_kernel", cudaProfilerStop, 0.5 s outside again.
  * "toggle" (the outside trigger): LAUNCHES "outside_kernel", SIGUSR2 to its parent, LAUNCHES
  * "window_kernel" + a device sync, SIGUSR2, 5 "outside_kernel", SIGUSR2, 4 "second_window_kernel"
- * on stream 1, exit (300 ms pause after each signal). */
+ * on stream 1, exit (300 ms pause after each signal).
+ * "program_profiler": LAUNCHES "before_kernel" launches, then the program's own profiler
+ * (fake_profiler_client.c) runs two traces of LAUNCHES "active_kernel" launches each. */
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -67,6 +69,7 @@ extern void *fake_nvtx_domain_create(const char *name);
 extern void *fake_nvtx_domain_register_string(void *domain, const char *string);
 extern int fake_nvtx_domain_range_push(void *domain, const char *message, void *registered);
 extern int fake_nvtx_domain_range_pop(void *domain);
+extern void fake_profiler_client_run(int launches, int cycles);
 
 static int launches = 100;
 
@@ -172,6 +175,11 @@ int main(int argc, char **argv) {
         fake_nvtx_range_pop();
         fake_nvtx_range_pop();
         for (int i = 0; i < 3; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "program_profiler") == 0) {
+        for (int i = 0; i < launches; i++) fake_launch_kernel("before_kernel", 7, 0);
+        fake_profiler_client_run(launches, 2);
         return exit_code;
     }
     if (argc > 3 && strcmp(argv[3], "profiler_cpu") == 0) {

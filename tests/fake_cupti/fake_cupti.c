@@ -10,6 +10,8 @@
  *   fake_set_dropped(n)            the next completed buffer reports n dropped records
  * cuptiActivityEnable/Disable are honoured: a GPU op launched while its kind is off makes no
  * record (what `record`'s capture windows rely on).
+ * One subscriber, as CUPTI: a second cuptiSubscribe gets CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+ * (the program's own profiler under `record`: fake_profiler_client.c plays one).
  * NVTX: fake_nvtx_* play the NVTX library's side.  As the real one, the first call loads
  * NVTX_INJECTION64_PATH and calls its InitializeInjectionNvtx2 (which hands NVTX to CUPTI's);
  * from then on each call runs the subscriber's enabled NVTX-domain callbacks with CUPTI's
@@ -150,6 +152,28 @@ EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc 
     subscriber_cb = cb;
     subscriber_data = ud;
     *s = (CUpti_SubscriberHandle)&subscriber_cb;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle s) {
+    FORK_CHECK();
+    if (!subscriber_cb || s != (CUpti_SubscriberHandle)&subscriber_cb) return CUPTI_ERROR_INVALID_PARAMETER;
+    subscriber_cb = NULL;
+    return CUPTI_SUCCESS;
+}
+
+/* Kineto pushes one external correlation id per operator while its trace is active (no
+ * EXTERNAL_CORRELATION records are made here). */
+EXPORT CUptiResult cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind, uint64_t id) {
+    FORK_CHECK();
+    (void)kind;
+    (void)id;
+    return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind, uint64_t *id) {
+    FORK_CHECK();
+    (void)kind;
+    if (id) *id = 0;
     return CUPTI_SUCCESS;
 }
 
