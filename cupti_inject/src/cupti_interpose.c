@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define XP_EXPORT __attribute__((visibility("default")))
@@ -78,9 +79,31 @@ static enum caller_kind classify(const struct xp_cupti_host *h, const void *pc,
     return CALLER_PROGRAM;
 }
 
+/* A program that starts its CUPTI client before it uses CUDA (torch.profiler entered before
+ * the model moves to the GPU) would subscribe before cuInit loads the injection library, and
+ * ours would be the refused one.  When this process is recorded (the injection library's
+ * settings are in its environment), the program's first CUPTI call initialises CUDA first:
+ * cuInit loads the injection library, which registers the host and subscribes. */
+static const struct xp_cupti_host *host_after_cuda_init(const void *pc) {
+    static atomic_int tried;
+    if (!getenv("XPU_PERF_OUT_DIR") || !getenv("CUDA_INJECTION64_PATH")) return NULL;
+    Dl_info info;
+    if (dladdr(pc, &info) && strncmp(module_name(info.dli_fname), "libcupti.so", 11) == 0)
+        return NULL; /* libcupti's own call */
+    if (atomic_exchange(&tried, 1)) return atomic_load(&host);
+    void *init = dlsym(RTLD_DEFAULT, "cuInit");
+    if (!init) {
+        void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        init = cuda ? dlsym(cuda, "cuInit") : NULL;
+    }
+    if (init) ((int (*)(unsigned))init)(0);
+    return atomic_load(&host);
+}
+
 /* The host's answer to a program's call: 1 with *result set, or 0 (pass it to CUPTI). */
 static int ask_host(const struct xp_cupti_host *h, enum xp_cupti_entry entry, const void *pc,
                     uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3, int *result) {
+    if (!h) h = host_after_cuda_init(pc);
     if (!h) return 0;
     struct xp_cupti_call call = {entry, NULL, {a0, a1, a2, a3}};
     if (classify(h, pc, &call.caller) == CALLER_OURS) return 0;

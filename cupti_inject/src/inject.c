@@ -39,8 +39,10 @@ EXPORT int InitializeInjection(void) {
             enable_api_callbacks(subscriber);
         } else {
             /* The program's own CUPTI client subscribed first (before cuInit loaded us). */
-            counters.subscribe_refused = 1;
-            CHECK(r);
+            counters.subscribe_refused = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+            const char *s = NULL;
+            cuptiGetResultString(r, &s);
+            fprintf(stderr, "xpu-perf: cuptiSubscribe failed: %s\n", s ? s : "?");
         }
     }
     start_windows();

@@ -139,6 +139,8 @@ static void client_unsubscribe(void) {
 }
 
 /* ---- the client's buffers (program_records.c fills them) ---- */
+int program_has_buffers(void) { return client.requested != NULL && client.completed != NULL; }
+
 int program_buffer(uint8_t **buffer, size_t *size) {
     CUpti_BuffersCallbackRequestFunc requested = client.requested;
     size_t max_records = 0;

@@ -148,7 +148,9 @@ static int fix_record(CUpti_Activity *rec, const struct span *s, const struct cl
 
 int program_forward_buffer(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
                            size_t valid) {
-    if (!atomic_load(&program_forwarding) || valid == 0) return 0;
+    /* A client that registered no buffer callbacks yet would get nothing from CUPTI either
+     * (Kineto enables the kernel kind at its start, its callbacks at its first trace). */
+    if (!atomic_load(&program_forwarding) || valid == 0 || !program_has_buffers()) return 0;
     CUpti_Activity *rec = NULL;
     if (cuptiActivityGetNextRecord(buffer, valid, &rec) != CUPTI_SUCCESS) return 0;
     struct clock_map m = clock_now();

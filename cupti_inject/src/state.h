@@ -202,7 +202,9 @@ int program_wants_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
 void program_forward_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data);
 /* A kind the client enabled in its current trace (its records are forwarded). */
 int program_takes_kind(CUpti_ActivityKind kind);
-/* A buffer from the client's request callback (0: none); hand it back filled. */
+/* The client registered its buffer callbacks; a buffer from its request callback (0: none),
+ * handed back filled. */
+int program_has_buffers(void);
 int program_buffer(uint8_t **buffer, size_t *size);
 void program_buffer_done(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
                          size_t used);

@@ -34,7 +34,8 @@
  * "window_kernel" + a device sync, SIGUSR2, 5 "outside_kernel", SIGUSR2, 4 "second_window_kernel"
  * on stream 1, exit (300 ms pause after each signal).
  * "program_profiler": LAUNCHES "before_kernel" launches, then the program's own profiler
- * (fake_profiler_client.c) runs two traces of LAUNCHES "active_kernel" launches each. */
+ * (fake_profiler_client.c) runs two traces of LAUNCHES "active_kernel" launches each.
+ * "profiler_first": the same profiler, started before the program initialises CUDA. */
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -111,6 +112,11 @@ __attribute__((noinline)) void burn_inside_window(void) { burn_cpu(); }
 int main(int argc, char **argv) {
     if (argc > 1) launches = atoi(argv[1]);
     int exit_code = argc > 2 ? atoi(argv[2]) : 0;
+    if (argc > 3 && strcmp(argv[3], "profiler_first") == 0) {
+        fake_profiler_client_run(launches, 2);
+        fake_cuInit();
+        return exit_code;
+    }
     fake_cuInit();
     if (argc > 3 && strcmp(argv[3], "two_devices") == 0) {
         fake_set_device(1);

@@ -406,6 +406,14 @@ EXPORT void fake_cuInit(void) {
     queue_record(&r);
 }
 
+/* The driver's cuInit, as the preloaded sampler library finds it by name (a program whose
+ * profiler starts before it uses CUDA: cupti_interpose.c initialises CUDA first). */
+EXPORT CUresult CUDAAPI cuInit(unsigned int flags) {
+    (void)flags;
+    fake_cuInit();
+    return CUDA_SUCCESS;
+}
+
 /* driver_only: a launch straight through the driver API (as Triton does). */
 EXPORT uint32_t fake_launch_kernel(const char *name, uint32_t stream, int driver_only) {
     uint32_t c = driver_only ? api_call(0, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 200)

@@ -8,9 +8,9 @@
  * a flush whose records it throws away (Kineto's clearActivities); active launches, each
  * inside an external correlation id push/pop, and a copy; its kinds off and a forced flush,
  * whose records it keeps.  It prints what it got:
- *   client: subscribe=R kernels=N active=A memcpy=M callbacks=C in_clock=K
+ *   client: subscribe=R kernels=N active=A memcpy=M callbacks=C in_clock=K active_correlations=S
  * where in_clock counts the kept records whose start lies in its clock between its trace's
- * start and end. */
+ * start and end, and S is the sum of its active kernels' correlation ids. */
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <stdio.h>
@@ -34,6 +34,7 @@ static uint64_t CUPTIAPI client_clock(void) { return 2 * mono_ns() + 12345; }
 static int discarding;           /* warmup: its records are thrown away */
 static uint64_t trace_start, trace_end; /* in its clock, per trace */
 static int kernels, active, memcpys, callbacks, in_clock;
+static uint64_t active_correlations; /* the sum of its active kernels' correlation ids */
 static struct { uint64_t start; } pending_times[1 << 16];
 static int n_pending;
 
@@ -62,7 +63,10 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
             kernels++;
-            active += strcmp(k->name, "active_kernel") == 0;
+            if (strcmp(k->name, "active_kernel") == 0) {
+                active++;
+                active_correlations += k->correlationId;
+            }
             if (n_pending < (int)(sizeof pending_times / sizeof *pending_times))
                 pending_times[n_pending++].start = k->start;
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
@@ -117,7 +121,9 @@ void fake_profiler_client_run(int launches, int cycles) {
         check_clock();
         for (int i = 0; i < 3; i++) fake_launch_kernel("between_kernel", 7, 0);
     }
-    printf("client: subscribe=%d kernels=%d active=%d memcpy=%d callbacks=%d in_clock=%d\n",
-           (int)subscribe, kernels, active, memcpys, callbacks, in_clock);
+    printf("client: subscribe=%d kernels=%d active=%d memcpy=%d callbacks=%d in_clock=%d "
+           "active_correlations=%llu\n",
+           (int)subscribe, kernels, active, memcpys, callbacks, in_clock,
+           (unsigned long long)active_correlations);
     fflush(stdout);
 }
