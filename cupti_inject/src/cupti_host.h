@@ -34,6 +34,8 @@ enum xp_cupti_entry {
     XP_CUPTI_TIMESTAMP_CALLBACK,
     XP_CUPTI_FINALIZE,
     XP_CUPTI_PROFILER_INITIALIZE,
+    XP_CUPTI_SUBSCRIBE_V2,
+    XP_CUPTI_GET_CALLBACK_STATE,
     XP_CUPTI_ENTRIES
 };
 
@@ -43,7 +45,7 @@ static inline const char *xp_cupti_entry_name(int entry) {
         "cuptiEnableAllDomains", "cuptiActivityRegisterCallbacks", "cuptiActivityEnable",
         "cuptiActivityDisable", "cuptiActivityEnableContext", "cuptiActivityDisableContext",
         "cuptiActivityFlushAll", "cuptiActivityRegisterTimestampCallback", "cuptiFinalize",
-        "cuptiProfilerInitialize"};
+        "cuptiProfilerInitialize", "cuptiSubscribe_v2", "cuptiGetCallbackState"};
     return entry >= 0 && entry < XP_CUPTI_ENTRIES ? names[entry] : "?";
 }
 

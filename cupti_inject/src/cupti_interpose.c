@@ -131,6 +131,26 @@ XP_EXPORT int cuptiSubscribe(void **subscriber, void *callback, void *userdata) 
     return r;
 }
 
+/* CUDA 13's subscribe with parameters (a name, and where CUPTI names the subscriber that holds
+ * it when it refuses): served as cuptiSubscribe. */
+XP_EXPORT int cuptiSubscribe_v2(void **subscriber, void *callback, void *userdata, void *params) {
+    HANDLED(XP_CUPTI_SUBSCRIBE_V2, subscriber, callback, userdata, params);
+    REAL(int (*)(void **, void *, void *, void *), cuptiSubscribe_v2);
+    if (!fn) return CUPTI_ERROR_NOT_INITIALIZED;
+    int r = fn(subscriber, callback, userdata, params);
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+        HANDLED(XP_CUPTI_SUBSCRIBE_V2, subscriber, callback, userdata, params);
+    }
+    return r;
+}
+
+/* Takes a subscriber handle: the served client's is ours to answer, never CUPTI's to read. */
+XP_EXPORT int cuptiGetCallbackState(uint32_t *enable, void *subscriber, int domain, uint32_t cbid) {
+    HANDLED(XP_CUPTI_GET_CALLBACK_STATE, enable, subscriber, domain, cbid);
+    REAL(int (*)(uint32_t *, void *, int, uint32_t), cuptiGetCallbackState);
+    return fn ? fn(enable, subscriber, domain, cbid) : CUPTI_ERROR_NOT_INITIALIZED;
+}
+
 XP_EXPORT int cuptiUnsubscribe(void *subscriber) {
     HANDLED(XP_CUPTI_UNSUBSCRIBE, subscriber, 0, 0, 0);
     REAL(int (*)(void *), cuptiUnsubscribe);

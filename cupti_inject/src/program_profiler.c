@@ -233,9 +233,19 @@ static int answer(const struct xp_cupti_call *call, enum outcome outcome, int re
     return 1;
 }
 
+static int is_subscribe(const struct xp_cupti_call *call) {
+    return call->entry == XP_CUPTI_SUBSCRIBE || call->entry == XP_CUPTI_SUBSCRIBE_V2;
+}
+
 static int refuse(const struct xp_cupti_call *call, int *result) {
-    int r = call->entry == XP_CUPTI_SUBSCRIBE ? CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
-                                              : CUPTI_ERROR_INVALID_OPERATION;
+    if (call->entry == XP_CUPTI_SUBSCRIBE_V2 && call->arg[3]) {
+        /* As CUPTI does: the refused subscriber learns who holds CUPTI. */
+        CUpti_SubscriberParams *params = (CUpti_SubscriberParams *)call->arg[3];
+        if (params->oldSubscriberName && params->oldSubscriberSize)
+            snprintf(params->oldSubscriberName, params->oldSubscriberSize, "xpu-perf record");
+    }
+    int r = is_subscribe(call) ? CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                               : CUPTI_ERROR_INVALID_OPERATION;
     return answer(call, REFUSED, r, result);
 }
 
@@ -244,12 +254,20 @@ static int serve(const struct xp_cupti_call *call, int *result) {
     const uintptr_t *a = call->arg;
     switch (call->entry) {
     case XP_CUPTI_SUBSCRIBE:
+    case XP_CUPTI_SUBSCRIBE_V2:
         if (client.subscribed) return refuse(call, result); /* a second client of the program */
         client.callback = (CUpti_CallbackFunc)a[1];
         client.userdata = (void *)a[2];
         client.subscribed = 1;
         *(CUpti_SubscriberHandle *)a[0] = SERVED_HANDLE;
         return answer(call, SERVED, CUPTI_SUCCESS, result);
+    case XP_CUPTI_GET_CALLBACK_STATE: {
+        if ((CUpti_SubscriberHandle)a[1] != SERVED_HANDLE) return 0;
+        if (!a[0]) return answer(call, SERVED, CUPTI_ERROR_INVALID_PARAMETER, result);
+        *(uint32_t *)a[0] = (uint32_t)program_wants_callback((CUpti_CallbackDomain)a[2],
+                                                             (CUpti_CallbackId)a[3]);
+        return answer(call, SERVED, CUPTI_SUCCESS, result);
+    }
     case XP_CUPTI_UNSUBSCRIBE:
         if ((CUpti_SubscriberHandle)a[0] != SERVED_HANDLE) return 0;
         client_unsubscribe();
@@ -333,7 +351,7 @@ static int program_call(const struct xp_cupti_call *call, int *result) {
         *result = CUPTI_ERROR_NOT_INITIALIZED;
         return 1;
     }
-    int no_session = call->entry == XP_CUPTI_SUBSCRIBE && !our_subscriber;
+    int no_session = is_subscribe(call) && !our_subscriber;
     if (no_session || call->entry == XP_CUPTI_PROFILER_INITIALIZE) {
         /* No subscriber of ours to share (callbacks off): the program's own goes to CUPTI. */
         pthread_mutex_lock(&client_lock);
