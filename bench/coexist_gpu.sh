@@ -34,7 +34,7 @@ print("libtorch_cuda undefined cupti* symbols:", sum("cupti" in l for l in undef
 torch.ones(1, device="cuda")
 maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "cupti" in l})
 print("libcupti mapped after CUDA init:", maps)
-lib = ctypes.CDLL(maps[0])
+lib = ctypes.CDLL(maps[0] if maps else str(find_cupti().lib_dir / "libcupti.so.13"))
 CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p)
 cb = CB(lambda *a: None)
 h1, h2 = ctypes.c_void_p(), ctypes.c_void_p()
@@ -43,8 +43,9 @@ r2 = lib.cuptiSubscribe(ctypes.byref(h2), cb, None)
 print(f"cuptiSubscribe: first {r1}, second {r2} (39 = MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)")
 lib.cuptiUnsubscribe(h1)
 PY
-wl=(python3 -m bench.workloads.profiled_steps --steps 300)
-rec=(python3 -m collector.commands.record --no-cpu)
+# A run that hangs is cut at 150 s (its rc says 124); the others still run.
+wl=(timeout 150 python3 -m bench.workloads.profiled_steps --steps 300)
+rec=(timeout 150 python3 -m collector.commands.record --no-cpu)
 one() {  # NAME ROUND [record flags... --] workload flags...
     local name=$1 r=$2; shift 2
     local prefix="$runs/$name"
