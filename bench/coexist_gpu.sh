@@ -20,29 +20,7 @@ exec > >(tee "$out/log.txt") 2>&1
 . bench/device_deps.sh
 python3 -m collector.inject_build
 echo "== facts $(date +%T)"
-python3 - <<'PY'
-import ctypes, os, subprocess
-import torch
-from collector.inject_build import find_cupti
-print("torch", torch.__version__, "cuda", torch.version.cuda)
-print("build finds CUPTI:", find_cupti())
-tc = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so")
-needed = subprocess.run(["readelf", "-d", tc], capture_output=True, text=True).stdout
-print("libtorch_cuda NEEDED cupti:", [l.split()[-1] for l in needed.splitlines() if "cupti" in l])
-undef = subprocess.run(["nm", "-D", "--undefined-only", tc], capture_output=True, text=True).stdout
-print("libtorch_cuda undefined cupti* symbols:", sum("cupti" in l for l in undef.splitlines()))
-torch.ones(1, device="cuda")
-maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "cupti" in l})
-print("libcupti mapped after CUDA init:", maps)
-lib = ctypes.CDLL(maps[0] if maps else str(find_cupti().lib_dir / "libcupti.so.13"))
-CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p)
-cb = CB(lambda *a: None)
-h1, h2 = ctypes.c_void_p(), ctypes.c_void_p()
-r1 = lib.cuptiSubscribe(ctypes.byref(h1), cb, None)
-r2 = lib.cuptiSubscribe(ctypes.byref(h2), cb, None)
-print(f"cuptiSubscribe: first {r1}, second {r2} (39 = MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)")
-lib.cuptiUnsubscribe(h1)
-PY
+timeout 60 python3 bench/cupti_facts.py
 # A run that hangs is cut at 150 s (its rc says 124); the others still run.
 wl=(timeout 150 python3 -m bench.workloads.profiled_steps --steps 300)
 rec=(timeout 150 python3 -m collector.commands.record --no-cpu)
