@@ -51,7 +51,7 @@ done
 echo "== what each run said (the last round)"
 for n in "${names[@]}"; do
     echo "-- $n"
-    grep -iE "xpu-perf|cupti|kineto|error|Traceback" "$runs/$n.stderr" | grep -v "^\[W" | head -20
+    grep -iE "xpu-perf|cupti|kineto|error|Traceback|Unexpected" "$runs/$n.stderr" | head -25
 done
 echo "== report (the last round)"
 python3 bench/coexist_report.py "$runs" "${names[@]}"
