@@ -331,6 +331,7 @@ static int serve(const struct xp_cupti_call *call, int *result) {
  * client) before it returns. */
 static int serve_flush(const struct xp_cupti_call *call, int *result) {
     CUptiResult r = cuptiActivityFlushAll((uint32_t)call->arg[0]);
+    program_records_hand_back(); /* what CUPTI would have completed by now */
     pthread_mutex_lock(&client_lock);
     count_call(call, SERVED);
     pthread_mutex_lock(&kinds_lock);
@@ -397,6 +398,7 @@ void program_profiler_attach(CUpti_SubscriberHandle subscriber) { our_subscriber
 
 /* The final flush: the client is not fed while the process ends (its objects may be gone). */
 void program_profiler_final(void) { atomic_store(&program_forwarding, 0); }
+
 
 void program_profiler_fork_child(void) {
     pthread_mutex_init(&client_lock, NULL);

@@ -3,7 +3,8 @@
  * enabled are copied, record by record, into buffers from its own request callback, which
  * its completion callback then gets, as CUPTI would have handed them over.
  *
- * A record's bytes are the span from its start to the next record's; whatever CUPTI puts
+ * The client's buffer is filled across our buffers and handed back when full or when the
+ * client flushes.  A record's bytes are the span from its start to the next record's; whatever CUPTI puts
  * before the first record of a buffer is taken to precede every record alike (the fake
  * CUPTI's size prefix; none in the real one), so cuptiActivityGetNextRecord walks a copy as it
  * walks the original.  The copy is fixed up where it differs from what the client would get
@@ -146,6 +147,51 @@ static int fix_record(CUpti_Activity *rec, const struct span *s, const struct cl
     return moved;
 }
 
+/* The client's buffer being filled: kept across our buffers (each of ours would otherwise
+ * cost the client one of its buffers, and Kineto stops its trace past a number of them), handed
+ * back when full and at each of its flushes. */
+static pthread_mutex_t forward_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    CUcontext ctx;
+    uint32_t stream_id;
+    uint8_t *buffer;
+    size_t size, used;
+} filling;
+
+/* Caller holds forward_lock. */
+static void hand_back_filling(void) {
+    if (!filling.buffer) return;
+    program_buffer_done(filling.ctx, filling.stream_id, filling.buffer, filling.size, filling.used);
+    buffers_forwarded++;
+    filling.buffer = NULL;
+}
+
+void program_records_hand_back(void) {
+    pthread_mutex_lock(&forward_lock);
+    hand_back_filling();
+    pthread_mutex_unlock(&forward_lock);
+}
+
+/* Copy one record's span into the client's buffer; 1: a pointer of it into our buffer stays. */
+static int forward_record(uint8_t *span, size_t len, size_t head, uint8_t *buffer, size_t size,
+                          const struct clock_map *m) {
+    if (filling.buffer && filling.used + len > filling.size) hand_back_filling();
+    if (!filling.buffer) {
+        if (!program_buffer(&filling.buffer, &filling.size)) filling.buffer = NULL;
+        filling.used = 0;
+    }
+    if (!filling.buffer || len > filling.size) {
+        records_not_forwarded++; /* the client gave no buffer, or one too small */
+        return 0;
+    }
+    uint8_t *to = filling.buffer + filling.used;
+    memcpy(to, span, len);
+    filling.used += len;
+    records_forwarded++;
+    struct span s = {buffer, span, size, len, to};
+    return fix_record((CUpti_Activity *)(to + head), &s, m);
+}
+
 int program_forward_buffer(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
                            size_t valid) {
     /* A client that registered no buffer callbacks yet would get nothing from CUPTI either
@@ -155,37 +201,20 @@ int program_forward_buffer(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, s
     if (cuptiActivityGetNextRecord(buffer, valid, &rec) != CUPTI_SUCCESS) return 0;
     struct clock_map m = clock_now();
     size_t head = (size_t)((uint8_t *)rec - buffer); /* before each record (see the top) */
-    uint8_t *copy = NULL;
-    size_t copy_size = 0, used = 0;
     int keep = 0;
+    pthread_mutex_lock(&forward_lock);
+    filling.ctx = ctx;
+    filling.stream_id = stream_id;
     while (rec) {
         CUpti_Activity *next = rec;
         if (cuptiActivityGetNextRecord(buffer, valid, &next) != CUPTI_SUCCESS) next = NULL;
         uint8_t *span = (uint8_t *)rec - head;
         size_t len = (size_t)((next ? (uint8_t *)next - head : buffer + valid) - span);
-        if (program_takes_kind(rec->kind)) {
-            if (copy && used + len > copy_size) {
-                program_buffer_done(ctx, stream_id, copy, copy_size, used);
-                buffers_forwarded++;
-                copy = NULL;
-            }
-            if (!copy && program_buffer(&copy, &copy_size)) used = 0;
-            if (copy && len <= copy_size) {
-                memcpy(copy + used, span, len);
-                struct span s = {buffer, span, size, len, copy + used};
-                keep |= fix_record((CUpti_Activity *)(copy + used + head), &s, &m);
-                used += len;
-                records_forwarded++;
-            } else {
-                records_not_forwarded++; /* the client gave no buffer, or one too small */
-            }
-        }
+        if (program_takes_kind(rec->kind))
+            keep |= forward_record(span, len, head, buffer, size, &m);
         rec = next;
     }
-    if (copy) {
-        program_buffer_done(ctx, stream_id, copy, copy_size, used);
-        buffers_forwarded++;
-    }
+    pthread_mutex_unlock(&forward_lock);
     if (!keep) return 0;
     pthread_mutex_lock(&kept_lock);
     if (n_kept == kept_cap) {
@@ -222,6 +251,8 @@ void emit_program_record_counters(void) {
 
 void program_records_fork_child(void) {
     pthread_mutex_init(&kept_lock, NULL);
+    pthread_mutex_init(&forward_lock, NULL);
+    filling.buffer = NULL; /* the parent's client owns it */
     records_forwarded = buffers_forwarded = records_not_forwarded = 0;
     records_clock_mapped = buffers_kept = 0;
 }
