@@ -89,6 +89,20 @@ def test_served_client_gets_what_it_gets_without_us(served, bare: dict[str, int]
     assert got["in_clock"] == got["kernels"] + got["memcpy"]
 
 
+def test_client_without_a_clock_of_its_own_gets_cuptis_default(
+    fake: FakeCupti, tmp_path: Path
+) -> None:
+    """No timestamp callback of its own: its records come in CUPTI's default clock
+    (CLOCK_REALTIME), not ours (CLOCK_MONOTONIC)."""
+    no_clock = {"FAKE_CLIENT_OWN_CLOCK": "0"}
+    bare = client_got(run(fake, None, "program_profiler", env=no_clock).stdout)
+    got = client_got(
+        run(fake, tmp_path / "t.perfetto-trace", "program_profiler", env=no_clock).stdout
+    )
+    assert bare["in_clock"] == bare["kernels"] + bare["memcpy"] == TRACES * (LAUNCHES + 1)
+    assert got["in_clock"] == got["kernels"] + got["memcpy"] == TRACES * (LAUNCHES + 1)
+
+
 def test_served_client_gets_every_record_we_get(served) -> None:
     """The forwarding path: the client's active kernels are exactly ours of its steps (the
     same correlation ids), and ours are complete."""

@@ -9,16 +9,18 @@
  * CUPTI's size prefix; none in the real one), so cuptiActivityGetNextRecord walks a copy as it
  * walks the original.  The copy is fixed up where it differs from what the client would get
  * from CUPTI directly:
- *   - times: CUPTI stamps records with our clock (CLOCK_MONOTONIC, activity.c); a client that
- *     registered its own timestamp callback (Kineto: the TSC) gets them in its clock, mapped
- *     linearly from pairs of readings of both clocks (the first at its registration, the
- *     second at each buffer), for the kinds whose times are known here;
+ *   - times: CUPTI stamps records with our clock (CLOCK_MONOTONIC, activity.c); the client gets
+ *     them in the clock it would get from CUPTI: its own timestamp callback's (Kineto: the
+ *     TSC), mapped linearly from pairs of readings of both clocks (the first at its
+ *     registration, the second at each buffer), or else CUPTI's default, CLOCK_REALTIME;
+ *     for the kinds whose times are known here;
  *   - a pointer into our buffer (a name stored in the buffer itself) would dangle once we free
  *     it: one into the record's own span is moved to the copy; for one elsewhere in the
  *     buffer, our buffer is kept until the client's next trace. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "state.h"
 
@@ -39,17 +41,24 @@ void program_clock_set(CUpti_TimestampCallbackFunc clock) {
 
 /* Our clock to the client's: t' = theirs + slope * (t - ours). */
 struct clock_map {
-    int on;
     uint64_t ours, theirs;
     double slope;
 };
 
+/* CUPTI's own clock where no timestamp callback is registered (its documented default). */
+static uint64_t realtime_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static struct clock_map clock_now(void) {
-    struct clock_map m = {0, 0, 0, 1.0};
+    struct clock_map m = {xp_now_ns(), 0, 1.0};
     CUpti_TimestampCallbackFunc clock = client_clock;
-    if (!clock) return m;
-    m.on = 1;
-    m.ours = xp_now_ns();
+    if (!clock) { /* both count nanoseconds: an offset */
+        m.theirs = realtime_ns();
+        return m;
+    }
     m.theirs = clock();
     /* Under a millisecond apart, two readings give no slope worth trusting. */
     if (m.ours - clock0_ours >= 1000000ull)
@@ -58,7 +67,7 @@ static struct clock_map clock_now(void) {
 }
 
 static void map_time(const struct clock_map *m, uint64_t *t) {
-    if (!m->on || *t == 0 || *t == CUPTI_TIMESTAMP_UNKNOWN) return;
+    if (*t == 0 || *t == CUPTI_TIMESTAMP_UNKNOWN) return;
     int64_t since = (int64_t)(*t - m->ours);
     *t = m->theirs + (uint64_t)(int64_t)(m->slope * (double)since);
 }
@@ -143,7 +152,7 @@ static int fix_record(CUpti_Activity *rec, const struct span *s, const struct cl
         mapped = 0;
         break;
     }
-    if (mapped && m->on) records_clock_mapped++;
+    if (mapped) records_clock_mapped++;
     return moved;
 }
 

@@ -85,10 +85,11 @@ static size_t record_size(CUpti_ActivityKind kind) {
     }
 }
 
+/* As CUPTI: the registered timestamp callback's clock, else CLOCK_REALTIME. */
 static uint64_t now(void) {
     if (timestamp_cb) return timestamp_cb();
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 

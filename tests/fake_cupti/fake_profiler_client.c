@@ -3,7 +3,8 @@
  *
  * Per trace (a schedule cycle): subscribe (first trace only) with a callback on
  * cudaLaunchKernel, a timestamp callback of its own (2 * CLOCK_MONOTONIC + 12345: a clock
- * unlike ours, so a record left in ours is seen), its buffer callbacks (4 KiB buffers: a
+ * unlike ours, so a record left in ours is seen; FAKE_CLIENT_OWN_CLOCK=0: none, CUPTI's
+ * default CLOCK_REALTIME then), its buffer callbacks (4 KiB buffers: a
  * buffer of ours spans several of its), CONCURRENT_KERNEL and MEMCPY on; warmup launches and
  * a flush whose records it throws away (Kineto's clearActivities); active launches, each
  * inside an external correlation id push/pop, and a copy; its kinds off and a forced flush,
@@ -29,7 +30,20 @@ static uint64_t mono_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t CUPTIAPI client_clock(void) { return 2 * mono_ns() + 12345; }
+static uint64_t CUPTIAPI own_clock(void) { return 2 * mono_ns() + 12345; }
+
+/* FAKE_CLIENT_OWN_CLOCK=0: no timestamp callback, CUPTI's default clock (CLOCK_REALTIME). */
+static int own_clock_wanted(void) {
+    const char *v = getenv("FAKE_CLIENT_OWN_CLOCK");
+    return !v || strcmp(v, "0") != 0;
+}
+
+static uint64_t client_clock(void) {
+    if (own_clock_wanted()) return own_clock();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static int discarding;           /* warmup: its records are thrown away */
 static uint64_t trace_start, trace_end; /* in its clock, per trace */
@@ -96,7 +110,7 @@ void fake_profiler_client_run(int launches, int cycles) {
     if (subscribe == CUPTI_SUCCESS)
         cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API,
                             CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
-    cuptiActivityRegisterTimestampCallback(client_clock);
+    if (own_clock_wanted()) cuptiActivityRegisterTimestampCallback(own_clock);
     cuptiActivityRegisterCallbacks(requested, completed);
     for (int cycle = 0; cycle < cycles; cycle++) {
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
