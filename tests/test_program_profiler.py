@@ -213,6 +213,7 @@ def test_another_tools_injection_is_named(fake: FakeCupti, tmp_path: Path) -> No
 
 
 def test_names_of_callers_and_tools() -> None:
+    assert caller_label("libtorch_cpu.so") == "libtorch_cpu.so (torch.profiler/Kineto)"
     assert caller_label("libtorch_cuda.so") == "libtorch_cuda.so (torch.profiler/Kineto)"
     assert caller_label("libkineto.so.1") == "libkineto.so.1 (Kineto)"
     assert caller_label("fake_app") == "fake_app"

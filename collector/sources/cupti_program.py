@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from collector.sources.cupti_stream import Stream
 
 # Modules whose CUPTI calls are a known profiler's (by file name prefix): Kineto is linked
-# into libtorch_cuda.so in PyTorch's wheels.
+# into libtorch_cpu.so in PyTorch 2.11's CUDA wheels (the calls came from there on the H100),
+# into libtorch_cuda.so in older ones.
 KNOWN_CALLERS = (
+    ("libtorch_cpu", "torch.profiler/Kineto"),
     ("libtorch_cuda", "torch.profiler/Kineto"),
     ("libkineto", "Kineto"),
     ("libtensorflow", "TensorFlow profiler"),

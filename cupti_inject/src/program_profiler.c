@@ -340,6 +340,7 @@ static int serve_flush(const struct xp_cupti_call *call, int *result) {
     pthread_mutex_unlock(&kinds_lock);
     if (!on) atomic_store(&program_forwarding, 0); /* its last flush of the trace */
     pthread_mutex_unlock(&client_lock);
+    if (on) program_records_hold_buffer(); /* its trace goes on: CUPTI would hold the next */
     *result = r;
     return 1;
 }
@@ -371,11 +372,17 @@ static int program_call(const struct xp_cupti_call *call, int *result) {
     int handled = serve(call, result);
     pthread_mutex_unlock(&client_lock);
     if (handled && *result == CUPTI_SUCCESS) {
-        if (call->entry == XP_CUPTI_ACTIVITY_ENABLE || call->entry == XP_CUPTI_ACTIVITY_ENABLE_CONTEXT)
+        if (call->entry == XP_CUPTI_ACTIVITY_ENABLE ||
+            call->entry == XP_CUPTI_ACTIVITY_ENABLE_CONTEXT) {
+            program_records_hold_buffer();
             follow_client_activity(1);
-        else if (call->entry == XP_CUPTI_ACTIVITY_DISABLE ||
-                 call->entry == XP_CUPTI_ACTIVITY_DISABLE_CONTEXT)
+        } else if (call->entry == XP_CUPTI_ACTIVITY_DISABLE ||
+                   call->entry == XP_CUPTI_ACTIVITY_DISABLE_CONTEXT) {
             follow_client_activity(0);
+        } else if (call->entry == XP_CUPTI_ACTIVITY_REGISTER_CALLBACKS &&
+                   atomic_load(&program_forwarding)) {
+            program_records_hold_buffer(); /* its kinds were on before its callbacks */
+        }
     }
     return handled;
 }

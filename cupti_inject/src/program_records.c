@@ -181,6 +181,24 @@ void program_records_hand_back(void) {
     pthread_mutex_unlock(&forward_lock);
 }
 
+/* CUPTI holds one of the client's buffers from the moment its activity runs until it is
+ * handed back, and the client may depend on it: Kineto's stop flushes only while one is out
+ * (with none, its trace had no GPU activity at all: measured on the H100).  So one is taken
+ * as soon as the client's kinds are on, and again after each hand-back while they are. */
+void program_records_hold_buffer(void) {
+    pthread_mutex_lock(&forward_lock);
+    if (!filling.buffer && program_has_buffers()) {
+        if (program_buffer(&filling.buffer, &filling.size)) {
+            filling.used = 0;
+            filling.ctx = NULL;
+            filling.stream_id = 0;
+        } else {
+            filling.buffer = NULL;
+        }
+    }
+    pthread_mutex_unlock(&forward_lock);
+}
+
 /* Copy one record's span into the client's buffer; 1: a pointer of it into our buffer stays. */
 static int forward_record(uint8_t *span, size_t len, size_t head, uint8_t *buffer, size_t size,
                           const struct clock_map *m) {

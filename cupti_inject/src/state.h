@@ -219,8 +219,10 @@ void program_profiler_fork_child(void);
 int program_forward_buffer(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
                            size_t valid);
 void program_clock_set(CUpti_TimestampCallbackFunc clock);
-/* The client's partly filled buffer handed back (at its flush). */
+/* The client's partly filled buffer handed back (at its flush); one of its buffers held, as
+ * CUPTI holds one while its activity runs. */
 void program_records_hand_back(void);
+void program_records_hold_buffer(void);
 void program_records_epoch_start(void);
 void emit_program_record_counters(void);
 void program_records_fork_child(void);

@@ -93,8 +93,38 @@ static uint64_t now(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* As CUPTI, a buffer is asked for when records start to come and held until it is handed
+ * back (a client such as Kineto flushes only while CUPTI holds one of its buffers). */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *held;
+static size_t held_size;
+
+static void hold_buffer(void) {
+    pthread_mutex_lock(&held_lock);
+    if (!held && request_cb) {
+        size_t max_records = 0;
+        request_cb(&held, &held_size, &max_records);
+    }
+    pthread_mutex_unlock(&held_lock);
+}
+
+/* The held buffer, or a new one. */
+static uint8_t *take_buffer(size_t *size) {
+    pthread_mutex_lock(&held_lock);
+    uint8_t *buf = held;
+    *size = held_size;
+    held = NULL;
+    pthread_mutex_unlock(&held_lock);
+    if (!buf) {
+        size_t max_records = 0;
+        request_cb(&buf, size, &max_records);
+    }
+    return buf;
+}
+
 static void queue_record(const union record *r) {
     if (!enabled_kinds[r->base.kind]) return;
+    hold_buffer();
     pthread_mutex_lock(&pending_lock);
     if (pending_count == pending_cap) {
         pending_cap = pending_cap ? pending_cap * 2 : 1024;
@@ -268,9 +298,8 @@ static void deliver_all(void) {
     size_t per_buffer = per && atoi(per) > 0 ? (size_t)atoi(per) : 1000;
     size_t i = 0;
     while (i < count || dropped) {
-        uint8_t *buf = NULL;
-        size_t size = 0, max_records = 0;
-        request_cb(&buf, &size, &max_records);
+        size_t size = 0;
+        uint8_t *buf = take_buffer(&size);
         size_t used = 0, n = 0;
         while (i < count && n < per_buffer) {
             size_t rs = record_size(recs[i].base.kind);

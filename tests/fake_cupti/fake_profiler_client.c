@@ -6,7 +6,8 @@
  * unlike ours, so a record left in ours is seen; FAKE_CLIENT_OWN_CLOCK=0: none, CUPTI's
  * default CLOCK_REALTIME then), its buffer callbacks (4 KiB buffers: a
  * buffer of ours spans several of its), CONCURRENT_KERNEL and MEMCPY on; warmup launches and
- * a flush whose records it throws away (Kineto's clearActivities); active launches, each
+ * a flush whose records it throws away (Kineto's clearActivities; as Kineto, it flushes only
+ * while CUPTI holds one of its buffers); active launches, each
  * inside an external correlation id push/pop, and a copy; its kinds off and a forced flush,
  * whose records it keeps.  It prints what it got:
  *   client: subscribe=R kernels=N active=A memcpy=M callbacks=C in_clock=K active_correlations=S
@@ -61,7 +62,16 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
         callbacks++;
 }
 
+/* Its buffers CUPTI holds: as Kineto, it flushes at all only when CUPTI holds one (with none
+ * out, Kineto's activityBuffers() returns nothing without flushing). */
+static int outstanding;
+
+static void flush_if_outstanding(uint32_t flag) {
+    if (outstanding > 0) cuptiActivityFlushAll(flag);
+}
+
 static void CUPTIAPI requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    outstanding++;
     *buffer = aligned_alloc(8, CLIENT_BUFFER);
     *size = CLIENT_BUFFER;
     *max_records = 0;
@@ -72,6 +82,7 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
     (void)ctx;
     (void)stream;
     (void)size;
+    outstanding--;
     CUpti_Activity *rec = NULL;
     while (!discarding && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
@@ -118,7 +129,7 @@ void fake_profiler_client_run(int launches, int cycles) {
         for (int i = 0; i < 5; i++) fake_launch_kernel("warmup_kernel", 7, 0);
         pause_ms(5); /* warmup steps take time: two readings of the clocks apart */
         discarding = 1;
-        cuptiActivityFlushAll(0);
+        flush_if_outstanding(0);
         discarding = 0;
         trace_start = client_clock();
         for (int i = 0; i < launches; i++) {
@@ -130,7 +141,7 @@ void fake_profiler_client_run(int launches, int cycles) {
         pause_ms(2);
         cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
-        cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        flush_if_outstanding(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         trace_end = client_clock();
         check_clock();
         for (int i = 0; i < 3; i++) fake_launch_kernel("between_kernel", 7, 0);
