@@ -37,7 +37,9 @@ void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     }
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const CUpti_CallbackData *cb = data;
-    uint8_t f = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
+    uint8_t f = domain == CUPTI_CB_DOMAIN_RUNTIME_API
+                    ? (cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE ? runtime_flags[cbid] : 0)
+                    : (cbid < CUPTI_DRIVER_TRACE_CBID_SIZE ? driver_flags[cbid] : 0);
     if (!f) return; /* on for the program's client only */
     if (window_mode != WINDOW_NONE) {
         if (f & (PROFILER_START | PROFILER_STOP)) {
