@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.recording.kept_streams import GPU_STREAMS, KeptSource
 from collector.recording.program_profiler import injection_tool
 from collector.sources.cupti_program import caller_label
 from exporters.perfetto.trace_processor import open_trace
@@ -141,6 +142,21 @@ def test_served_client_is_counted_and_named(served) -> None:
         assert metadata(t, "cupti_program_callbacks_forwarded") == 2 * TRACES * (
             WARMUP + LAUNCHES + BETWEEN
         )
+
+
+def test_a_recording_written_from_its_kept_streams_says_it_too(
+    fake: FakeCupti, tmp_path: Path
+) -> None:
+    """`record --from-streams` reads the same rows: the lines, without the mode (not kept)."""
+    kept = tmp_path / "kept"
+    run(fake, tmp_path / "k.perfetto-trace", "program_profiler", "--keep-streams", str(kept))
+    source = KeptSource(GPU_STREAMS, kept)
+    for _ in source.events():
+        pass
+    assert "cuptiSubscribe x1 served" in source.notes()["program_profilers"]
+    header, line = source.summary_lines()
+    assert header == "the program's own CUPTI profiler (16 CUPTI calls in 1 processes):"
+    assert "served from xpu-perf's session" in line
 
 
 def test_refused_client_gets_nothing_and_we_say_so(fake: FakeCupti, tmp_path: Path) -> None:

@@ -73,6 +73,6 @@ def write_kept(args: argparse.Namespace) -> int:
     shutil.rmtree(directory, ignore_errors=True)
     if not args.quiet:
         plan = CapturePlan(mode=manifest.capture_mode)
-        for line in summary(stats, plan, manifest.freq, None, args.output):
+        for line in summary(stats, plan, manifest.freq, None, args.output, sources):
             say(line)
     return 0

@@ -72,11 +72,13 @@ def injection_tool(path: str) -> str:
 
 
 def summary_lines(
-    plan: ProgramProfilerPlan, cupti: Mapping[str, int], profilers: Sequence[str]
+    plan: ProgramProfilerPlan | None, cupti: Mapping[str, int], profilers: Sequence[str]
 ) -> list[str]:
-    """What the summary says about the program's own profiler and other tools' injection."""
+    """What the summary says about the program's own profiler and other tools' injection
+    (`plan` None: a recording written from its kept streams, whose mode is not known here;
+    each line says what happened)."""
     lines = []
-    if plan.replaced_injection:
+    if plan is not None and plan.replaced_injection:
         lines.append(
             f"{INJECTION_VARIABLE} was set to {plan.replaced_injection} "
             f"({injection_tool(plan.replaced_injection)}): xpu-perf's injection library "
@@ -89,10 +91,13 @@ def summary_lines(
             "calls and launch stacks are missing"
         )
     if profilers:
-        served = "served" if plan.mode == "serve" else "refused"
+        mode = ""
+        if plan is not None:
+            served = "served" if plan.mode == "serve" else "refused"
+            mode = f"; --program-profiler {plan.mode}: {served}"
         lines.append(
             f"the program's own CUPTI profiler ({cupti.get('program_cupti_calls', 0)} CUPTI "
-            f"calls in {len(profilers)} processes; --program-profiler {plan.mode}: {served}):"
+            f"calls in {len(profilers)} processes{mode}):"
         )
         lines += [f"  {line}" for line in profilers]
     outside = cupti.get("gpu_ops_outside_window", 0)
@@ -104,12 +109,12 @@ def summary_lines(
     return lines
 
 
-def notes(plan: ProgramProfilerPlan, profilers: Sequence[str]) -> dict[str, str]:
-    """The trace's text metadata (SQL: debug.cupti_<key>)."""
-    out = {"program_profiler": plan.mode}
+def notes(plan: ProgramProfilerPlan | None, profilers: Sequence[str]) -> dict[str, str]:
+    """The trace's text metadata (SQL: debug.cupti_<key>; `plan` None: from kept streams)."""
+    out = {"program_profiler": plan.mode} if plan is not None else {}
     if profilers:
         out["program_profilers"] = "; ".join(profilers)
-    if plan.replaced_injection:
+    if plan is not None and plan.replaced_injection:
         out["replaced_injection"] = plan.replaced_injection
         out["replaced_injection_tool"] = injection_tool(plan.replaced_injection)
     return out
