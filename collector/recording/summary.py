@@ -48,15 +48,15 @@ def summary(
     lines = []
     if "cupti" in stats:
         lines += gpu_summary_lines(stats["cupti"], accounts.get("cupti", {}))
-    for source in sources:
-        if isinstance(source, NotedSource):
-            lines += source.summary_lines()
         if not stats["cupti"].get("streams"):
             lines.append(
                 "no GPU activity: no process of the target initialised "
                 "CUDA (no GPU visible, no CUDA use, or CUDA linked statically without "
                 "injection support); the trace has no GPU tracks"
             )
+    for source in sources:
+        if isinstance(source, NotedSource):
+            lines += source.summary_lines()
     if plan.windowed:
         windows = sum(s.get("windows", 0) for s in stats.values())
         ignored = stats.get("cupti", {}).get("windows_ignored", 0)
