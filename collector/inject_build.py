@@ -57,6 +57,8 @@ CUPTI_SOURCES = (
     "nvtx_window.c",
     "windows.c",
     "counters.c",
+    "program_profiler.c",
+    "program_records.c",
     *SHARED_SOURCES,
 )
 # Measurement-only switches (experiments.h), built in only with experiments=True, which also
@@ -67,7 +69,9 @@ EXPERIMENTS_DEFINE = "-DXPU_PERF_EXPERIMENTS"
 # with or without CUDA): the stream, unwinder and Python reader without CUPTI.
 # process_hooks.c: what the preloaded library interposes for the whole process (_exit, kill,
 # raise, set*id): the final flush of both libraries, changes of user (process_hooks.h).
-SAMPLER_SOURCES = ("sampler.c", "process_hooks.c", *SHARED_SOURCES)
+# cupti_interpose.c: the CUPTI entry points a program's own profiler calls, handed to the
+# injection library (cupti_host.h).
+SAMPLER_SOURCES = ("sampler.c", "process_hooks.c", "cupti_interpose.c", *SHARED_SOURCES)
 CFLAGS = (
     "-O2",
     "-g",

@@ -31,6 +31,8 @@ class GpuRecording(Protocol):
     def stats(self) -> Mapping[str, int]: ...
     def windows(self) -> Sequence[model.CaptureWindow]: ...
     def recorded_bytes(self) -> int: ...
+    def notes(self) -> Mapping[str, str]: ...
+    def summary_lines(self) -> Sequence[str]: ...
 
 
 @dataclasses.dataclass
@@ -88,6 +90,13 @@ class EbpfLaunchStacks:
 
     def recorded_bytes(self) -> int:
         return self.gpu.recorded_bytes()
+
+    def notes(self) -> Mapping[str, str]:
+        """The GPU source's text (the program's own profiler, another tool's injection)."""
+        return self.gpu.notes()
+
+    def summary_lines(self) -> Sequence[str]:
+        return self.gpu.summary_lines()
 
     def stats(self) -> dict[str, int]:
         """The GPU source's counters, with its launch-stack counters taken from the join

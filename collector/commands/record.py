@@ -18,9 +18,9 @@ from collector.recording.gpu_metrics import add_gpu_metrics_arguments
 from collector.recording.keep import keep_streams, write_kept
 from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import CPU_SAMPLERS, KINDS, LAUNCH_STACK_MODES, check_options
+from collector.recording.program_profiler import add_argument as add_program_profiler
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
-from collector.recording.source import process_accounts, source_notes
 from collector.recording.summary import say, summary, toggle_hint
 from collector.recording.target import run_target
 from collector.recording.trace import write_trace
@@ -76,14 +76,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "cudaProfilerStop (torch.cuda.profiler.start/stop; cuProfilerStart/Stop too); "
         "nvtx:NAME = inside NVTX ranges named NAME (push/pop, start/end; any domain, or only "
         "DOMAIN with NAME@DOMAIN); signal = from one --toggle-signal sent to xpu-perf to the "
-        "next (for runs nobody instrumented)",
+        "next (for runs nobody instrumented); torch-profiler = the active steps of the "
+        "program's own torch.profiler schedule",
     )
     p.add_argument(
         "--capture-range-end",
         metavar="stop|repeat|repeat:N",
         help="with --capture-range: record the first window (stop; the default but for "
-        "signal), every window (repeat; signal's default) or the first N (repeat:N), per "
-        "process",
+        "signal and torch-profiler), every window (repeat; their default) or the first N "
+        "(repeat:N), per process",
     )
     p.add_argument(
         "--toggle-signal",
@@ -91,6 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="with --capture-range signal: the signal to send to xpu-perf to open and close a "
         "window (default SIGUSR2; e.g. kill -USR2 PID, the PID record prints)",
     )
+    add_program_profiler(p)
     p.add_argument(
         "--cpu-sampler",
         choices=CPU_SAMPLERS,
@@ -142,6 +144,7 @@ def main(args: argparse.Namespace) -> int:
     streams = StreamsDir.create()
     try:
         selection = select_sources(options, streams)
+        sources = selection.sources
         plan = options.plan
         streams.write_manifest(Manifest(command_line, selection.freq, plan.mode))
     except BaseException:
@@ -179,9 +182,8 @@ def main(args: argparse.Namespace) -> int:
         if tree is not None:
             tree.close()
     if not options.quiet:
-        accounts, notes = process_accounts(selection.sources), source_notes(selection.sources)
         for line in summary(
-            stats, plan, selection.freq, size_limit, options.output, accounts, notes
+            stats, plan, selection.freq, size_limit, options.output, selection.sources
         ):
             say(line)
     return code

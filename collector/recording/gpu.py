@@ -15,6 +15,7 @@ from collector import model
 from collector.recording.credentials import share_with_target
 from collector.recording.libraries import loadable_by_target
 from collector.recording.options import KINDS
+from collector.recording.program_profiler import ProgramProfilerPlan, notes, summary_lines
 from collector.recording.size_limit import directory_bytes
 from collector.recording.windows import NVTX_PREFIX, CapturePlan
 from collector.sources.cupti import CuptiSource, stream_paths
@@ -36,15 +37,20 @@ class CuptiRecording:
         capture: CapturePlan | None = None,
         directory: Path | None = None,
         process_hooks: Path | None = None,
+        program_profiler: ProgramProfilerPlan | None = None,
     ) -> None:
         """directory: where the streams go (record's kept_streams.StreamsDir, which removes
         it once the trace is written); by default a temporary one this source removes.
         process_hooks: the CPU sampler library, preloaded (sampling or not) for its
         process hooks: the injection library's final flush when a process ends through
-        _exit or a signal it sends itself, or execs (cupti_inject/src/process_hooks.h)."""
+        _exit or a signal it sends itself, or execs (cupti_inject/src/process_hooks.h); it
+        also hands the program's own CUPTI calls to the injection library
+        (cupti_inject/src/cupti_host.h).  program_profiler: what to do with those
+        (collector/recording/program_profiler.py)."""
         self.library = library
         self.process_hooks = process_hooks
         self.capture = capture or CapturePlan()
+        self.program_profiler = program_profiler or ProgramProfilerPlan()
         self.stacks = stacks
         self.python_frames = python_frames
         self.kinds = kinds
@@ -62,6 +68,7 @@ class CuptiRecording:
             "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
             "XPU_PERF_KINDS": ",".join(self.kinds),
             **self.capture.library_env,
+            **self.program_profiler.library_env,
         }
         if "XPU_PERF_WINDOW_DELAY_MS" in env:
             # --delay counts from the target's start: asked for just before it is started,
@@ -105,6 +112,14 @@ class CuptiRecording:
     def processes_not_recorded(self) -> Sequence[str]:
         """Not known here: a process that never initialised CUDA has no stream either."""
         return []
+
+    def notes(self) -> Mapping[str, str]:
+        profilers = self._source.program_profilers if self._source else []
+        return notes(self.program_profiler, profilers)
+
+    def summary_lines(self) -> Sequence[str]:
+        profilers = self._source.program_profilers if self._source else []
+        return summary_lines(self.program_profiler, self.stats(), profilers)
 
     def windows(self) -> Sequence[model.CaptureWindow]:
         return list(self._source.windows) if self._source else []

@@ -12,7 +12,6 @@ from collector.errors import Terminated, UserError
 from collector.files import check_output
 from collector.recording.kept_streams import StreamsDir, kept_sources, load_manifest
 from collector.recording.size_limit import SizeLimit
-from collector.recording.source import source_notes
 from collector.recording.summary import say, summary
 from collector.recording.trace import write_trace
 from collector.recording.windows import CapturePlan, TreeWindows
@@ -74,7 +73,6 @@ def write_kept(args: argparse.Namespace) -> int:
     shutil.rmtree(directory, ignore_errors=True)
     if not args.quiet:
         plan = CapturePlan(mode=manifest.capture_mode)
-        notes = source_notes(sources)
-        for line in summary(stats, plan, manifest.freq, None, args.output, notes=notes):
+        for line in summary(stats, plan, manifest.freq, None, args.output, sources):
             say(line)
     return 0

@@ -24,6 +24,7 @@ from typing import Any
 from collector import model
 from collector.errors import UserError
 from collector.gpu_metrics.kept import INDEX
+from collector.recording import program_profiler
 from collector.recording.credentials import share_with_target
 from collector.recording.gpu_metrics import KeptGpuMetrics
 from collector.sources.cpu_stream import InprocessCpuSource
@@ -151,6 +152,17 @@ class KeptSource:
         if isinstance(self._source, CuptiSource):
             return list(self._source.windows)
         return []
+
+    def _program_profilers(self) -> list[str]:
+        return self._source.program_profilers if isinstance(self._source, CuptiSource) else []
+
+    def notes(self) -> Mapping[str, str]:
+        return program_profiler.notes(None, self._program_profilers())
+
+    def summary_lines(self) -> Sequence[str]:
+        if not isinstance(self._source, CuptiSource):
+            return []
+        return program_profiler.summary_lines(None, self.stats(), self._program_profilers())
 
 
 def kept_sources(directory: Path) -> list[KeptSource | KeptGpuMetrics]:

@@ -4,6 +4,7 @@ recording never reads argparse's namespace.  Each check fails with the line the 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 from collector.errors import UserError
 from collector.files import check_output
 from collector.recording.gpu_metrics import MAX_RATE_HZ
+from collector.inject_build import LIBRARY_NAME
+from collector.recording.program_profiler import ProgramProfilerPlan, program_profiler_plan
 from collector.recording.windows import CapturePlan, capture_plan
 
 # GPU activity kinds the injection library records (--kinds).
@@ -38,6 +41,7 @@ class RecordOptions:
     kernel_stacks: bool  # in-process sampler: eBPF kernel frames where root
     keep_streams: Path | None
     plan: CapturePlan  # the capture-window mode
+    program_profiler: ProgramProfilerPlan  # the program's own CUPTI profiler, other tools
     max_bytes: int | None  # --max-size in bytes
     stop_after_s: float | None  # --duration when it stops the target (not a window's length)
     quiet: bool
@@ -83,6 +87,7 @@ def check_options(args: argparse.Namespace) -> RecordOptions:
         kernel_stacks=not args.no_kernel_stacks,
         keep_streams=args.keep_streams,
         plan=plan,
+        program_profiler=program_profiler_plan(args, os.environ, Path(LIBRARY_NAME)),
         max_bytes=max_bytes,
         # --duration stops the target, unless it is the length of a --delay window.
         stop_after_s=None if plan.windowed else args.duration,

@@ -110,6 +110,7 @@ def gpu_sources(
         capture=options.plan,
         directory=streams.subdir(GPU_STREAMS) if streams is not None else None,
         process_hooks=process_hooks,
+        program_profiler=options.program_profiler,
     )
     if stacks == "ebpf":
         # The library's unwinder is off; a uprobe on its launch marker takes each stack (in

@@ -55,16 +55,6 @@ class DescribedSource(Protocol):
     def summary_lines(self) -> list[str]: ...
 
 
-def source_notes(sources: Sequence[RecordSource]) -> list[str]:
-    """The summary lines of the sources that word their own part."""
-    return [
-        line
-        for source in sources
-        if isinstance(source, DescribedSource)
-        for line in source.summary_lines()
-    ]
-
-
 @runtime_checkable
 class SizedSource(Protocol):
     """A source whose target writes files while it runs (--max-size measures them)."""
@@ -80,6 +70,15 @@ class ProcessAccounting(Protocol):
 
     def processes_without_final_data(self) -> Sequence[str]: ...
     def processes_not_recorded(self) -> Sequence[str]: ...
+
+
+@runtime_checkable
+class NotedSource(Protocol):
+    """A source with text to say beyond its counters: metadata `<name>_<key>` and lines of
+    the summary (the GPU source: the program's own profiler, another tool's injection)."""
+
+    def notes(self) -> Mapping[str, str]: ...
+    def summary_lines(self) -> Sequence[str]: ...
 
 
 def process_accounts(sources: Sequence[RecordSource]) -> dict[str, dict[str, list[str]]]:

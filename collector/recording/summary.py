@@ -9,6 +9,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from collector.recording.size_limit import SizeLimit
+from collector.recording.source import (
+    DescribedSource,
+    NotedSource,
+    RecordSource,
+    process_accounts,
+)
 from collector.recording.windows import CapturePlan, window_summary
 from collector.sources.cpu_stream import UNWIND_ENDS
 
@@ -37,15 +43,14 @@ def summary(
     freq: int,
     size_limit: SizeLimit | None,
     output: Path,
-    accounts: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
-    notes: Sequence[str] = (),
+    sources: Sequence[RecordSource] = (),
 ) -> list[str]:
     """The end-of-record summary: each source's part (by the name it wrote its counters
-    under), the capture windows, the --max-size cut, the trace written.  `accounts`: per
-    source, the processes without their final data and those not recorded at all
-    (source.process_accounts).  `notes`: the lines of sources that word their own part
-    (source.DescribedSource: the GPU counters), after the GPU's."""
-    accounts = accounts or {}
+    under), the capture windows, the --max-size cut, the trace written.  `sources` (after
+    their events were written): the processes without their final data and those not
+    recorded at all (source.process_accounts), and what a source says beyond its counters
+    (source.NotedSource, source.DescribedSource)."""
+    accounts = process_accounts(sources)
     lines = []
     if "cupti" in stats:
         lines += gpu_summary_lines(stats["cupti"], accounts.get("cupti", {}))
@@ -55,7 +60,9 @@ def summary(
                 "CUDA (no GPU visible, no CUDA use, or CUDA linked statically without "
                 "injection support); the trace has no GPU tracks"
             )
-    lines += notes
+    for source in sources:  # what a source words itself: the GPU's part, the GPU counters
+        if isinstance(source, (NotedSource, DescribedSource)):
+            lines += source.summary_lines()
     if plan.windowed:
         windows = sum(s.get("windows", 0) for s in stats.values())
         ignored = stats.get("cupti", {}).get("windows_ignored", 0)

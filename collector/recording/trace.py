@@ -15,6 +15,7 @@ from collector.recording.kept_streams import Manifest
 from collector.recording.size_limit import SizeLimit
 from collector.recording.source import (
     DescribedSource,
+    NotedSource,
     RecordSource,
     WindowedSource,
     WindowFollower,
@@ -70,6 +71,9 @@ def write_trace(
             for which, names in process_accounts([source]).get(source.name, {}).items():
                 if names:  # SQL: debug.<source>_processes_<which>, 'pid N (name), ...'
                     writer.set_metadata(f"{source.name}_processes_{which}", ", ".join(names))
+            if isinstance(source, NotedSource):
+                for key, text in source.notes().items():
+                    writer.set_metadata(f"{source.name}_{key}", text)
             if isinstance(source, WindowedSource):
                 written += write_windows(writer, source.windows())
                 seen += source.windows()

@@ -26,8 +26,10 @@ from collector.window_control import WindowControl
 PROFILER_API = "cudaProfilerApi"
 SIGNAL = "signal"
 NVTX_PREFIX = "nvtx:"
+# The program's own torch.profiler: its active trace steps (cupti_inject/src/program_profiler.c).
+TORCH_PROFILER = "torch-profiler"
 DELAY = "delay"
-CAPTURE_RANGE_HELP = "cudaProfilerApi | nvtx:NAME[@DOMAIN] | signal"
+CAPTURE_RANGE_HELP = "cudaProfilerApi | nvtx:NAME[@DOMAIN] | signal | torch-profiler"
 DEFAULT_TOGGLE_SIGNAL = "SIGUSR2"
 
 
@@ -49,7 +51,7 @@ class CapturePlan:
     @property
     def in_process(self) -> bool:
         """Windows the target's own calls open (the injection library must see them)."""
-        return self.mode == PROFILER_API or self.mode.startswith(NVTX_PREFIX)
+        return self.mode in (PROFILER_API, TORCH_PROFILER) or self.mode.startswith(NVTX_PREFIX)
 
 
 def capture_range_end(value: str) -> int:
@@ -104,12 +106,13 @@ def capture_plan(args: argparse.Namespace) -> CapturePlan:
             raise UserError("--delay and --capture-range are exclusive: give one of them")
         if args.duration is not None:
             raise UserError("--duration with --capture-range is not supported (drop one)")
-        if rng != PROFILER_API and rng != SIGNAL and not rng.startswith(NVTX_PREFIX):
+        if rng not in (PROFILER_API, SIGNAL, TORCH_PROFILER) and not rng.startswith(NVTX_PREFIX):
             raise UserError(f"--capture-range {rng}: give {CAPTURE_RANGE_HELP}")
         if rng.startswith(NVTX_PREFIX):
             _check_nvtx(rng.removeprefix(NVTX_PREFIX))
-        # Each toggle is asked for by hand: every one counts unless --capture-range-end says.
-        default_end = "repeat" if rng == SIGNAL else "stop"
+        # Each toggle is asked for by hand, and a profiler schedule's repeats are the
+        # program's own choice: every one counts unless --capture-range-end says.
+        default_end = "repeat" if rng in (SIGNAL, TORCH_PROFILER) else "stop"
         limit = capture_range_end(args.capture_range_end or default_end)
         toggle = parse_toggle_signal(args.toggle_signal or DEFAULT_TOGGLE_SIGNAL)
         return CapturePlan(
@@ -227,6 +230,8 @@ def window_summary(windows: int, ignored: int, plan: CapturePlan) -> str:
             why = f"no {plan.toggle_signal.name if plan.toggle_signal else 'toggle signal'} came"
         elif mode.startswith(NVTX_PREFIX):
             why = f"no NVTX range named {mode.removeprefix(NVTX_PREFIX)} began"
+        elif mode == TORCH_PROFILER:
+            why = "no process ran an active torch.profiler trace (its schedule's active steps)"
         else:
             why = "the target ended before --delay"
         return f"capture windows: none ({why}): nothing was recorded"

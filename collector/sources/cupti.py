@@ -28,7 +28,9 @@ from collector.sources.cupti_flows import link
 from collector.sources.cupti_gpu_ops import gpu_op_rows
 from collector.sources.cupti_memory import DeviceMemory
 from collector.sources.cupti_nvtx import nvtx_rows
+from collector.sources.cupti_program import program_client_line
 from collector.sources.cupti_stream import Stream, process_events, read_streams
+from collector.sources.cupti_windows import outside_windows
 from collector.symbolize import Symbolizer
 
 STREAM_GLOB = "cupti-*.xpstream"
@@ -64,6 +66,14 @@ REPORTED_COUNTS = (
     "records_memory",  # device memory allocations and releases (CUPTI MEMORY2)
     "memory_frees_unmatched",  # releases of memory not seen allocated (before a window)
     "memory_records_without_api",  # allocations whose API call was not recorded
+    # The program's own CUPTI client (torch.profiler) while we held CUPTI (cupti_program.py).
+    "program_cupti_processes",
+    "program_cupti_calls",
+    "program_cupti_refused",
+    "program_records_forwarded",
+    "program_callbacks_forwarded",
+    "program_records_not_forwarded",
+    "gpu_ops_outside_window",  # kept on for the program's profiler outside our windows
 )
 # The library's final counters (COUNTER rows) summed over the processes.
 LIBRARY_COUNTS = (
@@ -79,6 +89,14 @@ LIBRARY_COUNTS = (
     "transport_lost_bytes",  # bytes that could not be written (the file could not reopen)
     "windows_ignored",
     "nvtx_ranges_untracked",
+    "program_records_forwarded",
+    "program_callbacks_forwarded",
+    "program_records_not_forwarded",
+    "program_records_clock_mapped",  # forwarded in the program's own clock
+    "program_buffers_kept",  # ours kept alive: a forwarded record pointed into one
+    "program_cupti_rows_full",
+    "records_program_only",  # kinds only the program's profiler had on
+    "cupti_subscribe_refused",  # another CUPTI client subscribed before us: no API calls
 )
 
 
@@ -106,6 +124,9 @@ class CuptiSource:
         # 'pid N (name)' of each process whose stream has no final counters (killed).
         self.without_final_data: list[str] = []
         self._memory = DeviceMemory()
+        # 'pid N (name): <caller>: <calls>; <what it got>' of each process whose program
+        # used CUPTI while we held it (its own profiler).
+        self.program_profilers: list[str] = []
 
     def events(self) -> Iterator[model.Event]:
         for stream in read_streams(stream_paths(self.directory), self.counts):
@@ -128,12 +149,22 @@ class CuptiSource:
         yield from events
         yield from self._new_devices(stream)
         strings = _strings(stream)
-        if not self._count_library_counters(stream) and isinstance(events[0], model.ProcessInfo):
-            self.without_final_data.append(f"pid {pid} ({events[0].name})")
+        known = isinstance(events[0], model.ProcessInfo)
+        name = events[0].name if isinstance(events[0], model.ProcessInfo) else "?"
+        counters = self._count_library_counters(stream)
+        if counters is None and known:
+            self.without_final_data.append(f"pid {pid} ({name})")
+        program = program_client_line(f"pid {pid} ({name})", stream, counters or {}, counts)
+        if program is not None:
+            self.program_profilers.append(program)
         self._keep_windows(stream, pid)
         cpu = api_rows(stream, strings, self.symbolizer, counts)
         self._memory.add_process(stream, cpu, counts)
         gpu = gpu_op_rows(stream, strings, counts)
+        outside = outside_windows(stream, gpu)
+        if outside.any():
+            gpu.keep(~outside)
+            counts["gpu_ops_outside_window"] += int(outside.sum())
         flow_from, flow_to = link(stream, gpu, counts)
         instants = nvtx_rows(stream, strings, pid, cpu, counts)  # after link: API rows first
         counts["gpu_ops"] += gpu.rows
@@ -149,14 +180,14 @@ class CuptiSource:
                 self._devices_seen.add(dev)
                 yield model.GpuDevice(dev, name)
 
-    def _count_library_counters(self, stream: Stream) -> bool:
-        """The library's final counters, or that the process died before writing them
-        (False)."""
+    def _count_library_counters(self, stream: Stream) -> dict[str, int] | None:
+        """The library's final counters (the last value of each name), or None: the process
+        died before writing them."""
         counts = self.counts
         counters = stream.table("COUNTER")
         if not counters.rows:
             counts["streams_without_counters"] += 1  # killed before its final flush
-            return False
+            return None
         last = dict(zip(counters["name"], counters["value"], strict=True))
         counts["cupti_delivered_kernel"] += last.get("records_kernel", 0)
         for key in LIBRARY_COUNTS:
@@ -165,7 +196,7 @@ class CuptiSource:
         if minor:  # Python frames wanted, but not this CPython's frame layout
             counts["streams_python_unsupported"] += 1
             counts["python_unsupported_minor"] = max(counts["python_unsupported_minor"], minor)
-        return True
+        return last
 
     def _keep_windows(self, stream: Stream, pid: int) -> None:
         """The process's capture windows (WINDOW rows), kept for `windows`."""

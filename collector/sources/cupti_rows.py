@@ -72,6 +72,13 @@ class Rows:
         pieces = self.pieces[key]
         return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
 
+    def keep(self, rows: np.ndarray) -> None:
+        """Only the rows where `rows` (a mask over every row so far) is true."""
+        for key, pieces in self.pieces.items():
+            if pieces:
+                self.pieces[key] = [self.column(key)[rows]]
+        self.rows = int(rows.sum())
+
     def common_columns(self) -> dict:
         """The SliceColumns fields both kinds of rows have."""
         return dict(

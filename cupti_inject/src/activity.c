@@ -1,7 +1,8 @@
 /* CUPTI activity: the buffers CUPTI fills (buffer_requested hands out one, buffer_completed
  * gets it back full), each record parsed into one row of its kind's batch (KERNEL, MEMCPY,
- * MEMSET, SYNC via sync_ops.c, MARKER, MEMORY, DEVICE) and the batches emitted into the stream once
- * per buffer.  CUPTI calls buffer_completed on its own thread or at cuptiActivityFlushAll
+ * MEMSET, SYNC via sync_ops.c, MARKER, MEMORY, DEVICE) and the batches emitted into the stream
+ * once per buffer; the program's own CUPTI client gets its copy first (program_records.c).
+ * CUPTI calls buffer_completed on its own thread or at cuptiActivityFlushAll
  * (the flush hook, a window's close), never on the application's launch path. */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -162,12 +163,18 @@ static void emit_activity_batches(void) {
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                                       size_t size, size_t valid) {
-    (void)size;
+    /* The program's own client's records first (program_records.c), from the buffer as CUPTI
+     * filled it. */
+    int kept = program_forward_buffer(ctx, stream_id, buffer, size, valid);
     if (!xp_exp.parse) valid = 0;
     pthread_mutex_lock(&activity_lock);
     counters.activity_buffers++;
     CUpti_Activity *rec = NULL;
     while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        if (!kind_ours(rec->kind)) { /* on for the program's client only */
+            counters.records_program_only++;
+            continue;
+        }
         switch (rec->kind) {
         case CUPTI_ACTIVITY_KIND_KERNEL:
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
@@ -195,7 +202,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
         counters.cupti_dropped += dropped;
     emit_activity_batches();
     pthread_mutex_unlock(&activity_lock);
-    free(buffer);
+    if (!kept) free(buffer);
 }
 
 static uint64_t CUPTIAPI timestamp_callback(void) { return xp_now_ns(); }
@@ -210,7 +217,7 @@ void activity_register(void) {
     }
     CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     xp_experiments_enable_hw_trace();
-    CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE));
+    CHECK(kind_set(CUPTI_ACTIVITY_KIND_DEVICE, 1));
 }
 
 void activity_enable_kinds(void) {

@@ -28,14 +28,20 @@ void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
                           CUpti_CallbackId cbid, const void *data) {
     (void)userdata;
     if (xp_exp.callback_noop) return;
+    /* The program's own client (program_profiler.c) gets the callbacks it enabled first. */
+    if (atomic_load_explicit(&program_callbacks_on, memory_order_relaxed))
+        program_forward_callback(domain, cbid, data);
     if (domain == CUPTI_CB_DOMAIN_NVTX) {
         nvtx_window_callback(cbid, data); /* subscribed only for --capture-range nvtx:NAME */
         return;
     }
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const CUpti_CallbackData *cb = data;
+    uint8_t f = domain == CUPTI_CB_DOMAIN_RUNTIME_API
+                    ? (cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE ? runtime_flags[cbid] : 0)
+                    : (cbid < CUPTI_DRIVER_TRACE_CBID_SIZE ? driver_flags[cbid] : 0);
+    if (!f) return; /* on for the program's client only */
     if (window_mode != WINDOW_NONE) {
-        uint8_t f = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_flags[cbid] : driver_flags[cbid];
         if (f & (PROFILER_START | PROFILER_STOP)) {
             /* A start opens at its exit, a stop closes at its entry: the outermost call of a
              * runtime call and its nested driver call acts (the stop names it), and the other
@@ -211,11 +217,24 @@ void api_callbacks_set(int on) {
     if (atomic_load(&cupti_forked)) return;
     for (int i = 0; i < n_api_names; i++) {
         uint32_t id = api_names[i].api_id;
-        cuptiEnableCallback((uint32_t)on, api_subscriber, (CUpti_CallbackDomain)(id >> 16),
-                            (CUpti_CallbackId)(id & 0xffffu));
+        CUpti_CallbackDomain domain = (CUpti_CallbackDomain)(id >> 16);
+        CUpti_CallbackId cbid = (CUpti_CallbackId)(id & 0xffffu);
+        if (!on && program_wants_callback(domain, cbid)) continue; /* the program's, still */
+        cuptiEnableCallback((uint32_t)on, api_subscriber, domain, cbid);
     }
     if (on) atomic_fetch_add(&api_generation, 1);
     api_callbacks_on = on;
+}
+
+int api_callback_needed(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+    uint8_t f = domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE
+                    ? runtime_flags[cbid]
+              : domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid < CUPTI_DRIVER_TRACE_CBID_SIZE
+                    ? driver_flags[cbid]
+                    : 0;
+    if (f & (PROFILER_START | PROFILER_STOP)) return 1;
+    if (f & TRACED) return api_callbacks_on;
+    return domain == CUPTI_CB_DOMAIN_NVTX && window_mode == WINDOW_NVTX;
 }
 
 void enable_api_callbacks(CUpti_SubscriberHandle subscriber) {

@@ -39,6 +39,8 @@ int xp_config_read(void) {
     c->python = env_flag("XPU_PERF_PYTHON", 1);
     c->kinds = read_kinds();
     c->sync_activity = env_flag("XPU_PERF_SYNC_ACTIVITY", 0);
+    const char *program = getenv("XPU_PERF_PROGRAM_PROFILER");
+    c->program_profiler_refuse = program && strcmp(program, "refuse") == 0;
     const char *device_mb = getenv("XPU_PERF_DEVICE_BUFFER_MB");
     c->device_buffer_mb = device_mb && atoi(device_mb) > 0 ? (uint64_t)atoi(device_mb) : 0;
     const char *range = getenv("XPU_PERF_CAPTURE_RANGE");
@@ -46,6 +48,7 @@ int xp_config_read(void) {
     if (range && strcmp(range, "cudaProfilerApi") == 0) c->window_mode = WINDOW_PROFILER_API;
     else if (range && strncmp(range, "nvtx:", 5) == 0) c->window_mode = WINDOW_NVTX;
     else if (range && strcmp(range, "signal") == 0) c->window_mode = WINDOW_TREE;
+    else if (range && strcmp(range, "torch-profiler") == 0) c->window_mode = WINDOW_PROGRAM_PROFILER;
     else ranged = 0;
     if (ranged) {
         c->window_range = range;

@@ -13,7 +13,8 @@ enum xp_kind { XP_KIND_KERNEL = 1, XP_KIND_MEMCPY = 2, XP_KIND_MEMSET = 4, XP_KI
 
 /* What opens the windows: cudaProfilerStart/Stop, an NVTX range by name, the target's start +
  * --delay, or `record` (tree_open on the control page: --capture-range signal). */
-enum xp_window_mode { WINDOW_NONE, WINDOW_PROFILER_API, WINDOW_DELAY, WINDOW_NVTX, WINDOW_TREE };
+enum xp_window_mode { WINDOW_NONE, WINDOW_PROFILER_API, WINDOW_DELAY, WINDOW_NVTX, WINDOW_TREE,
+                      WINDOW_PROGRAM_PROFILER /* the program's torch.profiler trace */ };
 
 struct xp_config {
     int enabled;              /* XPU_PERF_OUT_DIR set: record this process */
@@ -31,6 +32,8 @@ struct xp_config {
     uint64_t window_t0_ns;    /* XPU_PERF_WINDOW_T0_NS: the target's start (CLOCK_MONOTONIC) */
     uint64_t window_delay_ms; /* XPU_PERF_WINDOW_DELAY_MS */
     uint64_t window_duration_ms; /* XPU_PERF_WINDOW_DURATION_MS (0: until the process ends) */
+    int program_profiler_refuse; /* XPU_PERF_PROGRAM_PROFILER=refuse: the program's own CUPTI
+                                    client is refused, not served (program_profiler.c) */
 };
 
 extern struct xp_config xp_config;

@@ -38,6 +38,10 @@ void emit_counters(void) {
     xp_emit_counter("records_marker", counters.records_marker);
     xp_emit_counter("records_other", counters.records_other);
     xp_emit_counter("records_memory", counters.records_memory);
+    /* Kinds only the program's own CUPTI client enabled, and what it got (program_*.c). */
+    xp_emit_counter("records_program_only", counters.records_program_only);
+    xp_emit_counter("cupti_subscribe_refused", counters.subscribe_refused);
+    emit_program_cupti();
     xp_emit_counter("windows", counters.windows_recorded);
     xp_emit_counter("windows_ignored", counters.windows_ignored);
     /* NVTX ranges the capture-range matching could not follow (nvtx_window.c). */
@@ -60,4 +64,5 @@ void counters_reset(void) {
     counters.records_kernel = counters.records_memcpy = counters.records_memset = 0;
     counters.records_sync = counters.records_marker = counters.records_other = 0;
     counters.records_memory = 0;
+    counters.records_program_only = 0;
 }

@@ -16,6 +16,9 @@ EXPORT int InitializeInjection(void) {
     if (initialized) return 1;
     initialized = 1;
     if (!xp_config_read()) return 1; /* no XPU_PERF_OUT_DIR: not recorded */
+    /* Before our first CUPTI call: the preloaded sampler library tells our calls from the
+     * program's own from here on (program_profiler.c). */
+    program_profiler_register();
     xp_experiments_read();
     int stacks = launch_stacks_init(), activity = activity_init();
     if (stacks != 0 || activity != 0) return 1;
@@ -30,8 +33,17 @@ EXPORT int InitializeInjection(void) {
     if (nvtx_used) enable_markers_once();
 
     if (xp_exp.callbacks) { /* 0: activity only (overhead measurements) */
-        CHECK(cuptiSubscribe(&subscriber, on_callback, NULL));
-        enable_api_callbacks(subscriber);
+        CUptiResult r = cuptiSubscribe(&subscriber, on_callback, NULL);
+        if (r == CUPTI_SUCCESS) {
+            program_profiler_attach(subscriber);
+            enable_api_callbacks(subscriber);
+        } else {
+            /* The program's own CUPTI client subscribed first (before cuInit loaded us). */
+            counters.subscribe_refused = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+            const char *s = NULL;
+            cuptiGetResultString(r, &s);
+            fprintf(stderr, "xpu-perf: cuptiSubscribe failed: %s\n", s ? s : "?");
+        }
     }
     start_windows();
 

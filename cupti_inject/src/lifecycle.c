@@ -21,6 +21,7 @@
 
 /* ---- flushing ---- */
 static void flush_hook(int final) {
+    if (final) program_profiler_final(); /* the program's client is not fed at the end */
     if (!atomic_load(&cupti_forked))
         cuptiActivityFlushAll(final ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
     if (!final) {
@@ -129,6 +130,8 @@ static void fork_child(void) {
     counters_reset();
     xp_selftime_fork_child();
     windows_fork_child();
+    program_profiler_fork_child();
+    program_records_fork_child();
     emit_api_names(); /* the child's stream is new: it needs the names too */
     if (signal_thread_started) start_signal_thread();
 }

@@ -19,24 +19,26 @@ void enable_markers_once(void) {
         /* Markers follow the windows: on now only inside one (markers_follow_window does the rest). */
         pthread_mutex_lock(&window_lock);
         if (atomic_load(&window_open) && !atomic_exchange(&markers_enabled, 1))
-            cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER);
+            kind_set(CUPTI_ACTIVITY_KIND_MARKER, 1);
         pthread_mutex_unlock(&window_lock);
         return;
     }
-    if (!atomic_exchange(&markers_enabled, 1)) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER);
+    if (!atomic_exchange(&markers_enabled, 1)) kind_set(CUPTI_ACTIVITY_KIND_MARKER, 1);
 }
 
 /* Caller holds window_lock. */
 void markers_follow_window(int on) {
     if (nvtx_used && cupti_ready && kind_wanted(XP_KIND_MARKER)) {
-        (on ? cuptiActivityEnable : cuptiActivityDisable)(CUPTI_ACTIVITY_KIND_MARKER);
+        kind_set(CUPTI_ACTIVITY_KIND_MARKER, on);
         atomic_store(&markers_enabled, on);
     }
 }
 
 EXPORT int InitializeInjectionNvtx2(const void *get_export_table) {
     Dl_info info;
-    if (!dladdr((const void *)&cuptiSubscribe, &info) || !info.dli_fname) return 0;
+    /* A function the preloaded sampler library does not interpose (cupti_interpose.c): its
+     * address is libcupti's own. */
+    if (!dladdr((const void *)&cuptiGetResultString, &info) || !info.dli_fname) return 0;
     void *cupti = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
     if (!cupti) return 0;
     int (*init)(const void *) = (int (*)(const void *))dlsym(cupti, "InitializeInjectionNvtx2");

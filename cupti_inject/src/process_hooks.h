@@ -10,7 +10,9 @@
  *                         thread and aborts when ours, which lack the caller's kept
  *                         capabilities, fail: setpriv); while still root, the new user's
  *                         stream directory dir/uid-N is made for it (stream.c opens there when
- *                         the run's directory refuses it). */
+ *                         the run's directory refuses it).
+ * (The CUPTI entry points a profiler of the program calls are interposed by the same library,
+ * in cupti_interpose.c: cupti_host.h.) */
 #ifndef XP_PROCESS_HOOKS_H
 #define XP_PROCESS_HOOKS_H
 

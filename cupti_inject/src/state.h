@@ -14,6 +14,8 @@
  *   nvtx.c           NVTX: hand-off to CUPTI, MARKER activity once NVTX is used
  *   windows.c        capture windows: open_window / close_window, delay timer, limit
  *   counters.c       the counts written into the stream at the final flush
+ *   program_profiler.c  the program's own CUPTI client, served from our session (or refused)
+ *   program_records.c   its activity records: copied into its buffers, in its clock
  *   experiments.c    measurement-only switches (only with XPU_PERF_EXPERIMENTS) */
 #ifndef XP_STATE_H
 #define XP_STATE_H
@@ -157,6 +159,8 @@ void markers_follow_window(int on);
 
 /* Turn the traced APIs' callbacks on or off in CUPTI (windows.c; caller holds window_lock). */
 void api_callbacks_set(int on);
+/* A callback our subscriber needs on now (traced and on, or opening windows). */
+int api_callback_needed(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
 extern _Atomic uint32_t api_generation;
 
 /* ---- windows.c ---- */
@@ -180,13 +184,57 @@ void windows_periodic(void);
 void end_open_window(void);
 void windows_fork_child(void);
 
+/* ---- program_profiler.c ---- */
+/* The program's own CUPTI client (torch.profiler's Kineto), whose calls the preloaded sampler
+ * library hands over (cupti_host.h). */
+extern _Atomic int program_callbacks_on; /* it has callbacks on: on_callback forwards */
+extern _Atomic int program_forwarding;   /* its trace runs: completed buffers go to it too */
+/* First thing at the set-up: the sampler library's interposed CUPTI calls come here. */
+void program_profiler_register(void);
+/* Our subscriber, which the client's callbacks are turned on for. */
+void program_profiler_attach(CUpti_SubscriberHandle subscriber);
+/* An activity kind on or off for us (every enable/disable of ours goes through here): on in
+ * CUPTI while we or the client want it. */
+CUptiResult kind_set(CUpti_ActivityKind kind, int on);
+/* A kind we have enabled at some time (records of the others are the client's only). */
+int kind_ours(CUpti_ActivityKind kind);
+int program_wants_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
+void program_forward_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data);
+/* A kind the client enabled in its current trace (its records are forwarded). */
+int program_takes_kind(CUpti_ActivityKind kind);
+/* The client registered its buffer callbacks; a buffer from its request callback (0: none),
+ * handed back filled. */
+int program_has_buffers(void);
+int program_buffer(uint8_t **buffer, size_t *size);
+void program_buffer_done(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
+                         size_t used);
+/* PROGRAM_CUPTI rows and the forwarding counters (at the final flush). */
+void emit_program_cupti(void);
+void program_profiler_final(void);
+void program_profiler_fork_child(void);
+
+/* ---- program_records.c ---- */
+/* The client's records of a buffer CUPTI completed, copied into its own buffers; 1: the
+ * buffer is kept (a forwarded record points into it), the caller must not free it. */
+int program_forward_buffer(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
+                           size_t valid);
+void program_clock_set(CUpti_TimestampCallbackFunc clock);
+/* The client's partly filled buffer handed back (at its flush); one of its buffers held, as
+ * CUPTI holds one while its activity runs. */
+void program_records_hand_back(void);
+void program_records_hold_buffer(void);
+void program_records_epoch_start(void);
+void emit_program_record_counters(void);
+void program_records_fork_child(void);
+
 /* ---- counters.c ---- */
 struct xp_counters {
     _Atomic uint64_t api_records, launches, launch_stacks, launches_no_stack, alias_records;
     _Atomic uint64_t stacks_unique, stack_table_full, cupti_dropped, activity_buffers;
     _Atomic uint64_t records_kernel, records_memcpy, records_memset, records_sync, records_marker;
-    _Atomic uint64_t records_other, records_memory;
+    _Atomic uint64_t records_other, records_memory, records_program_only;
     _Atomic uint64_t windows_recorded, windows_ignored;
+    _Atomic uint64_t subscribe_refused; /* CUPTI had a subscriber before ours: no API calls */
 };
 extern struct xp_counters counters;
 void emit_counters(void);

@@ -1,4 +1,5 @@
-/* Capture windows (record --capture-range cudaProfilerApi|nvtx:NAME|signal, --delay/--duration): with a window
+/* Capture windows (record --capture-range cudaProfilerApi|nvtx:NAME|signal|torch-profiler,
+ * --delay/--duration): with a window
  * mode on, API calls and GPU ops are recorded only while a window is open.  Outside one the
  * cost is near zero: the API callbacks return after one flag load (no unwinding, no rows) and
  * the GPU activity kinds are disabled in CUPTI, so it produces no records at all; opening a
@@ -6,7 +7,8 @@
  * after it: CUPTI decides at launch, and the close flushes the buffers.
  *
  * Whatever opens or closes a window (the profiler API callbacks in api_callbacks.c, the NVTX
- * callbacks through nvtx_window.c, the delay timer and the control-page poll here) calls
+ * callbacks through nvtx_window.c, the program's torch.profiler trace through
+ * program_profiler.c, the delay timer and the control-page poll here) calls
  * open_window(reason) / close_window(end_reason); each window becomes one WINDOW row.  At most
  * XPU_PERF_CAPTURE_RANGE_END windows are recorded (0: every one).  Each open window counts in
  * the control page's process_windows (window_control.h), which the CPU sampler of every
@@ -52,8 +54,7 @@ static void count_process_window(int delta) {
 /* Turn the window's activity kinds on or off (caller holds window_lock). */
 static void set_window_kinds(int on) {
     if (atomic_load(&cupti_forked)) return; /* the window still opens: API rows, samples */
-    CUptiResult (*set)(CUpti_ActivityKind) = on ? cuptiActivityEnable : cuptiActivityDisable;
-    for (int i = 0; i < n_window_kinds; i++) set(window_kinds[i]);
+    for (int i = 0; i < n_window_kinds; i++) kind_set(window_kinds[i], on);
     markers_follow_window(on); /* NVTX markers follow the window too, once NVTX is used */
 }
 
@@ -182,7 +183,8 @@ static void start_tree_thread(void) {
 /* The window mode from the configuration (before any kind is enabled). */
 void configure_windows(void) {
     window_mode = xp_config.window_mode;
-    if (window_mode == WINDOW_PROFILER_API || window_mode == WINDOW_TREE) {
+    if (window_mode == WINDOW_PROFILER_API || window_mode == WINDOW_TREE ||
+        window_mode == WINDOW_PROGRAM_PROFILER) {
         window_limit = xp_config.window_limit;
     } else if (window_mode == WINDOW_NVTX) {
         window_limit = xp_config.window_limit;
@@ -207,7 +209,7 @@ void configure_windows(void) {
 
 void enable_kind(CUpti_ActivityKind kind) {
     if (window_mode == WINDOW_NONE) {
-        CUptiResult r = cuptiActivityEnable(kind);
+        CUptiResult r = kind_set(kind, 1);
         if (r != CUPTI_SUCCESS) {
             const char *s = NULL;
             cuptiGetResultString(r, &s);

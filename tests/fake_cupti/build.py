@@ -71,7 +71,9 @@ def build_fake(out: Path) -> FakeCupti:
                 "-fno-omit-frame-pointer",  # so eBPF launch stacks unwind through it
                 "-pthread",
                 *extra,
+                *incs,
                 str(HERE / "fake_app.c"),
+                str(HERE / "fake_profiler_client.c"),
                 "-o",
                 str(exe),
                 f"-L{lib_dir}",

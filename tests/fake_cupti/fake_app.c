@@ -37,7 +37,10 @@
  * alloc_activations 4 x 16 MiB, two of those are freed, alloc_workspace takes 100 MiB (the
  * peak: 324 MiB, held by weights 192, workspace 100, activations 32), then everything is
  * freed; on device 1, alloc_pool takes 8 MiB with cudaMallocAsync on stream 13 and keeps
- * it (device 1's peak: 8 MiB, at its end). */
+ * it (device 1's peak: 8 MiB, at its end).
+ * "program_profiler": LAUNCHES "before_kernel" launches, then the program's own profiler
+ * (fake_profiler_client.c) runs two traces of LAUNCHES "active_kernel" launches each.
+ * "profiler_first": the same profiler, started before the program initialises CUDA. */
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -74,6 +77,7 @@ extern void *fake_nvtx_domain_create(const char *name);
 extern void *fake_nvtx_domain_register_string(void *domain, const char *string);
 extern int fake_nvtx_domain_range_push(void *domain, const char *message, void *registered);
 extern int fake_nvtx_domain_range_pop(void *domain);
+extern void fake_profiler_client_run(int launches, int cycles);
 
 static int launches = 100;
 
@@ -140,6 +144,11 @@ static void memory_scenario(void) {
 int main(int argc, char **argv) {
     if (argc > 1) launches = atoi(argv[1]);
     int exit_code = argc > 2 ? atoi(argv[2]) : 0;
+    if (argc > 3 && strcmp(argv[3], "profiler_first") == 0) {
+        fake_profiler_client_run(launches, 2);
+        fake_cuInit();
+        return exit_code;
+    }
     fake_cuInit();
     if (argc > 3 && strcmp(argv[3], "memory") == 0) {
         memory_scenario();
@@ -208,6 +217,11 @@ int main(int argc, char **argv) {
         fake_nvtx_range_pop();
         fake_nvtx_range_pop();
         for (int i = 0; i < 3; i++) fake_launch_kernel("outside_kernel", 7, 0);
+        return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "program_profiler") == 0) {
+        for (int i = 0; i < launches; i++) fake_launch_kernel("before_kernel", 7, 0);
+        fake_profiler_client_run(launches, 2);
         return exit_code;
     }
     if (argc > 3 && strcmp(argv[3], "profiler_cpu") == 0) {

@@ -10,6 +10,8 @@
  *   fake_set_dropped(n)            the next completed buffer reports n dropped records
  * cuptiActivityEnable/Disable are honoured: a GPU op launched while its kind is off makes no
  * record (what `record`'s capture windows rely on).
+ * One subscriber, as CUPTI: a second cuptiSubscribe gets CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+ * (the program's own profiler under `record`: fake_profiler_client.c plays one).
  * NVTX: fake_nvtx_* play the NVTX library's side.  As the real one, the first call loads
  * NVTX_INJECTION64_PATH and calls its InitializeInjectionNvtx2 (which hands NVTX to CUPTI's);
  * from then on each call runs the subscriber's enabled NVTX-domain callbacks with CUPTI's
@@ -85,15 +87,46 @@ static size_t record_size(CUpti_ActivityKind kind) {
     }
 }
 
+/* As CUPTI: the registered timestamp callback's clock, else CLOCK_REALTIME. */
 static uint64_t now(void) {
     if (timestamp_cb) return timestamp_cb();
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* As CUPTI, a buffer is asked for when records start to come and held until it is handed
+ * back (a client such as Kineto flushes only while CUPTI holds one of its buffers). */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *held;
+static size_t held_size;
+
+static void hold_buffer(void) {
+    pthread_mutex_lock(&held_lock);
+    if (!held && request_cb) {
+        size_t max_records = 0;
+        request_cb(&held, &held_size, &max_records);
+    }
+    pthread_mutex_unlock(&held_lock);
+}
+
+/* The held buffer, or a new one. */
+static uint8_t *take_buffer(size_t *size) {
+    pthread_mutex_lock(&held_lock);
+    uint8_t *buf = held;
+    *size = held_size;
+    held = NULL;
+    pthread_mutex_unlock(&held_lock);
+    if (!buf) {
+        size_t max_records = 0;
+        request_cb(&buf, size, &max_records);
+    }
+    return buf;
 }
 
 static void queue_record(const union record *r) {
     if (!enabled_kinds[r->base.kind]) return;
+    hold_buffer();
     pthread_mutex_lock(&pending_lock);
     if (pending_count == pending_cap) {
         pending_cap = pending_cap ? pending_cap * 2 : 1024;
@@ -152,6 +185,28 @@ EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc 
     subscriber_cb = cb;
     subscriber_data = ud;
     *s = (CUpti_SubscriberHandle)&subscriber_cb;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle s) {
+    FORK_CHECK();
+    if (!subscriber_cb || s != (CUpti_SubscriberHandle)&subscriber_cb) return CUPTI_ERROR_INVALID_PARAMETER;
+    subscriber_cb = NULL;
+    return CUPTI_SUCCESS;
+}
+
+/* Kineto pushes one external correlation id per operator while its trace is active (no
+ * EXTERNAL_CORRELATION records are made here). */
+EXPORT CUptiResult cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind, uint64_t id) {
+    FORK_CHECK();
+    (void)kind;
+    (void)id;
+    return CUPTI_SUCCESS;
+}
+EXPORT CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind, uint64_t *id) {
+    FORK_CHECK();
+    (void)kind;
+    if (id) *id = 0;
     return CUPTI_SUCCESS;
 }
 
@@ -251,9 +306,8 @@ static void deliver_all(void) {
     size_t per_buffer = per && atoi(per) > 0 ? (size_t)atoi(per) : 1000;
     size_t i = 0;
     while (i < count || dropped) {
-        uint8_t *buf = NULL;
-        size_t size = 0, max_records = 0;
-        request_cb(&buf, &size, &max_records);
+        size_t size = 0;
+        uint8_t *buf = take_buffer(&size);
         size_t used = 0, n = 0;
         while (i < count && n < per_buffer) {
             size_t rs = record_size(recs[i].base.kind);
@@ -388,6 +442,14 @@ EXPORT void fake_cuInit(void) {
     r.device.id = 1;
     r.device.name = "Fake GPU 9001";
     queue_record(&r);
+}
+
+/* The driver's cuInit, as the preloaded sampler library finds it by name (a program whose
+ * profiler starts before it uses CUDA: cupti_interpose.c initialises CUDA first). */
+EXPORT CUresult CUDAAPI cuInit(unsigned int flags) {
+    (void)flags;
+    fake_cuInit();
+    return CUDA_SUCCESS;
 }
 
 /* driver_only: a launch straight through the driver API (as Triton does). */
