@@ -144,7 +144,6 @@ def main(args: argparse.Namespace) -> int:
     streams = StreamsDir.create()
     try:
         selection = select_sources(options, streams)
-        sources = selection.sources
         plan = options.plan
         streams.write_manifest(Manifest(command_line, selection.freq, plan.mode))
     except BaseException:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from collector.errors import UserError
 from collector.files import check_output
-from collector.recording.gpu_metrics import MAX_RATE_HZ
 from collector.inject_build import LIBRARY_NAME
+from collector.recording.gpu_metrics import MAX_RATE_HZ
 from collector.recording.program_profiler import ProgramProfilerPlan, program_profiler_plan
 from collector.recording.windows import CapturePlan, capture_plan
 
