@@ -510,3 +510,23 @@ def test_report_counters_per_step(tmp_path: Path) -> None:
     rows = {s.key: s for s in report.sections}["step_counters"].rows
     by_step = {(r["m1"], r["m2"]) for r in rows}  # tensor %, DRAM bw %
     assert by_step == {("0.0%", "0.0%"), ("80.0%", "10.0%"), ("0.0%", "90.0%")}
+
+
+def test_missing_counters_are_one_summary_line_per_device_and_reason() -> None:
+    """A short capture window or an older GPU leaves many counters without a value: the
+    summary names them in one line per GPU and reason, not one line each."""
+    nvlink = frozenset({catalog.GPM_NVLINK_TOTAL_RX_PER_SEC, catalog.GPM_NVLINK_TOTAL_TX_PER_SEC})
+    gpu = FakeGpu(phases=PHASES, unsupported_metrics=nvlink, power_error=3)
+    from collector.gpu_metrics.sampler import monotonic_ns
+
+    recording = GpuMetricsRecording(100.0, lambda: FakeNvml([gpu], monotonic_ns))
+    recording.start()
+    import time
+
+    time.sleep(0.2)
+    recording.stop()
+    missing = [line for line in recording.summary_lines() if "missing" in line]
+    assert missing == [
+        "GPU metrics missing on GPU 0 (not supported on this GPU): "
+        f"{catalog.NVLINK_RX}, {catalog.NVLINK_TX}, {catalog.POWER}"
+    ]

@@ -156,7 +156,21 @@ class GpuMetricsRecording:
         devices = ", ".join(f"GPU {d.device} {d.source}" for d in choice.devices)
         lines = [f"GPU metrics at {self.rate_hz:g} Hz: {devices}"]
         lines += [f"GPU metrics refused: {why}" for why in choice.refused]
-        lines += [f"GPU metrics missing: {what}" for what in self.missing()]
+        # One line per device and reason: a short capture window leaves every interval
+        # metric without a value, which would otherwise be a dozen lines.
+        grouped: dict[tuple[object, str], list[str]] = {}
+        for columns in self._sampler.devices if self._sampler else ():
+            for name, why in columns.missing().items():
+                grouped.setdefault((columns.source.device, why), []).append(name)
+            if columns.gpm_stopped:
+                lines.append(
+                    f"GPU metrics: GPU {columns.source.device}: GPM reads stopped mid-run "
+                    f"({columns.gpm_stopped})"
+                )
+        lines += [
+            f"GPU metrics missing on GPU {device} ({why}): {', '.join(names)}"
+            for (device, why), names in grouped.items()
+        ]
         return lines
 
     # WindowFollower: read only while a window is open, then keep only what is inside one.
