@@ -111,3 +111,34 @@ def test_csv_and_several_traces_need_ranks(converted: list[Path]) -> None:
     assert proc.returncode == 2 and "--ranks" in proc.stderr
     proc = run_cli("report", *converted)
     assert proc.returncode == 2 and "several only with --ranks" in proc.stderr
+
+
+def test_analysis_steps_per_rank_on_a_merged_trace(converted: list[Path], tmp_path: Path) -> None:
+    """The analysis layer on a merged trace: each rank's ProfilerStep slices are its steps,
+    and each step's busy time, by kind, is that rank's own GPU work (the ranks' devices and
+    processes kept apart, the skewed rank's clock aligned)."""
+    from exporters.analysis import tables
+    from exporters.perfetto.trace_processor import open_trace
+    from exporters.perfetto.views import load_views
+
+    merged = tmp_path / "merged.perfetto-trace"
+    run_cli("merge", "-o", merged, *converted, "--align", "nccl", check=True)
+    with open_trace(merged) as trace:
+        load_views(trace)
+        tables.load(trace)
+        rows = trace.query(
+            "select st.upid, b.dur, b.busy_ns, b.compute_ns, b.nccl_ns, b.devices, b.source "
+            "from xpu_step_busy b join xpu_step st using (step) order by st.upid, b.ts"
+        )
+    per_rank: dict[int, list[dict]] = {}
+    for r in rows:
+        per_rank.setdefault(int(r["upid"]), []).append(r)
+    assert len(per_rank) == len(SPECS)
+    for spec, steps in zip(SPECS, per_rank.values(), strict=True):
+        assert len(steps) == 4
+        for s in steps:
+            assert s["devices"] == 1 and s["source"] == "marked"
+            assert s["dur"] == spec.step_us() * 1000
+            assert s["busy_ns"] == spec.busy_us() * 1000
+            assert s["compute_ns"] == spec.compute_us() * 1000
+            assert s["nccl_ns"] == COMM_US * 1000
