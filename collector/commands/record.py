@@ -181,9 +181,8 @@ def main(args: argparse.Namespace) -> int:
         if tree is not None:
             tree.close()
     if not options.quiet:
-        for line in summary(
-            stats, plan, selection.freq, size_limit, options.output, selection.sources
-        ):
+        said = summary(stats, plan, selection.freq, size_limit, options.output, selection.sources)
+        for line in said:
             say(line)
     return code
 
