@@ -372,7 +372,8 @@ def _flamegraph_root(browser: Chromium) -> str:
         what="the flamegraph's Top Down switch",
     )
     text = ""
-    for dy in (14, 20, 10):
+    # The tooltip follows a redraw of the canvas, slower on a loaded machine: a few rounds.
+    for dy in (14, 20, 10) * 3:
         browser.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": 60, "y": top + dy})
         time.sleep(0.5)
         text = browser.evaluate("document.body.innerText")
