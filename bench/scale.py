@@ -65,7 +65,7 @@ def cli(*args: str | Path) -> list[str]:
     return [sys.executable, "-m", "collector.cli", *map(str, args)]
 
 
-def sql_profile(trace: Path, top: int = 12) -> list[dict[str, Any]]:
+def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
     """Each statement report and folded run, timed on a loaded engine (one per command)."""
     from exporters.analysis.idle_stacks import fold_mode
     from exporters.perfetto.trace_processor import Trace, open_trace
@@ -91,7 +91,13 @@ def sql_profile(trace: Path, top: int = 12) -> list[dict[str, Any]]:
     start = time.perf_counter()
     with open_trace(trace) as t:
         load = time.perf_counter() - start
+        slices = t.scalar("select count(*) from slice")
+        heap = {"slices": slices, "after_load_mb": round((t.engine_heap_bytes() or 0) / 2**20)}
         collect(t, trace.name)
+        heap["after_report_mb"] = round((t.engine_heap_bytes() or 0) / 2**20)
+        heap["bytes_per_slice_loaded"] = round(heap["after_load_mb"] * 2**20 / slices)
+        heap["bytes_per_slice_report"] = round(heap["after_report_mb"] * 2**20 / slices)
+    print(f"  engine heap: {heap}")
     command[0] = "folded"
     with open_trace(trace) as t:
         fold_mode(t, "gpu", "ns", None)
@@ -104,7 +110,7 @@ def sql_profile(trace: Path, top: int = 12) -> list[dict[str, Any]]:
     costly = sorted(timings, key=lambda x: -x["s"])[:top]
     for x in costly:
         print(f"    {x['s']:7.2f} s  {x['what']:<7} {x['sql']}")
-    return costly
+    return {"engine_heap": heap, "load_s": round(load, 2), "sql_s": spent, "costliest": costly}
 
 
 def measure(slices: int, work: Path, profile: bool) -> dict[str, Any]:

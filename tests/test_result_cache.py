@@ -233,3 +233,23 @@ def test_cli_output_is_the_same_cached_and_not(trace: Path, command: list[str]) 
     second = run_cli(*args, check=True).stdout
     assert plain == first == second
     assert plain.strip()
+
+
+def test_an_engine_failure_is_not_kept(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of memory is about this run's heap, not the statement: the next look asks again."""
+    from exporters.perfetto import wasm_engine
+
+    root = tmp_path / "results"
+    pairs = "create perfetto table pairs as select a.id as a, b.id as b from slice a, slice b"
+    with open_trace(trace) as t:
+        loaded = t.engine_heap_bytes()
+    assert loaded is not None
+    monkeypatch.setenv(wasm_engine.ENV_HEAP_MB, str(loaded // 2**20 + 8))
+    with open_cached(trace, root=root) as t, pytest.raises(QueryError):
+        t.execute(pairs)
+    monkeypatch.delenv(wasm_engine.ENV_HEAP_MB)
+    with open_cached(trace, root=root) as t:
+        t.execute(pairs)
+        assert t.scalar("select count(*) from pairs") > 1000**2

@@ -34,6 +34,7 @@ from exporters.perfetto.result_cache import (
     trace_key,
 )
 from exporters.perfetto.trace_processor import (
+    EngineFailure,
     QueryError,
     Trace,
     check_trace_file,
@@ -114,6 +115,8 @@ class CachedTrace(Trace):
         if outcome is None:
             try:
                 outcome = Outcome(rows=run(self._open_engine()))
+            except EngineFailure:
+                raise  # not the statement's answer: nothing kept
             except QueryError as exc:
                 outcome = Outcome(error=str(exc))
             if outcome.error is not None or cells(outcome.rows) <= MAX_CELLS:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from collector.files import FileError, check_input
 from exporters.perfetto import wire
+from exporters.perfetto.engine_limit import EngineMemoryError, too_big
 
 if TYPE_CHECKING:
     from perfetto.trace_processor import TraceProcessor
@@ -35,6 +36,11 @@ class TraceOpenError(Exception):
 
 class QueryError(Exception):
     """A query failed; the message is trace_processor's error, reduced to one line."""
+
+
+class EngineFailure(QueryError):
+    """The engine itself failed while answering (out of memory, a crash), not the SQL: the
+    same statement may succeed on another run, so no cache keeps this answer."""
 
 
 class _FramingCheck:
@@ -107,14 +113,8 @@ class Trace:
         self._tp = tp
 
     def query(self, sql: str) -> list[dict[str, Any]]:
-        from perfetto.trace_processor.api import TraceProcessorException
-
-        try:
-            result = self._tp.query(sql)
-            columns = result.column_names
-            return [{c: getattr(row, c) for c in columns} for row in result]
-        except TraceProcessorException as exc:
-            raise QueryError(_one_line(str(exc))) from None
+        columns, rows = self.query_columns(sql)
+        return [dict(zip(columns, row, strict=True)) for row in rows]
 
     def query_columns(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Column names and row tuples, for table/csv output."""
@@ -126,6 +126,12 @@ class Trace:
             return columns, [tuple(getattr(row, c) for c in columns) for row in result]
         except TraceProcessorException as exc:
             raise QueryError(_one_line(str(exc))) from None
+        except EngineMemoryError:
+            # The tables a query builds (report's analysis) can fill the heap the trace
+            # left; the engine is gone after this.
+            raise EngineFailure(too_big("the trace with the tables this command builds")) from None
+        except RuntimeError as exc:  # the embedded engine aborted (WasmEngineError)
+            raise EngineFailure(_one_line(str(exc))) from None
 
     def execute(self, script: str) -> None:
         """Run statements for their effect (views, tables); trace_processor runs them all."""
@@ -134,6 +140,13 @@ class Trace:
     def scalar(self, sql: str) -> Any:
         rows = self.query(sql)
         return next(iter(rows[0].values())) if rows else None
+
+    def engine_heap_bytes(self) -> int | None:
+        """The embedded engine's heap now, None with a native shell: what a loaded trace
+        costs the engine (bench/scale.py measures engine_limit.py's numbers with it)."""
+        transport = getattr(getattr(self._tp, "http", None), "transport", None)
+        heap = getattr(transport, "heap_bytes", None)
+        return heap() if heap is not None else None
 
     def close(self) -> None:
         self._tp.close()
@@ -199,13 +212,16 @@ def open_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | Non
             raise TraceOpenError(f"cannot read {trace_path}: {_one_line(str(exc))}") from None
         return Trace(tp)
     from exporters.perfetto.wasm_backend import EmbeddedTraceProcessor
-    from exporters.perfetto.wasm_engine import WasmEngineError  # see wasm_backend
+    from exporters.perfetto.wasm_engine import WasmEngineError
 
     try:
         framing = _FramingCheck() if _looks_like_proto(trace_path) else None
         tp = EmbeddedTraceProcessor(trace=_chunks(trace_path, framing))
     except TraceProcessorException as exc:
         raise TraceOpenError(f"cannot read {trace_path}: {_one_line(str(exc))}") from None
+    except EngineMemoryError:
+        size = trace_path.stat().st_size / 1e6
+        raise TraceOpenError(too_big(f"cannot load {trace_path} ({size:.0f} MB)")) from None
     except WasmEngineError as exc:
         raise TraceOpenError(str(exc)) from None
     return Trace(tp)

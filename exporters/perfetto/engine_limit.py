@@ -1,0 +1,37 @@
+"""How big a trace the embedded engine opens, and what to say above it.
+
+The embedded trace_processor is a wasm32 module: its heap stops at 4 GiB whatever the
+machine has.  Measured on this project's 2-core, 24 GB VM (docs/benchmarks.md, "Big
+traces"; bench/scale.py): the engine holds ENGINE_BYTES_PER_SLICE per slice of a converted
+Kineto trace once loaded, so it opens about MAX_SLICES slices.  Above that, loading fails
+with one line (trace_processor.py) and `record` warns before it writes such a trace
+(collector/recording/trace.py).  No module here imports wasmtime or perfetto: `record`
+uses it.
+"""
+
+from __future__ import annotations
+
+# Engine heap after loading, per slice (bench/scale.py at 1M slices; see docs/benchmarks.md).
+ENGINE_BYTES_PER_SLICE = 520
+HEAP_BYTES = 4 * 1024**3
+MAX_SLICES = HEAP_BYTES // ENGINE_BYTES_PER_SLICE
+
+ADVICE = (
+    "open it with a native trace_processor_shell (--trace-processor PATH, or "
+    "XPU_PERF_TRACE_PROCESSOR=PATH), or record less of the run: capture windows "
+    "(--capture-range, --delay/--duration) or --max-size, and look at one window with "
+    "--window N"
+)
+
+
+class EngineMemoryError(RuntimeError):
+    """The engine needed more than its heap holds: the trace is too big for it.  Defined
+    here, not in wasm_engine.py, so the query path can tell it without importing wasmtime."""
+
+
+def too_big(what: str) -> str:
+    """The one line for a trace the embedded engine cannot hold."""
+    return (
+        f"{what}: too big for the embedded trace_processor (its wasm heap stops at 4 GiB, "
+        f"about {MAX_SLICES / 1e6:.0f} million slices); {ADVICE}"
+    )
