@@ -81,3 +81,51 @@ def test_a_heap_that_fits_changes_nothing(
     monkeypatch.setenv(wasm_engine.ENV_HEAP_MB, "1")
     with pytest.raises(TraceOpenError):
         open_trace(example_trace)
+
+
+class _BigStreams:
+    """A source whose target wrote `size` bytes of streams (and no events)."""
+
+    name = "cupti"
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def recorded_bytes(self) -> int:
+        return self.size
+
+    def target_env(self) -> dict[str, str]:
+        return {}
+
+    def start(self) -> None: ...
+
+    def target_started(self, pid: int) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def events(self) -> list[object]:
+        return []
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+
+@pytest.mark.parametrize("over", [False, True])
+def test_record_warns_before_writing_a_trace_too_big(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], over: bool
+) -> None:
+    from collector.recording.trace import write_trace
+    from exporters.perfetto import engine_limit
+
+    limit = engine_limit.MAX_SLICES * engine_limit.STREAM_BYTES_PER_SLICE
+    size = limit + 10**6 if over else limit - 10**6
+    out = tmp_path / "run.perfetto-trace"
+    write_trace(out, [_BigStreams(size)], ["xpu-perf", "record"])  # type: ignore[list-item]
+    err = capsys.readouterr().err
+    assert out.exists()  # warned, then written all the same
+    if over:
+        assert err.count("\n") == 1 and "warning" in err
+        assert "more than the embedded trace_processor opens" in err
+        assert "--trace-processor" in err and "--capture-range" in err
+    else:
+        assert err == ""

@@ -15,6 +15,10 @@ from __future__ import annotations
 ENGINE_BYTES_PER_SLICE = 520
 HEAP_BYTES = 4 * 1024**3
 MAX_SLICES = HEAP_BYTES // ENGINE_BYTES_PER_SLICE
+# What `record`'s streams hold per slice (kernel or API call with its columns; the H100
+# streams in bench/data/cupti_streams: 66-79 B with their fixed part): an estimate that
+# errs towards more slices, so the warning comes early rather than late.
+STREAM_BYTES_PER_SLICE = 64
 
 ADVICE = (
     "open it with a native trace_processor_shell (--trace-processor PATH, or "
@@ -27,6 +31,19 @@ ADVICE = (
 class EngineMemoryError(RuntimeError):
     """The engine needed more than its heap holds: the trace is too big for it.  Defined
     here, not in wasm_engine.py, so the query path can tell it without importing wasmtime."""
+
+
+def record_warning(recorded_bytes: int) -> str | None:
+    """What `record` says before it writes a trace of `recorded_bytes` of streams that the
+    embedded engine will not open, or None."""
+    slices = recorded_bytes // STREAM_BYTES_PER_SLICE
+    if slices <= MAX_SLICES:
+        return None
+    return (
+        f"xpu-perf record: warning: {recorded_bytes / 1e6:.0f} MB recorded, about "
+        f"{slices / 1e6:.0f} million slices: more than the embedded trace_processor opens "
+        f"(about {MAX_SLICES / 1e6:.0f} million); {ADVICE}"
+    )
 
 
 def too_big(what: str) -> str:
