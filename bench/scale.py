@@ -113,23 +113,29 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
     return {"engine_heap": heap, "load_s": round(load, 2), "sql_s": spent, "costliest": costly}
 
 
-def measure(slices: int, work: Path, profile: bool) -> dict[str, Any]:
-    kineto = work / f"scale_{slices}.json"
-    if not kineto.exists():
-        start = time.perf_counter()
-        made = scale_input.build(kineto, slices)
-        print(f"built {kineto} ({made} slices) in {time.perf_counter() - start:.0f} s")
-    mb = kineto.stat().st_size / 1e6
-    trace = work / f"scale_{slices}.perfetto-trace"
+def measure(slices: int, work: Path, profile: bool, existing: Path | None) -> dict[str, Any]:
+    """One size: built, parsed, converted, looked at; with `existing`, a trace converted
+    before (by bench/scale_input.build + convert), looked at only."""
+    trace = existing or work / f"scale_{slices}.perfetto-trace"
     html = work / f"scale_{slices}.html"
-    row: dict[str, Any] = {"slices": slices, "json_mb": round(mb, 1)}
-    parse = run([sys.executable, "-c", PARSE, str(kineto)])
-    convert = run(cli("convert", kineto, "-o", trace, "-q", "--no-progress"))
-    row["parse"] = {k: parse[k] for k in ("s", "rss_mb")} | {"mb_s": round(mb / parse["s"], 1)}
-    row["convert"] = {k: convert[k] for k in ("s", "rss_mb")} | {
-        "mb_s": round(mb / convert["s"], 1),
-        "x_parse": round(convert["s"] / parse["s"], 2),
-    }
+    row: dict[str, Any] = {"slices": slices}
+    if existing is None:
+        kineto = work / f"scale_{slices}.json"
+        if not kineto.exists():
+            start = time.perf_counter()
+            made = scale_input.build(kineto, slices)
+            print(f"built {kineto} ({made} slices) in {time.perf_counter() - start:.0f} s")
+        mb = kineto.stat().st_size / 1e6
+        row["json_mb"] = round(mb, 1)
+        parse = run([sys.executable, "-c", PARSE, str(kineto)])
+        print(f"  parse: {parse['s']} s, {parse['rss_mb']} MB", flush=True)
+        convert = run(cli("convert", kineto, "-o", trace, "-q", "--no-progress"))
+        print(f"  convert: {convert['s']} s, {convert['rss_mb']} MB", flush=True)
+        row["parse"] = parse | {"mb_s": round(mb / parse["s"], 1)}
+        row["convert"] = convert | {
+            "mb_s": round(mb / convert["s"], 1),
+            "x_parse": round(convert["s"] / parse["s"], 2),
+        }
     row["trace_mb"] = round(trace.stat().st_size / 1e6, 1)
     steps = {
         "load": cli("query", trace, "select count(*) from slice", "--no-cache"),
@@ -162,10 +168,16 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|" + "---|" * 12,
     ]
     for r in rows:
+        if "convert" in r:
+            parse, convert = r["parse"], r["convert"]
+            converted = (
+                f"{r['json_mb']} | {parse['s']} ({parse['mb_s']}) | "
+                f"{convert['s']} ({convert['mb_s']}, {convert['x_parse']}x) | {convert['rss_mb']}"
+            )
+        else:
+            converted = "- | - | - | -"
         lines.append(
-            f"| {r['slices']:,} | {r['json_mb']} | {r['parse']['s']} ({r['parse']['mb_s']}) | "
-            f"{r['convert']['s']} ({r['convert']['mb_s']}, {r['convert']['x_parse']}x) | "
-            f"{r['convert']['rss_mb']} | {r['trace_mb']} | {r['load']['s']} "
+            f"| {r['slices']:,} | {converted} | {r['trace_mb']} | {r['load']['s']} "
             f"({r['load']['rss_mb']}) | {r['folded']['s']} ({r['folded']['on_top_of_load']}) | "
             f"{r['report']['s']} ({r['report']['on_top_of_load']}) | "
             f"{r['folded_second_look']['s']} | {r['report_second_look']['s']} | "
@@ -179,13 +191,18 @@ def main() -> None:
     ap.add_argument("--slices", type=int, nargs="+", default=[1_000_000])
     ap.add_argument("--work", type=Path, default=Path("/tmp/xpu-perf-scale"))
     ap.add_argument("--sql-profile", action="store_true")
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        help="look at this trace, converted before, instead (one --slices value: its size)",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/scale.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in args.slices:
         print(f"{n:,} slices", flush=True)
-        rows.append(measure(n, args.work, args.sql_profile))
+        rows.append(measure(n, args.work, args.sql_profile, args.trace))
     print(table(rows))
     args.out.write_text(
         json.dumps(
