@@ -129,3 +129,28 @@ def test_record_warns_before_writing_a_trace_too_big(
         assert "--trace-processor" in err and "--capture-range" in err
     else:
         assert err == ""
+
+
+@pytest.mark.parametrize("at_ceiling", [True, False])
+def test_a_trap_with_the_heap_at_its_ceiling_is_out_of_memory(at_ceiling: bool) -> None:
+    """The allocator may fail without asking the host for more heap (it knows the maximum):
+    then only the trap says so.  With the heap grown to its ceiling that is out of memory;
+    below it, a crash."""
+    import wasmtime
+
+    from exporters.perfetto.engine_limit import EngineMemoryError
+
+    transport = wasm_engine.WasmTransport()
+    heap = transport.heap_bytes()
+    transport._heap_max = heap if at_ceiling else heap * 2
+
+    def trap(*_args: object) -> None:
+        raise wasmtime.Trap("wasm `unreachable` instruction executed")
+
+    transport._on_request = trap
+    with pytest.raises(wasm_engine.WasmEngineError if not at_ceiling else EngineMemoryError):
+        transport.send(b"\x00")
+    # The instance is not used again after a trap.
+    with pytest.raises(wasm_engine.WasmEngineError, match="stopped earlier"):
+        transport.send(b"\x00")
+    transport.close()

@@ -156,8 +156,11 @@ class WasmTransport:
                 self._on_request(self._store, len(chunk))
             except wasmtime.Trap as trap:
                 # A failed allocation ends in `unreachable` (perfetto::base::AlignedAlloc)
-                # as often as in abort(): either way the instance is unusable now.
-                if self.heap_refused:
+                # as often as in abort(): either way the instance is unusable now.  The
+                # allocator may give up without asking for more (it knows the heap's
+                # maximum): a heap grown to its ceiling counts as out of memory too (a
+                # report on 10M slices ended so).
+                if self.heap_refused or self.heap_full():
                     self._failed = "out of memory"
                     raise self._out_of_memory() from None
                 self._failed = str(trap).strip().splitlines()[-1]
@@ -325,8 +328,12 @@ class WasmTransport:
             f"{self._heap_max / 1024**3:.1f} GiB)"
         )
 
+    def heap_full(self) -> bool:
+        """Whether the heap has grown to its ceiling."""
+        return self.heap_bytes() >= self._heap_max
+
     def _abort(self) -> None:
-        if self.heap_refused:
+        if self.heap_refused or self.heap_full():
             # The allocator found no room: trace_processor aborts on a failed allocation.
             raise self._out_of_memory()
         raise WasmEngineError("trace_processor (wasm) aborted")
