@@ -253,3 +253,13 @@ def test_an_engine_failure_is_not_kept(
     with open_cached(trace, root=root) as t:
         t.execute(pairs)
         assert t.scalar("select count(*) from pairs") > 1000**2
+
+
+def test_flamegraph_is_the_same_cached_and_not(trace: Path, tmp_path: Path) -> None:
+    svgs = []
+    for i, flags in enumerate((["--no-cache"], [], [])):
+        out = tmp_path / f"{i}.svg"
+        run_cli("flamegraph", trace, "--mode", "gpu", "-o", out, *flags, check=True)
+        svgs.append(out.read_bytes())
+    assert svgs[0] == svgs[1] == svgs[2]
+    assert b"<svg" in svgs[0]
