@@ -103,15 +103,24 @@ def _umask() -> int:
 class OutputFile:
     """An output written whole or not at all: a temporary file created exclusively beside
     `path`, renamed over it by `commit()` (a context manager commits on a clean exit and
-    discards on any exception, KeyboardInterrupt and SystemExit included)."""
+    discards on any exception, KeyboardInterrupt and SystemExit included).  `file_mode`:
+    the finished file's permissions (default: what a plain open() would give; a private
+    cache passes 0o600)."""
 
-    def __init__(self, path: str | os.PathLike[str], mode: str = "wb", **open_args: Any) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        mode: str = "wb",
+        file_mode: int | None = None,
+        **open_args: Any,
+    ) -> None:
         self.path = Path(path)
         parent = self.path.parent if str(self.path.parent) else Path(".")
         fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent)
         self.tmp_path = Path(name)
         try:
-            os.fchmod(fd, 0o666 & ~_umask())  # what a plain open() would have made
+            # mkstemp made it 0600; else what a plain open() would have made
+            os.fchmod(fd, 0o666 & ~_umask() if file_mode is None else file_mode)
             self.file: IO[Any] = os.fdopen(fd, mode, **open_args)
         except BaseException:
             os.close(fd)

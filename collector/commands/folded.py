@@ -8,12 +8,13 @@ from pathlib import Path
 
 from collector.commands.frame_flags import add_frame_flags
 from collector.commands.output import write_output
-from collector.commands.query import add_trace_processor_flag
+from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
 from collector.files import check_output
 from exporters.analysis.idle_stacks import MODES, fold_mode
 from exporters.folded.folded import UNITS, FoldedError
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
+from exporters.perfetto.cached_trace import open_cached
+from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -45,16 +46,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "samples and the GPU ops launched inside it",
     )
     add_trace_processor_flag(p)
+    add_cache_flag(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    apply_cache_flag(args)
     if args.freq is not None and args.freq <= 0:
         raise UserError("--freq must be positive")
     if args.output is not None:
         check_output(args.output, [args.trace])  # before the queries; never the input
     try:
-        with open_trace(args.trace, args.trace_processor) as trace:
+        with open_cached(args.trace, args.trace_processor) as trace:
             stacks = fold_mode(
                 trace,
                 args.mode,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -14,7 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from collector.errors import UserError
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
+from exporters.perfetto.cached_trace import open_cached
+from exporters.perfetto.result_cache import ENV_DISABLE
+from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.views import load_views
 
 
@@ -25,6 +28,22 @@ def add_trace_processor_flag(p: argparse.ArgumentParser) -> None:
         help="use this native trace_processor_shell (or set XPU_PERF_TRACE_PROCESSOR); "
         "default: the embedded engine",
     )
+
+
+def add_cache_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="load the trace and run every query again instead of answering from the "
+        "results kept from an earlier look (~/.cache/xpu-perf/results; or set "
+        "XPU_PERF_NO_CACHE=1)",
+    )
+
+
+def apply_cache_flag(args: argparse.Namespace) -> None:
+    """--no-cache, for this process and the batch's workers (they inherit the variable)."""
+    if args.no_cache:
+        os.environ[ENV_DISABLE] = "1"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -60,10 +79,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "traces from its own file system (needs xpu-perf[dist])",
     )
     add_trace_processor_flag(p)
+    add_cache_flag(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    apply_cache_flag(args)
     items: list[str] = args.items
     if args.file is None:
         if len(items) < 2:
@@ -107,7 +128,7 @@ ANALYSIS_VIEWS = re.compile(
 
 def _single(trace_path: Path, sql: str, args: argparse.Namespace) -> int:
     try:
-        with open_trace(trace_path, args.trace_processor) as trace:
+        with open_cached(trace_path, args.trace_processor) as trace:
             load_views(trace)
             if ANALYSIS_VIEWS.search(sql):
                 # Built only when asked for: they cost a pass over the GPU ops.

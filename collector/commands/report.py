@@ -9,13 +9,14 @@ from pathlib import Path
 
 from collector.commands.frame_flags import add_frame_flags
 from collector.commands.output import write_output
-from collector.commands.query import add_trace_processor_flag
+from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
 from collector.files import check_output
 from exporters.analysis.annotate import annotations, write_annotated
 from exporters.analysis.tables import DEFAULT_STEPS, Scope
 from exporters.folded.folded import FoldedError
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
+from exporters.perfetto.cached_trace import open_cached
+from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.report.html_page import render_html
 from exporters.report.queries import DEFAULT_BINS, DEFAULT_TOP, collect
 from exporters.report.terminal import print_report
@@ -100,10 +101,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "samples and the GPU ops launched inside it",
     )
     add_trace_processor_flag(p)
+    add_cache_flag(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    apply_cache_flag(args)
     if args.ranks:
         from collector.commands.report_ranks import report_ranks
 
@@ -123,7 +126,7 @@ def main(args: argparse.Namespace) -> int:
             check_output(out, [args.trace])
     scope = Scope(span_all=args.span == "all", steps_glob=args.steps or DEFAULT_STEPS)
     try:
-        with open_trace(args.trace, args.trace_processor) as trace:
+        with open_cached(args.trace, args.trace_processor) as trace:
             report = collect(
                 trace,
                 args.trace.name,

@@ -13,7 +13,8 @@ from rich.console import Console
 from collector import batch_query
 from collector.commands.query import emit
 from collector.errors import UserError
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
+from exporters.perfetto.cached_trace import open_cached
+from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.views import WindowError
 from exporters.report.ranks import DEFAULT_STEPS, rank_rows, ranks_sql, section, slowest
 from exporters.report.terminal import print_section
@@ -26,7 +27,7 @@ def report_ranks(args: argparse.Namespace) -> int:
     if not batch:
         path = Path(args.traces[0])
         try:
-            with open_trace(path, args.trace_processor) as trace:
+            with open_cached(path, args.trace_processor) as trace:
                 columns, rows = rank_rows(trace, steps, args.window)
         except (TraceOpenError, QueryError, WindowError) as exc:
             raise UserError(str(exc)) from None

@@ -5,6 +5,7 @@ and slices that SQL reads."""
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,11 +18,13 @@ from collector.recording.source import (
     DescribedSource,
     NotedSource,
     RecordSource,
+    SizedSource,
     WindowedSource,
     WindowFollower,
     process_accounts,
 )
 from collector.recording.windows import CapturePlan, TreeWindows
+from exporters.perfetto.engine_limit import record_warning
 from exporters.perfetto.writer import TraceWriter
 
 WINDOW_CATEGORY = "xpu_perf_window"
@@ -44,6 +47,9 @@ def write_trace(
     used CUDA) those `tree` opened, as slices.  `kept`: the manifest of a recording written
     later from its kept streams (its host, and what record knew at the end)."""
     stats: dict[str, dict[str, int]] = {}
+    warning = record_warning(sum(s.recorded_bytes() for s in sources if isinstance(s, SizedSource)))
+    if warning is not None:  # said before the minutes the writing of such a trace takes
+        print(warning, file=sys.stderr)
     with TraceWriter(
         out,
         command_line=command_line,

@@ -38,6 +38,9 @@ FROM thread t LEFT JOIN process p USING (upid);
 -- CPU context of each API call: its launch stack when the trace has one, else the names
 -- of the CPU slices enclosing it (python functions, aten ops) -- what Kineto traces give.
 -- context_modules: the launch stack's modules (NULL for enclosing slices).
+-- The API calls that launched something are joined by id: `api.id IN (SELECT ...)` on the
+-- slice view made trace_processor scan the slices once per op (53 s for 84k ops on a
+-- 1M-slice trace; the join takes 0.03 s).
 CREATE PERFETTO TABLE xpu_api_context AS
 SELECT api.id AS api_id, api.name AS api_name, r.root,
        coalesce(ls.path,
@@ -45,14 +48,15 @@ SELECT api.id AS api_id, api.name AS api_name, r.root,
             SELECT replace(a.name, ';', ':') AS n FROM ancestor_slice(api.id) a ORDER BY a.depth))
        ) AS context,
        ls.modules AS context_modules
-FROM xpu_thread_slice api
+FROM (SELECT DISTINCT api_id FROM xpu_gpu_op WHERE api_id IS NOT NULL) launched
+JOIN xpu_thread_slice api ON api.id = launched.api_id
 LEFT JOIN (
   SELECT ls.utid, ls.ts, cp.path, cp.modules
   FROM xpu_launch_stack ls JOIN xpu_callsite_path cp USING (callsite_id)
   GROUP BY ls.utid, ls.ts
 ) ls ON ls.utid = api.utid AND ls.ts = api.ts
 JOIN xpu_thread_root r USING (utid)
-WHERE api.id IN (SELECT api_id FROM xpu_gpu_op WHERE api_id IS NOT NULL);
+ORDER BY api.id;
 
 CREATE PERFETTO TABLE xpu_folded_gpu AS
 SELECT

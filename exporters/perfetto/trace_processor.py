@@ -11,16 +11,18 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
-from perfetto.trace_processor.api import TraceProcessorException
-from perfetto.trace_processor.backend import TraceProcessorBackend
-from perfetto.trace_processor.protos import ProtoFactory
-from perfetto.trace_processor.rpc import TraceProcessorRpc
+from typing import TYPE_CHECKING, Any
 
 from collector.files import FileError, check_input
 from exporters.perfetto import wire
+from exporters.perfetto.engine_limit import EngineMemoryError, too_big
+
+if TYPE_CHECKING:
+    from perfetto.trace_processor import TraceProcessor
+
+# The perfetto package (and numpy, which it imports) is imported where a trace is loaded,
+# not here: a second look answered from the result cache (cached_trace.py) loads nothing,
+# and importing it was ~0.2 s of such a look.
 
 ENV_SHELL = "XPU_PERF_TRACE_PROCESSOR"
 # Traces are fed to the engine in chunks of this size (the engine's request buffer
@@ -36,43 +38,9 @@ class QueryError(Exception):
     """A query failed; the message is trace_processor's error, reduced to one line."""
 
 
-class _WasmRpcBackend(TraceProcessorRpc):
-    """perfetto's RPC client, plus the two trace-loading calls it leaves out."""
-
-    def __init__(self, protos: ProtoFactory) -> None:
-        # Imported here: wasmtime is only for the embedded engine (a native shell, and
-        # any command that never opens a trace, do without it).
-        from exporters.perfetto.wasm_engine import WasmTransport
-
-        super().__init__(WasmTransport(), protos)
-
-    def _call(self, fill: Any) -> Any:
-        stream = self.protos.TraceProcessorRpcStream()
-        request = stream.msg.add()
-        fill(request)
-        self.transport.send(stream.SerializeToString())
-        reply = self.protos.TraceProcessorRpc()
-        reply.MergeFromString(self._read_payload())
-        self._check_envelope(reply)
-        return reply
-
-    def parse(self, chunk: bytes) -> Any:
-        def fill(req: Any) -> None:
-            req.request = self.protos.TraceProcessorRpc.TPM_APPEND_TRACE_DATA
-            req.append_trace_data = chunk
-
-        return self._call(fill).append_result
-
-    def notify_eof(self) -> Any:
-        def fill(req: Any) -> None:
-            req.request = self.protos.TraceProcessorRpc.TPM_FINALIZE_TRACE_DATA
-
-        return self._call(fill)
-
-
-class _EmbeddedTraceProcessor(TraceProcessor):
-    def _create_backend(self, remote: str | None, addr: str | None) -> TraceProcessorBackend:
-        return _WasmRpcBackend(self.protos)
+class EngineFailure(QueryError):
+    """The engine itself failed while answering (out of memory, a crash), not the SQL: the
+    same statement may succeed on another run, so no cache keeps this answer."""
 
 
 class _FramingCheck:
@@ -145,21 +113,25 @@ class Trace:
         self._tp = tp
 
     def query(self, sql: str) -> list[dict[str, Any]]:
-        try:
-            result = self._tp.query(sql)
-            columns = result.column_names
-            return [{c: getattr(row, c) for c in columns} for row in result]
-        except TraceProcessorException as exc:
-            raise QueryError(_one_line(str(exc))) from None
+        columns, rows = self.query_columns(sql)
+        return [dict(zip(columns, row, strict=True)) for row in rows]
 
     def query_columns(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Column names and row tuples, for table/csv output."""
+        from perfetto.trace_processor.api import TraceProcessorException
+
         try:
             result = self._tp.query(sql)
             columns = list(result.column_names)
             return columns, [tuple(getattr(row, c) for c in columns) for row in result]
         except TraceProcessorException as exc:
             raise QueryError(_one_line(str(exc))) from None
+        except EngineMemoryError:
+            # The tables a query builds (report's analysis) can fill the heap the trace
+            # left; the engine is gone after this.
+            raise EngineFailure(too_big("the trace with the tables this command builds")) from None
+        except RuntimeError as exc:  # the embedded engine aborted (WasmEngineError)
+            raise EngineFailure(_one_line(str(exc))) from None
 
     def execute(self, script: str) -> None:
         """Run statements for their effect (views, tables); trace_processor runs them all."""
@@ -168,6 +140,13 @@ class Trace:
     def scalar(self, sql: str) -> Any:
         rows = self.query(sql)
         return next(iter(rows[0].values())) if rows else None
+
+    def engine_heap_bytes(self) -> int | None:
+        """The embedded engine's heap now, None with a native shell: what a loaded trace
+        costs the engine (bench/scale.py measures engine_limit.py's numbers with it)."""
+        transport = getattr(getattr(self._tp, "http", None), "transport", None)
+        heap = getattr(transport, "heap_bytes", None)
+        return heap() if heap is not None else None
 
     def close(self) -> None:
         self._tp.close()
@@ -219,6 +198,9 @@ def resolve_shell(shell: str | os.PathLike[str] | None) -> Path | None:
 
 def open_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | None = None) -> Trace:
     """Load a trace file into trace_processor (native shell if given, else embedded)."""
+    from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+    from perfetto.trace_processor.api import TraceProcessorException
+
     trace_path = check_trace_file(path)
     shell_path = resolve_shell(shell)
     if shell_path is not None:
@@ -229,13 +211,17 @@ def open_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | Non
         except TraceProcessorException as exc:
             raise TraceOpenError(f"cannot read {trace_path}: {_one_line(str(exc))}") from None
         return Trace(tp)
-    from exporters.perfetto.wasm_engine import WasmEngineError  # see _WasmRpcBackend
+    from exporters.perfetto.wasm_backend import EmbeddedTraceProcessor
+    from exporters.perfetto.wasm_engine import WasmEngineError
 
     try:
         framing = _FramingCheck() if _looks_like_proto(trace_path) else None
-        tp = _EmbeddedTraceProcessor(trace=_chunks(trace_path, framing))
+        tp = EmbeddedTraceProcessor(trace=_chunks(trace_path, framing))
     except TraceProcessorException as exc:
         raise TraceOpenError(f"cannot read {trace_path}: {_one_line(str(exc))}") from None
+    except EngineMemoryError:
+        size = trace_path.stat().st_size / 1e6
+        raise TraceOpenError(too_big(f"cannot load {trace_path} ({size:.0f} MB)")) from None
     except WasmEngineError as exc:
         raise TraceOpenError(str(exc)) from None
     return Trace(tp)

