@@ -18,6 +18,7 @@ from collector import model
 from collector.gpu_metrics import kept
 from collector.gpu_metrics.choice import Choice, choose, load_pynvml
 from collector.gpu_metrics.sampler import CounterSampler
+from collector.recording.source import FinishedRun
 from collector.window_control import WindowState
 
 DEFAULT_RATE_HZ = 10.0
@@ -185,7 +186,7 @@ class GpuMetricsRecording:
             self._outside_windows += columns.keep_only(spans)
 
 
-class KeptGpuMetrics:
+class KeptGpuMetrics(FinishedRun):
     """The counters a recording kept beside its streams, as a source for
     `record --from-streams` (the same events, metadata and summary lines)."""
 
@@ -193,18 +194,6 @@ class KeptGpuMetrics:
 
     def __init__(self, directory: Path) -> None:
         self._kept = kept.load(directory)
-
-    def target_env(self) -> Mapping[str, str]:
-        return {}
-
-    def start(self) -> None:
-        pass
-
-    def target_started(self, pid: int) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
     def events(self) -> Iterable[model.Event]:
         return kept.events(self._kept)

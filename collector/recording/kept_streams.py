@@ -27,6 +27,7 @@ from collector.gpu_metrics.kept import INDEX
 from collector.recording import program_profiler
 from collector.recording.credentials import share_with_target
 from collector.recording.gpu_metrics import KeptGpuMetrics
+from collector.recording.source import FinishedRun
 from collector.sources.cpu_stream import InprocessCpuSource
 from collector.sources.cupti import CuptiSource
 
@@ -117,7 +118,7 @@ def load_manifest(directory: Path) -> Manifest:
         raise UserError(f"{path}: {exc}") from None
 
 
-class KeptSource:
+class KeptSource(FinishedRun):
     """A RecordSource over the streams of a kept recording: the events the live source
     would have written (the same readers), for `record --from-streams`."""
 
@@ -125,18 +126,6 @@ class KeptSource:
         self.name = name
         self.directory = directory
         self._source: CuptiSource | InprocessCpuSource | None = None
-
-    def target_env(self) -> Mapping[str, str]:
-        return {}
-
-    def start(self) -> None:
-        pass
-
-    def target_started(self, pid: int) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
     def events(self) -> Iterable[model.Event]:
         if self.name == GPU_STREAMS:

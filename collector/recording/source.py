@@ -28,6 +28,23 @@ class RecordSource(Protocol):
     def stats(self) -> Mapping[str, int]: ...
 
 
+class FinishedRun:
+    """The run-time half of RecordSource for a source over what a finished recording kept
+    (`record --from-streams`): no target to prepare, nothing to start or stop."""
+
+    def target_env(self) -> Mapping[str, str]:
+        return {}
+
+    def start(self) -> None:
+        pass
+
+    def target_started(self, pid: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
 @runtime_checkable
 class WindowedSource(Protocol):
     """A source that recorded capture windows (the GPU source under --capture-range/--delay)."""
