@@ -3,8 +3,8 @@
 # initialised CUDA (DataLoader workers, torch.compile's compile workers, os.fork children)
 # must reach their final flush when they end through _exit.  Each child's exit time is
 # printed; a child still alive after 8 s gets its native stack dumped (py-spy) before it is
-# killed.  Then the torch.compile and DataLoader programs of bench/faults_views_gpu.sh under
-# `record`, timed, with record's summary.  Traces and logs land in $OUT.
+# killed.  Then the torch.compile and DataLoader programs (bench/workloads/worker_processes.py)
+# under `record`, timed, with record's summary.  Traces and logs land in $OUT.
 set -uo pipefail
 out=${OUT:-/tmp/fork-children}
 mkdir -p "$out"
@@ -41,33 +41,19 @@ for how, pid, t0 in kids:
         continue
     print(f"child {pid} ({how}) ended after {time.time() - t0:.2f} s", flush=True)
 PY
-cat > /tmp/compile_check.py <<'PY'
-import torch
-@torch.compile
-def f(x): return torch.nn.functional.gelu(x @ x).sum()
-x = torch.randn(2048, 2048, device="cuda")
-for _ in range(30): f(x)
-torch.cuda.synchronize()
-PY
-cat > /tmp/loader_check.py <<'PY'
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-dl = DataLoader(TensorDataset(torch.randn(8192, 512)), batch_size=64, num_workers=4)
-m = torch.nn.Linear(512, 512).cuda()
-for _ in range(2):
-    for (b,) in dl: m(b.cuda(non_blocking=True)).sum().backward()
-torch.cuda.synchronize()
-PY
+program() {  # the command line of check $1
+    if [ "$1" = fork ]; then echo /tmp/fork_check.py; else echo "-m bench.workloads.worker_processes $1"; fi
+}
 for p in fork loader compile; do
     echo "== $p $(date +%T)"
     t0=$(date +%s.%N)
     timeout 280 python3 -m collector.commands.record --no-kernel-stacks -o "$out/$p.perfetto-trace" -- \
-        python3 /tmp/${p}_check.py > "$out/$p.stderr" 2>&1
+        python3 $(program $p) > "$out/$p.stderr" 2>&1
     echo "rc=$? wall=$(python3 -c "import time;print(round(time.time()-$t0,1))") s"
     grep -E "^child|xpu-perf record: .*(flush|processes|dropped)|still alive|Thread|^ +[a-zA-Z_].*\(" "$out/$p.stderr" | head -60
 done
 # the same programs without record: their wall time alone
 for p in loader compile; do
-    t0=$(date +%s.%N); python3 /tmp/${p}_check.py >/dev/null 2>&1
+    t0=$(date +%s.%N); python3 $(program $p) >/dev/null 2>&1
     echo "bare $p: wall=$(python3 -c "import time;print(round(time.time()-$t0,1))") s"
 done
