@@ -87,28 +87,34 @@ SELECT device_track_id, kind, ts, end_ts, max(end_ts) OVER (
          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
 FROM keyed;
 
--- Every island, unclipped.  The last island of a device (and kind) has no next opening: it
--- ends at the furthest end of all (looked up for those few rows only).
+-- Busy islands from ops with their running maximum ($reach: device_track_id, the $key column
+-- the islands are per, ts, prev_end; $ends: device_track_id, $key, end_ts of the same ops):
+-- an island opens at an op that starts after prev_end and ends at the running maximum just
+-- before the next opening; the last one has no next opening and ends at the furthest end
+-- of all (looked up for those few rows only).  Also used by the report (gpu_busy.sql).
+CREATE PERFETTO MACRO _xpu_islands(
+  reach TableOrSubquery, key ColumnName, ends TableOrSubquery
+) RETURNS TableOrSubquery AS (
+  SELECT o.device_track_id, o.$key AS key, o.ts,
+         coalesce(o.end_ts, (SELECT max(e.end_ts) FROM $ends e
+                             WHERE e.device_track_id = o.device_track_id AND e.$key = o.$key))
+           AS end_ts
+  FROM (
+    SELECT device_track_id, $key, ts,
+           lead(prev_end) OVER (PARTITION BY device_track_id, $key ORDER BY ts) AS end_ts
+    FROM $reach WHERE prev_end IS NULL OR ts > prev_end
+  ) o
+);
+
+-- Every island, unclipped.
 CREATE PERFETTO TABLE xpu_busy_island_all AS
-WITH any_island AS (
-  SELECT device_track_id, 'any' AS kind, ts,
-         lead(prev_end) OVER (PARTITION BY device_track_id ORDER BY ts) AS end_ts
-  FROM _xpu_op_reach WHERE prev_end IS NULL OR ts > prev_end
-),
-kind_island AS (
-  SELECT device_track_id, kind, ts,
-         lead(prev_end) OVER (PARTITION BY device_track_id, kind ORDER BY ts) AS end_ts
-  FROM _xpu_kind_reach WHERE prev_end IS NULL OR ts > prev_end
-)
-SELECT device_track_id, kind, ts,
-       coalesce(end_ts, (SELECT max(r.end_ts) FROM _xpu_op_reach r
-                         WHERE r.device_track_id = i.device_track_id)) AS end_ts
-FROM any_island i
+SELECT device_track_id, key AS kind, ts, end_ts
+FROM _xpu_islands!(
+  (SELECT device_track_id, 'any' AS kind, ts, prev_end FROM _xpu_op_reach), kind,
+  (SELECT device_track_id, 'any' AS kind, end_ts FROM _xpu_op_reach))
 UNION ALL
-SELECT device_track_id, kind, ts,
-       coalesce(end_ts, (SELECT max(r.end_ts) FROM _xpu_kind_reach r
-                         WHERE r.device_track_id = i.device_track_id AND r.kind = i.kind))
-FROM kind_island i;
+SELECT device_track_id, key, ts, end_ts
+FROM _xpu_islands!(_xpu_kind_reach, kind, _xpu_kind_reach);
 
 -- The islands inside the regions.
 CREATE PERFETTO TABLE xpu_analysis_busy_island AS

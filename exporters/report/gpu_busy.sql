@@ -13,25 +13,18 @@ WHERE s.category IN ('kernel', 'memcpy', 'memset') AND s.dur > 0;
 
 -- Busy islands per stream (stream set) and per device (stream NULL: the analysis's islands
 -- of all ops, exporters/analysis/span.sql, the same ops).  prev_end: the furthest end of the
--- stream's earlier ops; an op starting after it opens an island, which ends at the running
--- maximum just before the next one opens (or at the stream's last end).
+-- stream's earlier ops, from which span.sql's _xpu_islands makes the islands.
 CREATE PERFETTO TABLE xpu_report_busy AS
 WITH reach AS (
-  SELECT device_track_id, stream, ts, ts + dur AS end_ts, max(ts + dur) OVER (
+  SELECT device_track_id, stream, ts, max(ts + dur) OVER (
            PARTITION BY device_track_id, stream ORDER BY ts, ts + dur
            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
   FROM xpu_report_gpu_op
-),
-island AS (
-  SELECT device_track_id, stream, ts,
-         lead(prev_end) OVER (PARTITION BY device_track_id, stream ORDER BY ts) AS end_ts
-  FROM reach WHERE prev_end IS NULL OR ts > prev_end
 )
-SELECT device_track_id, stream, ts,
-       coalesce(end_ts, (SELECT max(o.ts + o.dur) FROM xpu_report_gpu_op o
-                         WHERE o.device_track_id = i.device_track_id AND o.stream = i.stream))
-         AS end_ts
-FROM island i
+SELECT device_track_id, key AS stream, ts, end_ts
+FROM _xpu_islands!(
+  reach, stream,
+  (SELECT device_track_id, stream, ts + dur AS end_ts FROM xpu_report_gpu_op))
 UNION ALL
 SELECT device_track_id, NULL, ts, end_ts FROM xpu_busy_island_all WHERE kind = 'any';
 
