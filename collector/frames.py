@@ -84,6 +84,38 @@ def is_python_frame(name: str, module: str = "") -> bool:
     return bool(_PYTHON_NAME.search(name))
 
 
+# CPython's machinery written in Python: the import system (frozen since 3.3) and the runner
+# of `python -m` (frozen since 3.11, a stdlib runpy.py before).  An import is five of these
+# frames per nested module (`_find_and_load;_find_and_load_unlocked;_load_unlocked;
+# exec_module;_call_with_frames_removed`), which is why tracebacks leave them out.
+_IMPORT_FILES = frozenset(
+    {"<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}
+)
+_RUNNER_FILES = frozenset({"<frozen runpy>", "runpy.py"})
+_PYTHON_FILE = re.compile(r" \((?P<file>[^()]*):\d+\)$")
+
+
+def python_file(name: str, module: str = "") -> str:
+    """A Python frame's file name (no directory): from its module where known, else from
+    its `f (file.py:12)` name; "" for other frames."""
+    if module:
+        return basename(module) if is_python_module(module) else ""
+    found = _PYTHON_FILE.search(name)
+    return basename(found.group("file")) if found else ""
+
+
+@lru_cache(maxsize=65536)
+def is_import_machinery_frame(name: str, module: str = "") -> bool:
+    """A frame of CPython's import system (`_find_and_load (<frozen importlib._bootstrap>)`)."""
+    return python_file(name, module) in _IMPORT_FILES
+
+
+@lru_cache(maxsize=65536)
+def is_runner_frame(name: str, module: str = "") -> bool:
+    """A frame of `python -m`'s runner (`_run_module_as_main (<frozen runpy>)`)."""
+    return python_file(name, module) in _RUNNER_FILES
+
+
 def is_interpreter_module(module: str) -> bool:
     return bool(module) and bool(_INTERPRETER_MODULE.match(basename(module)))
 
@@ -154,13 +186,18 @@ def hide_interpreter_between_python(stack: Sequence[FrameRef]) -> list[FrameRef]
 
 def hide_startup_above_python(stack: Sequence[FrameRef]) -> list[FrameRef]:
     """In a stack with Python frames, the way in to the outermost one goes: the C runtime's
-    entry (`_start;__libc_start_main`, `clone3;start_thread`) and the interpreter's start-up
+    entry (`_start;__libc_start_main`, `clone3;start_thread`), the interpreter's start-up
     (`Py_BytesMain;Py_RunMain;pymain_run_python;...;PyEval_EvalCode`, a thread's
-    `thread_run`).  They are in every sample of the process, so they only push the program
-    down the flamegraph and to the top of a ranking by total.  The thread root stays, and
-    so does the frame of an embedding program (its own code calling into Python)."""
+    `thread_run`) and `python -m`'s runner (`_run_module_as_main;_run_code`).  They are in
+    every sample of the process, so they only push the program down the flamegraph and to
+    the top of a ranking by total.  The thread root stays, and so does the frame of an
+    embedding program (its own code calling into Python)."""
     first = next(
-        (i for i, (name, module) in enumerate(stack) if is_python_frame(name, module)),
+        (
+            i
+            for i, (name, module) in enumerate(stack)
+            if is_python_frame(name, module) and not is_runner_frame(name, module)
+        ),
         None,
     )
     if first is None:
@@ -168,13 +205,32 @@ def hide_startup_above_python(stack: Sequence[FrameRef]) -> list[FrameRef]:
     return [
         frame
         for i, frame in enumerate(stack)
-        if i == 0 or i >= first or not (is_interpreter_frame(*frame) or is_c_runtime_entry(*frame))
+        if i == 0
+        or i >= first
+        or not (
+            is_interpreter_frame(*frame) or is_c_runtime_entry(*frame) or is_runner_frame(*frame)
+        )
     ]
+
+
+def collapse_import_machinery(stack: Sequence[FrameRef]) -> list[FrameRef]:
+    """Each run of the import system's frames reads as its outermost one (`<module> (a.py:3);
+    _find_and_load (<frozen importlib._bootstrap>:1360);<module> (b.py:1)`: a.py imports b),
+    as tracebacks leave them out: five frames per nested import made import-heavy stacks
+    three times as deep as the code they run.  Time spent in the import system itself (finding,
+    reading, unmarshalling) stays on the kept frame."""
+    out: list[FrameRef] = []
+    for frame in stack:
+        if out and is_import_machinery_frame(*frame) and is_import_machinery_frame(*out[-1]):
+            continue
+        out.append(frame)
+    return out
 
 
 DEFAULT_FILTERS: tuple[StackFilter, ...] = (
     hide_startup_above_python,
     hide_interpreter_between_python,
+    collapse_import_machinery,
 )
 
 

@@ -11,6 +11,7 @@ from collector.frames import (
     FrameRef,
     StackFilter,
     apply_filters,
+    collapse_import_machinery,
     hide_interpreter_between_python,
     hide_startup_above_python,
 )
@@ -60,8 +61,33 @@ TORCH_STACK: list[FrameRef] = [
     ("at::native::add", TORCH),
 ]
 
+# `python -m pkg.train` importing a package that imports a module: the runner above the
+# program, the import system five frames deep per import, as CPython 3.12 runs it.
+BOOT = "<frozen importlib._bootstrap>"
+BOOT_EXT = "<frozen importlib._bootstrap_external>"
+RUNPY = "<frozen runpy>"
+IMPORT_CHAIN = [
+    (f"_find_and_load ({BOOT}:1360)", BOOT),
+    (f"_find_and_load_unlocked ({BOOT}:1331)", BOOT),
+    (f"_load_unlocked ({BOOT}:935)", BOOT),
+    (f"_LoaderBasics.exec_module ({BOOT_EXT}:995)", BOOT_EXT),
+    (f"_call_with_frames_removed ({BOOT}:488)", BOOT),
+]
+MODULE_RUN_STACK: list[FrameRef] = [
+    ("MainThread", ""),
+    (f"_run_module_as_main ({RUNPY}:198)", RUNPY),
+    (f"_run_code ({RUNPY}:88)", RUNPY),
+    ("<module> (train.py:3)", "/work/pkg/train.py"),
+    *IMPORT_CHAIN,
+    ("<module> (__init__.py:1)", "/venv/lib/transformers/__init__.py"),
+    *IMPORT_CHAIN,
+    ("<module> (modeling.py:9)", "/venv/lib/transformers/modeling.py"),
+    *IMPORT_CHAIN[:2],
+    (f"_find_spec ({BOOT}:1240)", BOOT),  # the import system at work: its time stays
+]
+
 NATIVE_ONLY: list[FrameRef] = [("worker", ""), ("start_thread", LIBC), ("run", "/bin/app")]
-ALL_STACKS = [IMPORT_STACK, TORCH_STACK, NATIVE_ONLY, [("t", "")], []]
+ALL_STACKS = [IMPORT_STACK, TORCH_STACK, MODULE_RUN_STACK, NATIVE_ONLY, [("t", "")], []]
 
 
 def names(stack: list[FrameRef]) -> list[str]:
@@ -108,6 +134,31 @@ def test_extension_frames_between_python_frames_stay() -> None:
     ]
 
 
+def test_import_machinery_reads_as_one_frame_per_import() -> None:
+    assert names(apply_filters(MODULE_RUN_STACK)) == [
+        "MainThread",  # python -m's runner above the program goes, as start-up does
+        "<module> (train.py:3)",
+        f"_find_and_load ({BOOT}:1360)",
+        "<module> (__init__.py:1)",
+        f"_find_and_load ({BOOT}:1360)",
+        "<module> (modeling.py:9)",
+        f"_find_and_load ({BOOT}:1360)",  # the import system's own time, on one frame
+    ]
+    # By name alone (a folded file): the same.
+    by_name = [(name, "") for name, _ in MODULE_RUN_STACK]
+    assert names(apply_filters(by_name)) == names(apply_filters(MODULE_RUN_STACK))
+    # The runner is hidden only above the program; a lone runner stack stays as it is.
+    runner_only = MODULE_RUN_STACK[:3]
+    assert apply_filters(runner_only) == runner_only
+    assert (
+        names(collapse_import_machinery(IMPORT_STACK)).count(
+            f"_call_with_frames_removed ({BOOT}:241)"
+        )
+        == 0
+    )
+    assert apply_filters(MODULE_RUN_STACK, show_all=True) == MODULE_RUN_STACK
+
+
 def test_by_module_first_then_by_name() -> None:
     # A PyObject_* symbol of another object is that object's (numpy, pybind11 shims).
     assert not predicates.is_interpreter_frame("PyObject_Call", TORCH)
@@ -141,13 +192,24 @@ def test_folded_text_with_and_without_modules() -> None:
 @pytest.mark.parametrize("stack_filter", [*DEFAULT_FILTERS, apply_filters])
 @pytest.mark.parametrize("stack", ALL_STACKS)
 def test_filter_contract(stack_filter: StackFilter, stack: list[FrameRef]) -> None:
-    """Every filter: idempotent, never drops a Python frame, never empties a stack (the
+    """Every filter: idempotent, never drops a Python frame of the program (only the
+    interpreter's own Python machinery: import system, runner), never empties a stack (the
     thread root stays), keeps the native frames below the innermost Python frame, keeps
     the order of what it keeps."""
     out = stack_filter(stack)
     assert stack_filter(out) == out
+
+    def program(frames: list[FrameRef]) -> list[FrameRef]:
+        return [
+            f
+            for f in frames
+            if predicates.is_python_frame(*f)
+            and not predicates.is_import_machinery_frame(*f)
+            and not predicates.is_runner_frame(*f)
+        ]
+
+    assert program(out) == program(stack)
     python = [f for f in stack if predicates.is_python_frame(*f)]
-    assert [f for f in out if predicates.is_python_frame(*f)] == python
     assert bool(out) == bool(stack) and (not stack or out[0] == stack[0])
     if python:
         last = max(i for i, f in enumerate(stack) if predicates.is_python_frame(*f))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -41,11 +42,25 @@ def interpreter_between_python(frames: list[str]) -> bool:
 
 
 def python_paths(lines: list[tuple[list[str], int]]) -> Counter[tuple[str, ...]]:
-    """Samples per sequence of Python frames."""
+    """Samples per sequence of the program's Python frames (the import system's are
+    collapsed by default, one frame per import)."""
     out: Counter[tuple[str, ...]] = Counter()
     for frames, n in lines:
-        out[tuple(f for f in frames if predicates.is_python_frame(f))] += n
+        program = (
+            f
+            for f in frames
+            if predicates.is_python_frame(f) and not predicates.is_import_machinery_frame(f)
+        )
+        out[tuple(program)] += n
     return out
+
+
+def import_machinery_runs(frames: list[str]) -> int:
+    """Two import-system frames in a row: what the default view collapses."""
+    return sum(
+        predicates.is_import_machinery_frame(a) and predicates.is_import_machinery_frame(b)
+        for a, b in pairwise(frames)
+    )
 
 
 def median_depth(lines: list[tuple[list[str], int]]) -> float:
@@ -69,6 +84,10 @@ def test_no_interpreter_frame_between_python_frames(python_trace: Path) -> None:
     assert sum(n for f, n in every if interpreter_between_python(f)) > 0
     # ... and folded shows none of them between Python frames.
     assert [f for f, _ in shown if interpreter_between_python(f)] == []
+    # The import (importlib.import_module each round) is five import-system frames deep
+    # with every frame, one by default.
+    assert sum(n for f, n in every if import_machinery_runs(f)) > 0
+    assert [f for f, _ in shown if import_machinery_runs(f)] == []
     assert sum(n for _, n in shown) == sum(n for _, n in every)
     assert median_depth(shown) < median_depth(every)
     # Nothing of the program is lost: the same Python frames in the same samples.

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from collector.frame_names import short_name
+from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.perfetto.trace_processor import Trace, open_trace
 from exporters.report.html_page import FLAME_ID
 from exporters.report.queries import Report, Section, collect
@@ -35,10 +36,10 @@ def trace_path(request: pytest.FixtureRequest) -> Path:
     return request.getfixturevalue("recorded").path
 
 
-def full_report(path: Path) -> tuple[Report, dict[str, Any]]:
+def full_report(path: Path, scope: Scope = DEFAULT_SCOPE) -> tuple[Report, dict[str, Any]]:
     """The report with every row, and the raw rows the checks recompute it from."""
     with open_trace(path) as t:
-        report = collect(t, path.name, top=ALL, bins=50, stacks=True)
+        report = collect(t, path.name, top=ALL, bins=50, stacks=True, scope=scope)
         raw = _raw(t)
     return report, raw
 
@@ -203,7 +204,8 @@ def test_top_functions_of_a_recorded_trace(recorded: RecordedTrace) -> None:
     heavy_caller's total is about 3x light_caller's."""
     if not recorded.cpu_samples:
         pytest.skip("no eBPF here (needs root + bcc): the recorded trace has no CPU samples")
-    report, raw = full_report(recorded.path)
+    # burn() runs outside the fake app's GPU work: the whole trace (--span all).
+    report, raw = full_report(recorded.path, Scope(span_all=True))
     rows = {r["function"]: r for r in section(report, "top_functions").rows}
     assert rows and next(iter(rows)) == "burn"
     assert sum(r["self_samples"] for r in rows.values()) <= raw["cpu_samples"]
@@ -211,6 +213,33 @@ def test_top_functions_of_a_recorded_trace(recorded: RecordedTrace) -> None:
     assert burn["self_pct"] > 50
     assert burn["total_pct"] >= heavy["total_pct"] + light["total_pct"] - 1e-9
     assert 2.0 < heavy["total_pct"] / light["total_pct"] < 4.5
+
+
+def test_top_functions_cover_the_steady_state(recorded: RecordedTrace) -> None:
+    """By default the rankings count the samples of the analysis's focus (here the fake
+    app's GPU work; burn() before it is set-up to this report) and say how many others
+    there are; --span all ranks them all."""
+    if not recorded.cpu_samples:
+        pytest.skip("no eBPF here (needs root + bcc): the recorded trace has no CPU samples")
+    report, _ = full_report(recorded.path)
+    with open_trace(recorded.path) as t:
+        collect(t, recorded.path.name, top=1)
+        inside = t.scalar(
+            "select count(*) from xpu_cpu_sample s, xpu_analysis_focus f "
+            "where s.ts between f.ts and f.end_ts"
+        )
+        everything = t.scalar("select count(*) from xpu_cpu_sample")
+    assert 0 < inside < everything
+    ranked = section(report, "top_functions")
+    assert 0 < sum(r["self_samples"] for r in ranked.rows) <= inside
+    assert "burn" not in {r["function"] for r in ranked.rows}
+    assert f"{inside:,} of {everything:,} CPU samples" in ranked.note
+    by_total = section(report, "top_functions_total")
+    assert {r["function"] for r in by_total.rows} == {r["function"] for r in ranked.rows}
+    totals = [r["total_pct"] for r in by_total.rows]
+    assert totals == sorted(totals, reverse=True)
+    whole, _ = full_report(recorded.path, Scope(span_all=True))
+    assert section(whole, "top_functions").note.startswith("over all CPU samples")
 
 
 def test_report_terminal_output(example_trace: Path) -> None:
@@ -223,7 +252,8 @@ def test_report_terminal_output(example_trace: Path) -> None:
         "GPU busy over time",
         "Memory copies by direction",
         "CUDA API calls by CPU time",
-        "Top functions (CPU samples): no CPU samples in this trace",
+        "Top functions by self time (CPU samples): no CPU samples in this trace",
+        "Top functions by total time (CPU samples): no CPU samples in this trace",
         "Where GPU time is launched from",
         "Counters: drops, matches, totals",
     ):

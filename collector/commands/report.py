@@ -65,9 +65,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--span",
         choices=("active", "all"),
         default="active",
-        help="what the analyses and GPU busy cover: the active span, from the first GPU op to "
-        "the end of the last (default; imports and set-up before it are not GPU idle), or the "
-        "whole trace",
+        help="what the analyses, GPU busy and top functions cover: the active span, from the "
+        "first GPU op to the end of the last (default; imports and set-up before it are not GPU "
+        "idle, and the findings and top functions look at its steady state, from the second "
+        "step), or the whole trace",
     )
     p.add_argument(
         "--annotate",

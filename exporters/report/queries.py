@@ -212,7 +212,7 @@ def collect(
     sections = []
     for spec in _SPECS:
         if spec.key == "cpu_stacks":
-            sections.append(_top_functions(trace, top, full_names, all_frames))
+            sections.extend(_top_functions(trace, top, full_names, all_frames, scope))
             if not stacks:
                 continue
         note = spec.note
@@ -256,24 +256,44 @@ def collect(
     )
 
 
-def _top_functions(trace: Trace, top: int, full_names: bool, all_frames: bool) -> Section:
-    rows = top_functions.top_functions(
-        trace, sql_text("top_functions.sql"), top, full_names, all_frames
+def _top_functions(
+    trace: Trace, top: int, full_names: bool, all_frames: bool, scope: Scope
+) -> tuple[Section, Section]:
+    ranked = top_functions.top_functions(
+        trace,
+        sql_text("top_functions.sql", span_all=int(scope.span_all)),
+        top,
+        full_names,
+        all_frames,
     )
-    return Section(
-        "top_functions",
-        top_functions.TITLE,
-        (
-            Column("function", "function", "name"),
-            Column("thread", "thread"),
-            Column("self_pct", "self %", "pct"),
-            Column("total_pct", "total %", "pct"),
-            Column("self_samples", "self samples", "count"),
+    empty = "no CPU samples in this trace (recorded with --no-cpu, or converted)"
+    function, thread = Column("function", "function", "name"), Column("thread", "thread")
+    self_pct, total_pct = Column("self_pct", "self %", "pct"), Column("total_pct", "total %", "pct")
+    return (
+        Section(
+            "top_functions_total",
+            top_functions.TOTAL_TITLE,
+            (function, thread, total_pct, self_pct),
+            ranked.by_total,
+            empty,
+            f"over {ranked.scope}; total: samples with the function anywhere on the stack "
+            "(once per sample)",
         ),
-        rows,
-        "no CPU samples in this trace (recorded with --no-cpu, or converted)",
-        "self: samples in the function itself; total: with it anywhere on the stack; "
-        "whole stacks with --stacks",
+        Section(
+            "top_functions",
+            top_functions.TITLE,
+            (
+                function,
+                thread,
+                self_pct,
+                total_pct,
+                Column("self_samples", "self samples", "count"),
+            ),
+            ranked.by_self,
+            empty,
+            f"over {ranked.scope}; self: samples in the function itself; whole stacks with "
+            "--stacks",
+        ),
     )
 
 

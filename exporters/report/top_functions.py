@@ -21,7 +21,8 @@ from collector.frames import apply_filters
 from exporters.folded.frames import folded_frames
 from exporters.perfetto.trace_processor import Trace
 
-TITLE = "Top functions (CPU samples)"
+TITLE = "Top functions by self time (CPU samples)"
+TOTAL_TITLE = "Top functions by total time (CPU samples)"
 _LINE = re.compile(r":\d+\)$")
 
 
@@ -78,10 +79,36 @@ def rank_functions(
     return rows
 
 
+@dataclass
+class TopFunctions:
+    by_self: list[dict[str, object]]
+    by_total: list[dict[str, object]]
+    scope: str  # what the rankings cover, for the sections' note
+
+
 def top_functions(
     trace: Trace, sql: str, top: int, full_names: bool = False, all_frames: bool = False
-) -> list[dict[str, object]]:
-    """The `top` functions of a trace whose stack tables are loaded (`sql`:
-    top_functions.sql)."""
+) -> TopFunctions:
+    """The `top` functions of a trace whose stack tables and analysis are loaded (`sql`:
+    top_functions.sql) by self time (where the CPU works), and by total time (what the
+    time is spent under: the training step, the data loading), over the analysis's focus."""
     stacks = [(r["stack"], r["modules"], int(r["samples"])) for r in trace.query(sql)]
-    return rank_functions(stacks, full_names, all_frames)[:top]
+    rows = rank_functions(stacks, full_names, all_frames)
+    by_total = sorted(rows, key=lambda r: (-r["total_pct"], -r["self_samples"], r["function"]))  # type: ignore[operator]
+    return TopFunctions(rows[:top], by_total[:top], _scope(trace, sum(n for *_, n in stacks)))
+
+
+def _scope(trace: Trace, ranked: int) -> str:
+    everything = int(trace.scalar("select count(*) from xpu_cpu_sample") or 0)
+    kind = trace.scalar("select kind from xpu_analysis_focus")
+    if ranked == everything:
+        return "all CPU samples"
+    what = {
+        "steps": "the steady state (from each process's second step)",
+        "active": "the active span (first GPU op to the end of the last)",
+    }.get(str(kind), "the analysed span")
+    return (
+        f"{what}: {ranked:,} of {everything:,} CPU samples; the other "
+        f"{everything - ranked:,} (set-up such as imports and model construction, the "
+        "end) with --span all"
+    )
