@@ -17,6 +17,13 @@ def metrics_loop(stop: threading.Event) -> None:
         time.sleep(0.001)
 
 
+def train_step(model: GPT2LMHeadModel, opt: torch.optim.Optimizer, ids: torch.Tensor) -> None:
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     cfg = GPT2Config(n_layer=6, n_embd=512, n_head=8, vocab_size=8192, n_positions=256)
@@ -27,10 +34,7 @@ def main() -> None:
     metrics = threading.Thread(target=metrics_loop, args=(stop,), name="metrics")
     metrics.start()
     for _ in range(steps):
-        loss = model(ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        train_step(model, opt, ids)
     torch.cuda.synchronize()
     stop.set()
     metrics.join()
