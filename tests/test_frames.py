@@ -217,3 +217,22 @@ def test_filter_contract(stack_filter: StackFilter, stack: list[FrameRef]) -> No
     it = iter(stack)
     assert all(frame in it for frame in out)  # a subsequence
     assert apply_filters(stack, show_all=True) == stack
+
+
+def test_launch_stack_text_hides_the_way_in() -> None:
+    """The API slice's launch_stack arg (innermost first) reads as folded does: the
+    outermost frames of a launch stack (which has no thread root) are start-up too."""
+    from collector import model
+    from exporters.perfetto.launch_stacks import stack_text
+
+    launch = [*MODULE_RUN_STACK[1:], ("cudaLaunchKernel", "/usr/lib/libcudart.so.13")]
+    stack = model.Stack(tuple(model.Frame(name, module) for name, module in launch))
+    assert stack_text(stack).split(" <- ") == [
+        "cudaLaunchKernel",
+        f"_find_and_load ({BOOT}:1360)",
+        "<module> (modeling.py:9)",
+        f"_find_and_load ({BOOT}:1360)",
+        "<module> (__init__.py:1)",
+        f"_find_and_load ({BOOT}:1360)",
+        "<module> (train.py:3)",
+    ]

@@ -92,7 +92,10 @@ def write_launch_stacks(
 @lru_cache(maxsize=16384)
 def stack_text(stack: model.Stack) -> str:
     """The launch stack as the API slice's arg shows it: innermost frame first."""
-    shown = frames.apply_filters([(f.function, f.module) for f in stack.frames])
+    # The filters keep a stack's first frame as its thread root: give them one, so the
+    # outermost frames (the start-up path, python -m's runner) are judged like the rest.
+    rooted = [("", ""), *((f.function, f.module) for f in stack.frames)]
+    shown = frames.apply_filters(rooted)[1:]
     names = [short_name(name) for name, _ in reversed(shown)]
     if len(names) > ARG_FRAMES:
         names = [*names[:ARG_FRAMES], f"... {len(names) - ARG_FRAMES} more"]
