@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import xml.etree.ElementTree as ET
+import zlib
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,13 @@ from .browser import Chromium
 from .conftest import run_cli
 
 SVG = "{http://www.w3.org/2000/svg}"
+
+
+def sliver_data(svg_text: str) -> dict:
+    """The frames under a pixel the SVG keeps as data (deflated JSON in base64), by column."""
+    data = ET.fromstring(svg_text).find(f"{SVG}script[@class='fg-data']")
+    assert data is not None and data.get("data-encoding") == "zlib+base64"
+    return json.loads(zlib.decompress(base64.b64decode(data.text or "")))
 
 
 def frames(svg_text: str) -> list[dict]:
@@ -121,8 +130,7 @@ def test_narrow_cpu_frames_are_elided_and_said_so() -> None:
     assert main["value"] == 1_000_001.0
     assert "1 CPU frame narrower than 0.1 px not drawn" in svg
     # Without a minimum it is kept, as data the script draws on zoom (a sliver).
-    kept = ET.fromstring(render_svg(lines, width=1000, min_width=0))
-    data = json.loads(kept.find(f"{SVG}script[@class='fg-data']").text or "")  # type: ignore[union-attr]
+    data = sliver_data(render_svg(lines, width=1000, min_width=0))
     assert [n for n, _ in data["names"]] == ["tiny"]
 
 
@@ -136,11 +144,15 @@ def test_narrow_gpu_frames_are_never_elided() -> None:
     ]
     svg = render_svg(lines, width=1000, min_width=0.1)
     fs = frames(svg)
-    data = json.loads(ET.fromstring(svg).find(f"{SVG}script[@class='fg-data']").text or "")  # type: ignore[union-attr]
+    data = sliver_data(svg)
     names = {f["name"] for f in fs} | {n for n, _ in data["names"]}
     assert {"launch", "cudaLaunchKernel", "[GPU_Kernel]short", "[GPU_Memcpy]copy"} <= names
     gpu = sum(f["value"] for f in fs if f["name"].startswith("[GPU_"))
-    gpu += sum(row[2] for row in data["frames"] if data["names"][row[0]][0].startswith("[GPU_"))
+    gpu += sum(
+        value
+        for name, value in zip(data["name"], data["value"], strict=True)
+        if data["names"][name][0].startswith("[GPU_")
+    )
     assert gpu == 5.0
 
 
@@ -217,17 +229,21 @@ def test_slivers_are_data_not_elements() -> None:
     svg = render_svg(SLIVER_LINES, width=1000, min_width=0.01)
     names = {f["name"] for f in frames(svg)}
     assert "wide" in names and not any(n.startswith("leaf") for n in names)
-    data = ET.fromstring(svg).find(f"{SVG}script[@class='fg-data']")
-    assert data is not None
-    rows = json.loads(data.text or "")
-    assert len(rows["frames"]) == 400  # the leaves (narrow itself is 11.6 px wide)
+    rows = sliver_data(svg)
+    assert len(rows["name"]) == len(rows["start"]) == len(rows["depth"]) == 400  # the leaves
+    # (narrow itself is 11.6 px wide), each at its place: 30 wide, side by side under main;narrow
+    assert rows["value"] == [30.0] * 400 and set(rows["depth"]) == {3}
+    assert rows["start"] == [30.0 * i for i in range(400)]  # narrow sorts before wide
     assert {n for n, _ in rows["names"]} == {f"leaf{i:03d}" for i in range(400)}
 
 
-_ZOOM_JS = """(() => {
+_ZOOM_JS = """(async () => {
   const narrow = [...document.querySelectorAll('.fg-f')].find(
     g => g.querySelector('title').textContent.startsWith('narrow\\n'));
   narrow.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+  // The slivers are inflated first: the zoom follows in a later task.
+  for (let i = 0; i < 100 && document.querySelectorAll('.fg-f').length === 4; i++)
+    await new Promise(r => setTimeout(r, 50));
   const leaves = [...document.querySelectorAll('.fg-f')].filter(
     g => g.querySelector('title').textContent.startsWith('leaf') && g.style.display !== 'none');
   return {leaves: leaves.length,
@@ -248,3 +264,25 @@ def test_zoom_draws_slivers_in_chromium(tmp_path: Path) -> None:
         assert browser.log.exceptions == []
     assert zoomed["leaves"] == 400
     assert zoomed["width"] == pytest.approx((1000 - 2 * PAD) / 400, rel=1e-6)
+
+
+_SEARCH_JS = """(async () => {
+  window.prompt = () => 'leaf';
+  document.querySelector('.fg-search').dispatchEvent(new MouseEvent('click', {bubbles: true}));
+  const matched = document.querySelector('.fg-matched');
+  for (let i = 0; i < 100 && !matched.textContent; i++)
+    await new Promise(r => setTimeout(r, 50));
+  return matched.textContent;
+})()"""
+
+
+def test_search_counts_slivers_in_chromium(tmp_path: Path) -> None:
+    """Search reads the inflated slivers too: the 400 leaves, data only until a zoom, are
+    400 x 30 of 1,012,000 (1.2%)."""
+    path = tmp_path / "slivers.svg"
+    path.write_text(render_svg(SLIVER_LINES, width=1000, min_width=0.01))
+    with Chromium(width=1100, height=800) as browser:
+        browser.navigate(path.as_uri())
+        browser.wait_for("document.readyState === 'complete'", what="the SVG")
+        assert browser.evaluate(_SEARCH_JS) == "Matched: 1.2%"
+        assert browser.log.exceptions == []

@@ -286,20 +286,28 @@ def test_report_errors_are_one_line(example_trace: Path, tmp_path: Path) -> None
 
 
 # The flamegraph's frames as the browser sees them, and a zoom by click.
-_FLAME_JS = f"""(() => {{
+_FLAME_JS = f"""(async () => {{
   const svg = document.getElementById('{FLAME_ID}');
   const frames = [...svg.querySelectorAll('.fg-f')].map(g => ({{
     name: g.querySelector('title').textContent.split('\\n')[0],
     v: +g.getAttribute('data-v'), d: +g.getAttribute('data-d'), g: g }}));
-  // Kernels drawn, plus those under a pixel kept as the graph's sliver data.
-  const data = JSON.parse(svg.querySelector('.fg-data').textContent);
+  // Kernels drawn, plus those under a pixel kept as the graph's sliver data (deflated
+  // JSON in base64, by column).
+  const packed = atob(svg.querySelector('.fg-data').textContent.trim());
+  const bytes = Uint8Array.from(packed, c => c.charCodeAt(0));
+  const data = JSON.parse(await new Response(
+    new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'))).text());
   const kernels = frames.filter(f => f.name.startsWith('[GPU_Kernel]'))
                         .reduce((s, f) => s + f.v, 0)
-    + data.frames.filter(r => data.names[r[0]][0].startsWith('[GPU_Kernel]'))
-                 .reduce((s, r) => s + r[2], 0);
+    + data.value.filter((v, i) => data.names[data.name[i]][0].startsWith('[GPU_Kernel]'))
+                .reduce((s, v) => s + v, 0);
   const rootWidth = +frames[0].g.querySelector('rect').getAttribute('width');
   const target = frames.filter(f => f.d === 2).sort((a, b) => a.v - b.v)[0].g;
+  const before = +target.querySelector('rect').getAttribute('width');
   target.dispatchEvent(new MouseEvent('click', {{bubbles: true}}));  // as a real click
+  // The zoom follows once the slivers are inflated.
+  for (let i = 0; i < 100 && +target.querySelector('rect').getAttribute('width') === before; i++)
+    await new Promise(r => setTimeout(r, 50));
   const zoomed = +target.querySelector('rect').getAttribute('width');
   return {{kernels, rootWidth, zoomed, count: frames.length}};
 }})()"""
