@@ -7,7 +7,9 @@ Python call chain of `depth` frames with branching at every level, native leaves
 under launch contexts), rendered by exporters/report/flamegraph.py, opened as a file in
 headless Chromium (tests/browser.py; Debian's chromium).  Open time: the browser's
 navigation timing to the end of the load event (parsed, laid out, the graph's script run)
-plus one painted frame (a screenshot forces the paint).
+plus one painted frame (a screenshot forces the paint).  First zoom: a click on the widest
+frame under the root until the zoom is drawn (it inflates the sliver data and reads every
+frame).
 Prints a table and writes the numbers as JSON.
 """
 
@@ -66,6 +68,7 @@ def measure(stacks: int, depth: int, work: Path, browser: Chromium) -> dict[str,
     open_s = load_ms / 1000 + (time.perf_counter() - t0)
     height = browser.evaluate("document.documentElement.getAttribute('height')")
     drawn = browser.evaluate("document.querySelectorAll('.fg-f').length")
+    zoom_s = browser.evaluate(_FIRST_ZOOM_JS, timeout=120)
     return {
         "stacks": stacks,
         "max_depth": depth,
@@ -74,7 +77,23 @@ def measure(stacks: int, depth: int, work: Path, browser: Chromium) -> dict[str,
         "height_px": float(height),
         "render_s": round(render_s, 3),
         "open_s": round(open_s, 3),
+        "first_zoom_s": round(zoom_s, 3),
     }
+
+
+# A click on the widest frame under the root, timed to the zoom drawn (the reset button
+# shows): the first zoom inflates the sliver data and reads every frame.
+_FIRST_ZOOM_JS = """(async () => {
+  const reset = document.querySelector('.fg-reset');
+  const first = [...document.querySelectorAll('.fg-f')].filter(g => +g.dataset.d === 1)
+    .sort((a, b) => b.dataset.v - a.dataset.v)[0];
+  const t0 = performance.now();
+  first.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+  while (reset.getAttribute('visibility') !== 'visible')
+    await new Promise(r => setTimeout(r, 10));
+  await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
+  return (performance.now() - t0) / 1000;
+})()"""
 
 
 def _wait_complete(browser: Chromium, timeout: float = 120) -> None:
@@ -105,7 +124,7 @@ def main() -> int:
             print(
                 f"{r['stacks']:>7} stacks  depth {r['max_depth']:>4}  {r['frames_drawn']:>7} frames"
                 f"  {r['svg_mb']:>6.2f} MB  {r['height_px']:>6.0f} px  render {r['render_s']:.2f} s"
-                f"  open {r['open_s']:.2f} s"
+                f"  open {r['open_s']:.2f} s  first zoom {r['first_zoom_s']:.2f} s"
             )
     args.json.write_text(json.dumps({"cases": rows}, indent=2) + "\n")
     print(f"wrote {args.json}")

@@ -286,3 +286,26 @@ def test_search_counts_slivers_in_chromium(tmp_path: Path) -> None:
         browser.wait_for("document.readyState === 'complete'", what="the SVG")
         assert browser.evaluate(_SEARCH_JS) == "Matched: 1.2%"
         assert browser.log.exceptions == []
+
+
+def test_zoom_draws_only_what_a_pixel_shows_in_chromium(tmp_path: Path) -> None:
+    """A zoom draws frames of a pixel or more, as the first view does: `tiny` (kept: 0.006
+    px unzoomed, over the 0.001 px minimum) is 0.5 px wide zoomed on `narrow` and stays
+    data (making every sub-pixel sliver of a deep profile an element made a first zoom
+    take seconds)."""
+    path = tmp_path / "slivers.svg"
+    path.write_text(render_svg([*SLIVER_LINES, ("main;narrow;tiny", 5.0)], min_width=0.001))
+    with Chromium(width=1100, height=800) as browser:
+        browser.navigate(path.as_uri())
+        browser.wait_for("document.readyState === 'complete'", what="the SVG")
+        zoomed = browser.evaluate(_ZOOM_JS)
+        shown = browser.evaluate(
+            "[...document.querySelectorAll('.fg-f')].filter(g => g.style.display !== 'none')"
+            ".map(g => [g.querySelector('title').textContent.split('\\n')[0],"
+            " +g.querySelector('rect').getAttribute('width')])"
+        )
+        assert browser.log.exceptions == []
+    assert zoomed["leaves"] == 400
+    assert "tiny" in {n for n, _ in sliver_data(path.read_text())["names"]}
+    assert "tiny" not in {name for name, _ in shown}
+    assert min(width for _, width in shown) >= 1.0

@@ -258,7 +258,10 @@ def _script(gid: str, plot_w: float) -> str:
   if (!svg) return;
   var PAD = {PAD}, W = {plot_w:.3f}, CW = {CHAR_WIDTH:.3f};
   var HEADER = {HEADER}, FH = {FRAME_HEIGHT};
-  var minWidth = parseFloat(svg.getAttribute('data-min-width'));
+  // A zoom draws what the first view would: frames of a pixel or more (narrower ones stay
+  // data, their weight in their parents); a zoom that made every sub-pixel sliver of a
+  // deep profile an element took seconds.
+  var minWidth = Math.max(parseFloat(svg.getAttribute('data-min-width')), {DOM_MIN_PX});
   var total = parseFloat(svg.getAttribute('data-total'));
   var group = svg.querySelector('.fg-frames');
   var details = svg.querySelector('.fg-details');
