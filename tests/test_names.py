@@ -1,0 +1,103 @@
+"""Thread and process names as users read them in the Perfetto UI (the thread and process
+tables), on real recordings with both CPU samplers:
+
+- a Python thread started as threading.Thread(name=...) is named so, whole (beyond the 15
+  bytes of a Linux thread name), on CPython versions that do not name the OS thread;
+- a forked multiprocessing worker is named after its target function, the interpreter's
+  name kept beside it: `crunch_numbers (python3)`;
+- a program started through `sh -c '...; exec python3 ...'` reads python3, its process and
+  its main thread, not sh.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporters.perfetto.trace_processor import open_trace
+
+from .conftest import REPO, run_cli
+from .native.bpf_harness import bpf_unavailable_reason
+from .test_cpu_sampler import FREQ
+
+SCRIPT = REPO / "tests" / "native" / "named_workers.py"
+SECONDS = "1"
+PYTHON = "/usr/bin/python3"
+
+SAMPLERS = [
+    pytest.param("inprocess", id="inprocess"),
+    pytest.param(
+        "ebpf",
+        id="ebpf",
+        marks=pytest.mark.skipif(
+            bpf_unavailable_reason() is not None, reason=str(bpf_unavailable_reason())
+        ),
+    ),
+]
+
+NAMES_SQL = """
+select p.pid, p.name as process, t.tid, t.name as thread,
+  (select count(*) from perf_sample s where s.utid = t.utid) as samples
+from thread t left join process p using (upid)
+where p.pid is not null and p.pid != 0
+"""
+
+
+def names(trace: Path) -> list[dict[str, object]]:
+    with open_trace(trace) as tp:
+        return list(tp.query(NAMES_SQL))
+
+
+def record(sampler: str, out: Path, *cmd: str) -> list[dict[str, object]]:
+    proc = run_cli(
+        "record", "--no-gpu", "--cpu-sampler", sampler, "--freq", FREQ, "-o", out, "--", *cmd
+    )
+    assert proc.returncode == 0, proc.stderr
+    return names(out)
+
+
+@pytest.fixture(scope="module", params=SAMPLERS)
+def workers_trace(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, list[dict[str, object]]]:
+    out = tmp_path_factory.mktemp("names") / "workers.perfetto-trace"
+    return request.param, record(request.param, out, PYTHON, str(SCRIPT), SECONDS)
+
+
+def test_python_thread_has_its_threading_name(
+    workers_trace: tuple[str, list[dict[str, object]]],
+) -> None:
+    _, rows = workers_trace
+    named = [r for r in rows if r["thread"] == "metrics-collector"]
+    assert named, rows
+    assert all(r["samples"] for r in named), rows
+    # The main thread keeps the program's name.
+    assert any(r["tid"] == r["pid"] and r["thread"] == "python3" for r in rows), rows
+
+
+def test_multiprocessing_worker_named_after_its_target(
+    workers_trace: tuple[str, list[dict[str, object]]],
+) -> None:
+    _, rows = workers_trace
+    processes = {r["pid"]: r["process"] for r in rows}
+    assert "crunch_numbers (python3)" in processes.values(), rows
+    # The parent is not renamed.
+    assert sum(name == "python3" for name in processes.values()) == 1, rows
+
+
+@pytest.mark.parametrize("sampler", [p.values[0] for p in SAMPLERS], ids=["inprocess", "ebpf"])
+def test_exec_through_a_shell_reads_the_new_program(sampler: str, tmp_path: Path) -> None:
+    if sampler == "ebpf" and bpf_unavailable_reason() is not None:
+        pytest.skip(str(bpf_unavailable_reason()))
+    script = REPO / "tests" / "native" / "two_callers.py"
+    # The shell is busy before the exec: its own image is sampled too.
+    busy = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"
+    rows = record(
+        sampler, tmp_path / "sh.perfetto-trace", "sh", "-c", f"{busy}; exec {PYTHON} {script} 1"
+    )
+    sampled = [r for r in rows if r["samples"]]
+    assert sampled, rows
+    main = [r for r in sampled if r["tid"] == r["pid"]]
+    assert main and all(r["thread"] == "python3" for r in main), rows
+    assert all(r["process"] == "python3" for r in sampled), rows
