@@ -97,6 +97,10 @@ class ProcessRegistry:
         proc.stale = True
         proc.parent = None  # the parent's layout no longer applies
         proc.name = comm
+        # The thread that exec'd is the main thread now, under the new program's name (a
+        # thread track has one name: the one users expect is the program it ran last).
+        if pid in proc.threads:
+            proc.threads[pid] = comm
 
     def prefetch_maps(self, pid: int) -> None:
         """Read (or extend) the maps of a live process ahead of its events: a process that
