@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 
 from collector import model
+from collector.recording.kept_streams import CPU_STREAMS, PYTHON_NAMES, kept_sources
 from collector.recording.process_roles import numbered_roles, process_name, script_role
 from collector.recording.python_names import (
     HOOK_DIRECTORY,
     ProcessReport,
+    PythonNames,
     ReportedNames,
     read_reports,
 )
@@ -217,3 +219,14 @@ def test_track_names_rename_every_source_alike() -> None:
         model.ThreadInfo(5, 5, "python3"),
         model.ProcessInfo(7, "crunch_numbers (python3)", ("python3", "x.py")),
     ]
+
+
+def test_kept_recording_keeps_the_names(tmp_path: Path) -> None:
+    """`record --from-streams`: the names the hook wrote beside the kept streams are read."""
+    (tmp_path / CPU_STREAMS).mkdir()
+    (tmp_path / PYTHON_NAMES).mkdir()
+    (tmp_path / PYTHON_NAMES / "names-5.tsv").write_text("T\t6\tmetrics-collector\nbroken\n")
+    sources = kept_sources(tmp_path)
+    names = [s for s in sources if isinstance(s, PythonNames)]
+    assert len(names) == 1 and names[0].target_env() == {}
+    assert names[0].reported().threads == {(5, 6): "metrics-collector"}
