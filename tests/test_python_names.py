@@ -172,6 +172,8 @@ def test_roles_from_what_the_process_runs() -> None:
             report(22, "concurrent.futures.process:_process_worker", "__main__"),
             report(23, "multiprocessing.pool:worker", name="SpawnPoolWorker-3"),
             report(31, "__main__:crunch_numbers", "__main__"),
+            # A program's own worker given a DataLoader helper is not a DataLoader worker.
+            report(33, "__main__:collate_all", "torch.utils.data._utils.collate", parent=3),
             report(32, "__mp_main__:Trainer.run", name="trainer-7"),
         )
     }
@@ -183,6 +185,7 @@ def test_roles_from_what_the_process_runs() -> None:
         22: "process pool worker",
         23: "pool worker",
         31: "crunch_numbers",
+        33: "collate_all",
         32: "trainer-7",
     }
 

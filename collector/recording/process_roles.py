@@ -5,8 +5,9 @@ The role comes from what the process runs (the startup hook's report of a multip
 process, collector/recording/python_names.py, or the script of its command line), in this
 order:
 1. the name the program gave the multiprocessing process (Process(name=...)), as it is;
-2. a library whose own workers users look for (LIBRARY_ROLES): the target function, a
-   callable among its arguments (a pool's initializer) or the script comes from it;
+2. a library whose own workers users look for (LIBRARY_ROLES): the target function, for a
+   pool's worker a callable among its arguments (the pool's initializer), or the script
+   comes from it;
 3. a pool of the standard library (POOL_LOOPS): its workers all run the pool's loop;
 4. otherwise the name of the target function (`crunch_numbers (python3)`).
 Processes of one parent with one role are numbered in their start order when there are
@@ -46,16 +47,15 @@ def library_role(modules: Iterable[str]) -> str | None:
 
 
 def reported_role(report: ProcessReport) -> tuple[str, bool]:
-    """(role, numbered) of a multiprocessing process from its report."""
+    """(role, numbered) of a multiprocessing process from its report.  The callables among
+    the target's arguments count only for a pool's loop, whose target says nothing of what
+    the pool is for (inductor's pool says it through its initializer)."""
     if report.name and not _DEFAULT_NAME.fullmatch(report.name):
         return report.name, False
     module, _, qualname = report.target.partition(":")
-    role = library_role([module, *report.callable_modules])
-    if role is not None:
-        return role, True
-    if report.target in POOL_LOOPS:
-        return POOL_LOOPS[report.target], True
-    return qualname or "?", True
+    pool = POOL_LOOPS.get(report.target)
+    role = library_role([module, *report.callable_modules] if pool else [module])
+    return role or pool or qualname or "?", True
 
 
 def script_role(cmdline: Sequence[str]) -> str | None:
