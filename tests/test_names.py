@@ -111,3 +111,13 @@ def test_exec_through_a_shell_reads_the_new_program(
     main = [r for r in rows if r["tid"] == pid]
     assert main and all(r["thread"] == name for r in main), rows
     assert {r["process"] for r in rows if r["pid"] == pid} == {name}, rows
+
+
+def test_no_python_names_leaves_the_target_alone(tmp_path: Path) -> None:
+    out = tmp_path / "plain.perfetto-trace"
+    proc = run_cli(
+        "record", "--no-gpu", "--no-python-names", "-o", out, "--",
+        PYTHON, "-c", "import os, sys; sys.exit('startup_hook' in os.environ.get('PYTHONPATH', '')"
+        " or 'XPU_PERF_NAMES_DIR' in os.environ)",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr

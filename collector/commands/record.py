@@ -114,6 +114,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--no-python", action="store_true", help="stacks (launch and CPU) without Python frames"
     )
     p.add_argument(
+        "--no-python-names",
+        action="store_true",
+        help="leave the target's PYTHONPATH alone: no startup hook, so Python threads and "
+        "worker processes keep the kernel's names (python3)",
+    )
+    p.add_argument(
         "--kinds",
         default=",".join(KINDS),
         help=f"GPU activity kinds, comma separated (default {','.join(KINDS)})",

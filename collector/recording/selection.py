@@ -64,9 +64,10 @@ def select_sources(options: RecordOptions, streams: StreamsDir | None = None) ->
         sources += [cpu] if cpu is not None else []
     if not sources:
         raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
-    # The names the target's Python knows (threading's, multiprocessing's), for every source.
-    names_dir = streams.subdir(PYTHON_NAMES) if streams is not None else None
-    sources.append(PythonNames(names_dir))
+    if options.python_names:
+        # The names the target's Python knows (threading's, multiprocessing's), for all sources.
+        names_dir = streams.subdir(PYTHON_NAMES) if streams is not None else None
+        sources.append(PythonNames(names_dir))
     return Selection(sources, freq)
 
 
