@@ -10,6 +10,7 @@ inherits the environment; not one run with -I, -E or -S (PYTHONPATH or site igno
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -24,6 +25,19 @@ from collector.recording.libraries import loadable_directory_by_target
 
 HOOK_DIRECTORY = Path(__file__).resolve().parent / "startup_hook"
 NAMES_GLOB = "names-*.tsv"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """record's options for the Python in the target: its frames in stacks, its names."""
+    parser.add_argument(
+        "--no-python", action="store_true", help="stacks (launch and CPU) without Python frames"
+    )
+    parser.add_argument(
+        "--no-python-names",
+        action="store_true",
+        help="leave the target's PYTHONPATH alone: no startup hook, so Python threads and "
+        "worker processes keep the kernel's names (python3)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
