@@ -11,6 +11,8 @@ tables), on real recordings with both CPU samplers:
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,46 @@ def test_no_python_names_leaves_the_target_alone(tmp_path: Path) -> None:
         " or 'XPU_PERF_NAMES_DIR' in os.environ)",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+# torch for the target (not installed here by default): a directory holding it, or the
+# target Python's own site-packages.
+TORCH_PATH = os.environ.get("XPU_PERF_TEST_TORCH_PATH", "")
+
+
+def _torch_missing() -> bool:
+    env = {**os.environ, "PYTHONPATH": TORCH_PATH}
+    probe = subprocess.run([PYTHON, "-c", "import torch"], env=env, capture_output=True)
+    return probe.returncode != 0
+
+
+@pytest.mark.skipif(_torch_missing(), reason="no torch for the target (XPU_PERF_TEST_TORCH_PATH)")
+@pytest.mark.parametrize(
+    ("workload", "expected"),
+    [
+        ("loader-cpu", {"DataLoader worker 0", "DataLoader worker 2"}),
+        (
+            "pool-cpu",
+            {
+                "inductor compile worker",  # the pool's process (its script)
+                "inductor compile worker 0",  # its forked workers
+                "inductor compile worker 1",
+            },
+        ),
+    ],
+)
+@pytest.mark.parametrize("sampler", [p.values[0] for p in SAMPLERS], ids=["inprocess", "ebpf"])
+def test_torch_workers_named_by_what_they_are(
+    sampler: str, workload: str, expected: set[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real DataLoader and inductor worker layouts, where torch is there.  The program's
+    name in parentheses is the sampler's: the command's (in-process) or comm (eBPF: torch
+    names its DataLoader workers `pt_data_worker`)."""
+    if sampler == "ebpf" and bpf_unavailable_reason() is not None:
+        pytest.skip(str(bpf_unavailable_reason()))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (TORCH_PATH, str(REPO)) if p))
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "2")
+    out = tmp_path / "torch.perfetto-trace"
+    rows = record(sampler, out, PYTHON, "-m", "bench.workloads.worker_processes", workload)
+    roles = {str(r["process"]).rpartition(" (")[0] for r in rows}
+    assert expected <= roles, rows
