@@ -30,13 +30,12 @@ class TrackNames:
     def apply(self, events: Iterable[model.Event]) -> Iterator[model.Event]:
         threads = self._threads
         for event in events:
-            kind = type(event)
-            if kind is model.ThreadInfo:
-                name = threads.get((event.pid, event.tid))  # type: ignore[union-attr]
+            if isinstance(event, model.ThreadInfo):
+                name = threads.get((event.pid, event.tid))
                 if name is not None:
-                    event = replace(event, name=name)  # type: ignore[type-var]
-            elif kind is model.ProcessInfo:
-                event = self._process(event)  # type: ignore[arg-type]
+                    event = replace(event, name=name)
+            elif isinstance(event, model.ProcessInfo):
+                event = self._process(event)
             yield event
 
     def _process(self, process: model.ProcessInfo) -> model.ProcessInfo:

@@ -61,6 +61,13 @@ def _read_cmdline(pid: int) -> tuple[str, ...]:
     return tuple(arg.decode("utf-8", "replace") for arg in raw.split(b"\0") if arg)
 
 
+def _read_comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
+    except OSError:
+        return ""
+
+
 @dataclass(slots=True)
 class _Process:
     pid: int
@@ -121,6 +128,9 @@ class ProcessRegistry:
             return False
         proc.maps, proc.stale = snapshot, False
         proc.cmdline = _read_cmdline(proc.pid) or proc.cmdline
+        # The main thread's name, not that of the thread whose event came first (a Python
+        # thread the startup hook named, for one).
+        proc.name = _read_comm(proc.pid) or proc.name
         return True
 
     def on_event(
