@@ -3,6 +3,11 @@ checks on the GPU machine, bench/fork_children_gpu.sh and bench/faults_views_gpu
 
     python3 -m bench.workloads.worker_processes compile   # torch.compile's compile workers
     python3 -m bench.workloads.worker_processes loader    # a DataLoader with 4 workers
+
+and their layouts without a GPU (tests/test_names.py, where torch is there):
+
+    python3 -m bench.workloads.worker_processes loader-cpu  # a DataLoader with 3 workers
+    python3 -m bench.workloads.worker_processes pool-cpu    # inductor's compile-worker pool
 """
 
 from __future__ import annotations
@@ -35,5 +40,34 @@ def run_loader() -> None:
     torch.cuda.synchronize()
 
 
+def run_loader_cpu() -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    dl = DataLoader(TensorDataset(torch.randn(4096, 256)), batch_size=64, num_workers=3)
+    m = torch.nn.Linear(256, 256)
+    for (b,) in dl:
+        m(b).sum().backward()
+
+
+def run_pool_cpu() -> None:
+    """inductor's compile-worker pool started as torch.compile starts it (AsyncCompile: on
+    CPU-only machines a small compile finishes before it is used), given CPU work."""
+    import functools
+    import math
+
+    from torch._inductor.async_compile import AsyncCompile
+
+    pool = AsyncCompile.process_pool()
+    futures = [pool.submit(functools.partial(math.factorial, 30_000 + i)) for i in range(16)]
+    for future in futures:
+        future.result()
+
+
 if __name__ == "__main__":
-    {"compile": run_compile, "loader": run_loader}[sys.argv[1]]()
+    {
+        "compile": run_compile,
+        "loader": run_loader,
+        "loader-cpu": run_loader_cpu,
+        "pool-cpu": run_pool_cpu,
+    }[sys.argv[1]]()

@@ -19,6 +19,7 @@ from collector.recording.keep import keep_streams, write_kept
 from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import CPU_SAMPLERS, KINDS, LAUNCH_STACK_MODES, check_options
 from collector.recording.program_profiler import add_argument as add_program_profiler
+from collector.recording.python_names import add_arguments as add_python_arguments
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
 from collector.recording.summary import say, summary, toggle_hint
@@ -110,9 +111,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "else ebpf uprobes on cudaLaunchKernel/cuLaunchKernel when eBPF is available",
     )
     p.add_argument("--no-stacks", action="store_true", help="same as --launch-stacks off")
-    p.add_argument(
-        "--no-python", action="store_true", help="stacks (launch and CPU) without Python frames"
-    )
+    add_python_arguments(p)
     p.add_argument(
         "--kinds",
         default=",".join(KINDS),

@@ -27,6 +27,7 @@ from collector.gpu_metrics.kept import INDEX
 from collector.recording import program_profiler
 from collector.recording.credentials import share_with_target
 from collector.recording.gpu_metrics import KeptGpuMetrics
+from collector.recording.python_names import PythonNames
 from collector.recording.source import FinishedRun
 from collector.sources.cpu_stream import InprocessCpuSource
 from collector.sources.cupti import CuptiSource
@@ -36,6 +37,7 @@ MANIFEST_VERSION = 1
 GPU_STREAMS = "cupti"
 CPU_STREAMS = "cpu"
 GPU_METRICS = "gpu_metrics"  # the counters record read itself (collector/gpu_metrics/kept.py)
+PYTHON_NAMES = "python_names"  # the Python startup hook's (collector/recording/python_names.py)
 
 
 @dataclass
@@ -154,13 +156,16 @@ class KeptSource(FinishedRun):
         return program_profiler.summary_lines(None, self.stats(), self._program_profilers())
 
 
-def kept_sources(directory: Path) -> list[KeptSource | KeptGpuMetrics]:
-    """The sources of a kept recording, in record's order (GPU, its counters, then CPU)."""
-    sources: list[KeptSource | KeptGpuMetrics] = []
+def kept_sources(directory: Path) -> list[KeptSource | KeptGpuMetrics | PythonNames]:
+    """The sources of a kept recording, in record's order (GPU, its counters, then CPU, then
+    the names the Python startup hook reported)."""
+    sources: list[KeptSource | KeptGpuMetrics | PythonNames] = []
     for name in (GPU_STREAMS, GPU_METRICS, CPU_STREAMS):
         if name == GPU_METRICS:
             if (directory / name / INDEX).is_file():
                 sources.append(KeptGpuMetrics(directory / name))
         elif (directory / name).is_dir():
             sources.append(KeptSource(name, directory / name))
+    if sources and (directory / PYTHON_NAMES).is_dir():
+        sources.append(PythonNames(directory / PYTHON_NAMES, hook=False))
     return sources

@@ -1,4 +1,5 @@
-"""Where the native libraries the target loads come from during a run.
+"""Where the native libraries the target loads (and the Python startup hook it imports) come
+from during a run.
 
 As root, the libraries are loaded from a copy in a directory of the run that every user can
 read and only root can write (0755, root's: what collector/cache_trust.py asks of code it
@@ -36,4 +37,17 @@ def loadable_by_target(library: Path) -> Path:
     if not copy.exists():
         shutil.copyfile(library, copy)
         copy.chmod(0o755)
+    return copy
+
+
+def loadable_directory_by_target(directory: Path) -> Path:
+    """The path the target imports the files of `directory` from (the Python startup hook):
+    as root, a world-readable copy in the run's directory; otherwise `directory` itself."""
+    if os.geteuid() != 0:
+        return directory
+    copy = _directory() / directory.name
+    if not copy.exists():
+        shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        for path in (copy, *copy.iterdir()):
+            path.chmod(0o755)
     return copy

@@ -46,6 +46,7 @@ class RecordOptions:
     stop_after_s: float | None  # --duration when it stops the target (not a window's length)
     quiet: bool
     gpu_metrics_hz: float | None = None  # GPU counter reads per second; None: off
+    python_names: bool = True  # the Python startup hook (collector/recording/python_names.py)
 
 
 def check_options(args: argparse.Namespace) -> RecordOptions:
@@ -93,6 +94,7 @@ def check_options(args: argparse.Namespace) -> RecordOptions:
         stop_after_s=None if plan.windowed else args.duration,
         quiet=args.quiet,
         gpu_metrics_hz=gpu_metrics_hz,
+        python_names=not args.no_python_names,
     )
 
 

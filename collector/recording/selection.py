@@ -15,9 +15,16 @@ from collector.launch_join import EbpfLaunchStacks
 from collector.recording.cpu import InprocessCpuRecording
 from collector.recording.gpu import CuptiRecording
 from collector.recording.gpu_metrics import GpuMetricsRecording
-from collector.recording.kept_streams import CPU_STREAMS, GPU_METRICS, GPU_STREAMS, StreamsDir
+from collector.recording.kept_streams import (
+    CPU_STREAMS,
+    GPU_METRICS,
+    GPU_STREAMS,
+    PYTHON_NAMES,
+    StreamsDir,
+)
 from collector.recording.libraries import loadable_by_target
 from collector.recording.options import RecordOptions, check_freq
+from collector.recording.python_names import PythonNames
 from collector.recording.source import RecordSource
 from collector.recording.summary import say
 from collector.setup_check import Problem, check_ebpf
@@ -57,6 +64,10 @@ def select_sources(options: RecordOptions, streams: StreamsDir | None = None) ->
         sources += [cpu] if cpu is not None else []
     if not sources:
         raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
+    if options.python_names:
+        # The names the target's Python knows (threading's, multiprocessing's), for all sources.
+        names_dir = streams.subdir(PYTHON_NAMES) if streams is not None else None
+        sources.append(PythonNames(names_dir))
     return Selection(sources, freq)
 
 

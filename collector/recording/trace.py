@@ -13,6 +13,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
 from collector.recording.kept_streams import Manifest
+from collector.recording.python_names import PythonNames
 from collector.recording.size_limit import SizeLimit
 from collector.recording.source import (
     DescribedSource,
@@ -23,6 +24,7 @@ from collector.recording.source import (
     WindowFollower,
     process_accounts,
 )
+from collector.recording.track_names import TrackNames
 from collector.recording.windows import CapturePlan, TreeWindows
 from exporters.perfetto.engine_limit import record_warning
 from exporters.perfetto.writer import TraceWriter
@@ -45,8 +47,13 @@ def write_trace(
     the window mode, written with the window count as metadata `capture_range` and
     `windows`; the windows of the injection library, else (no GPU recording, or no process
     used CUDA) those `tree` opened, as slices.  `kept`: the manifest of a recording written
-    later from its kept streams (its host, and what record knew at the end)."""
+    later from its kept streams (its host, and what record knew at the end).  Every source's
+    process and thread names go through TrackNames (what the Python startup hook reported,
+    the processes' roles)."""
     stats: dict[str, dict[str, int]] = {}
+    track_names = TrackNames(
+        next((s.reported() for s in sources if isinstance(s, PythonNames)), None)
+    )
     warning = record_warning(sum(s.recorded_bytes() for s in sources if isinstance(s, SizedSource)))
     if warning is not None:  # said before the minutes the writing of such a trace takes
         print(warning, file=sys.stderr)
@@ -66,7 +73,7 @@ def write_trace(
             if tree is not None and isinstance(source, WindowFollower):
                 source.keep_only(seen)
             producer = writer.producer(source.name)
-            producer.write_all(source.events())
+            producer.write_all(track_names.apply(source.events()))
             stats[source.name] = dict(source.stats())
             for key, value in stats[source.name].items():
                 prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"

@@ -61,6 +61,13 @@ def _read_cmdline(pid: int) -> tuple[str, ...]:
     return tuple(arg.decode("utf-8", "replace") for arg in raw.split(b"\0") if arg)
 
 
+def _read_comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
+    except OSError:
+        return ""
+
+
 @dataclass(slots=True)
 class _Process:
     pid: int
@@ -97,6 +104,10 @@ class ProcessRegistry:
         proc.stale = True
         proc.parent = None  # the parent's layout no longer applies
         proc.name = comm
+        # The thread that exec'd is the main thread now, under the new program's name (a
+        # thread track has one name: the one users expect is the program it ran last).
+        if pid in proc.threads:
+            proc.threads[pid] = comm
 
     def prefetch_maps(self, pid: int) -> None:
         """Read (or extend) the maps of a live process ahead of its events: a process that
@@ -117,6 +128,9 @@ class ProcessRegistry:
             return False
         proc.maps, proc.stale = snapshot, False
         proc.cmdline = _read_cmdline(proc.pid) or proc.cmdline
+        # The main thread's name, not that of the thread whose event came first (a Python
+        # thread the startup hook named, for one).
+        proc.name = _read_comm(proc.pid) or proc.name
         return True
 
     def on_event(

@@ -102,8 +102,20 @@ LIBRARY_COUNTS = (
 
 def stream_paths(directory: Path, glob: str = STREAM_GLOB) -> list[Path]:
     """The stream files of a run's directory: its own, then those of processes that became
-    another user, in uid-N/ (cupti_inject/src/process_hooks.c)."""
-    return sorted(directory.glob(glob)) + sorted(directory.glob(f"uid-*/{glob}"))
+    another user, in uid-N/ (cupti_inject/src/process_hooks.c); a process's images in exec
+    order (PID, PID.1, PID.2...), so that the names of the last image describe its tracks."""
+    return sorted(directory.glob(glob), key=_image_order) + sorted(
+        directory.glob(f"uid-*/{glob}"), key=_image_order
+    )
+
+
+def _image_order(path: Path) -> tuple[int, int, str]:
+    """(pid, image number) of <prefix>-PID[.N].xpstream; unparsable names last, by name."""
+    parts = path.name.split("-", 1)[-1].split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 2 else 0, ""
+    except ValueError:
+        return 1 << 31, 0, path.name
 
 
 def stream_pid(path: Path) -> int:

@@ -1,7 +1,8 @@
 """Tracks and lanes: the uuid and TrackDescriptor of every track the writer uses.
 
 - a process track per pid and a thread track per (pid, tid), named from ProcessInfo and
-  ThreadInfo (a later name re-describes the track);
+  ThreadInfo: a later thread name re-describes the thread's track; a process is described
+  with its last name once, at the end (trace_processor keeps a process's first name);
 - `GPU D (<name>)` root tracks, each with one `Stream N` child per stream;
 - counter tracks of a GPU (hardware counters, device memory in use) under its track, above
   its streams;
@@ -36,6 +37,8 @@ class Tracks:
         self._counts = counts  # the writer's counters: extra_lanes
         self._next_uuid = 1
         self._processes: dict[int, int] = {}
+        # pid -> (name, cmdline, labels), described by finish()
+        self._process_facts: dict[int, tuple[str | None, tuple[str, ...], tuple[str, ...]]] = {}
         self._threads: dict[tuple[int, int], int] = {}
         self._thread_names: dict[tuple[int, int], str] = {}
         self._thread_lanes: dict[tuple[int, int], tuple[LaneSet, list[int]]] = {}
@@ -74,23 +77,41 @@ class Tracks:
         cmdline: tuple[str, ...] = (),
         labels: tuple[str, ...] = (),
     ) -> int:
+        """The process's track.  Its name, command line and labels are noted (the last given
+        wins) and described once, by finish(): trace_processor keeps a process's first name,
+        and a process learns its final name late (after an exec, or from what its samples
+        show it runs: collector/process_names.py)."""
         uuid = self._processes.get(pid)
-        if uuid is not None and name is None:
-            return uuid
         if uuid is None:
             uuid = self._processes[pid] = self._uuid()
-        desc = pb.TrackDescriptor(uuid=uuid)
-        desc.process.pid = pid
-        if name:
-            desc.process.process_name = name
-        if cmdline:
-            desc.process.cmdline.extend(cmdline)
-        if labels:
-            # The one free-form field of a ProcessDescriptor that trace_processor keeps (as
-            # the process's args) and the UI shows in the process's details.
-            desc.process.process_labels.extend(labels)
-        self._descriptor(desc)
+            # Only the pid now: threads need the track as their parent.
+            desc = pb.TrackDescriptor(uuid=uuid)
+            desc.process.pid = pid
+            self._descriptor(desc)
+        if name or cmdline or labels:
+            old_name, old_cmdline, old_labels = self._process_facts.get(pid, (None, (), ()))
+            self._process_facts[pid] = (
+                name or old_name,
+                cmdline or old_cmdline,
+                labels or old_labels,
+            )
         return uuid
+
+    def finish(self) -> None:
+        """Describe every process with its last name, command line and labels."""
+        for pid, (name, cmdline, labels) in self._process_facts.items():
+            desc = pb.TrackDescriptor(uuid=self._processes[pid])
+            desc.process.pid = pid
+            if name:
+                desc.process.process_name = name
+            if cmdline:
+                desc.process.cmdline.extend(cmdline)
+            if labels:
+                # The one free-form field of a ProcessDescriptor that trace_processor keeps
+                # (as the process's args) and the UI shows in the process's details.
+                desc.process.process_labels.extend(labels)
+            self._descriptor(desc)
+        self._process_facts.clear()
 
     def thread(self, pid: int, tid: int, name: str | None) -> int:
         key = (pid, tid)

@@ -195,6 +195,7 @@ class TraceWriter:
         try:
             for prod in self._producers:
                 prod.finish()
+            self.tracks.finish()  # the processes' last names
             self._write_metadata()
             self._chunks.flush()
             self._deflater.finish()
