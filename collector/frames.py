@@ -116,6 +116,23 @@ def is_runner_frame(name: str, module: str = "") -> bool:
     return python_file(name, module) in _RUNNER_FILES
 
 
+# xpu-perf's own Python in the target: the startup hook's wrappers around a thread's and a
+# multiprocessing child's first function (they report names, then call it), outermost in
+# every stack of those threads.  By path where the module is known, else by qualname.
+_HOOK_FILE = "startup_hook/sitecustomize.py"
+_HOOK_FUNCTIONS = re.compile(
+    r"^(_wrap_start\.<locals>\.start_reporting\.<locals>\.bootstrap"
+    r"|_patch_bootstrap\.<locals>\._bootstrap) \(sitecustomize\.py:\d+\)$"
+)
+
+
+def is_recorder_frame(name: str, module: str = "") -> bool:
+    """A frame of xpu-perf's startup hook in the recorded program."""
+    if module:
+        return module.endswith(_HOOK_FILE)
+    return bool(_HOOK_FUNCTIONS.match(name))
+
+
 def is_interpreter_module(module: str) -> bool:
     return bool(module) and bool(_INTERPRETER_MODULE.match(basename(module)))
 
@@ -227,7 +244,14 @@ def collapse_import_machinery(stack: Sequence[FrameRef]) -> list[FrameRef]:
     return out
 
 
+def hide_recorder_frames(stack: Sequence[FrameRef]) -> list[FrameRef]:
+    """xpu-perf's own frames in the program (the startup hook that reports thread and
+    process names wraps each thread's first function): not the program's code."""
+    return [frame for i, frame in enumerate(stack) if i == 0 or not is_recorder_frame(*frame)]
+
+
 DEFAULT_FILTERS: tuple[StackFilter, ...] = (
+    hide_recorder_frames,
     hide_startup_above_python,
     hide_interpreter_between_python,
     collapse_import_machinery,

@@ -87,7 +87,28 @@ MODULE_RUN_STACK: list[FrameRef] = [
 ]
 
 NATIVE_ONLY: list[FrameRef] = [("worker", ""), ("start_thread", LIBC), ("run", "/bin/app")]
-ALL_STACKS = [IMPORT_STACK, TORCH_STACK, MODULE_RUN_STACK, NATIVE_ONLY, [("t", "")], []]
+# A threading.Thread of a recorded program: the startup hook's wrapper (it reports the
+# thread's name) between threading's bootstrap and the thread's run.
+HOOK = "/tmp/xpu-perf-0/run/startup_hook/sitecustomize.py"
+THREAD_STACK: list[FrameRef] = [
+    ("metrics", ""),
+    ("clone3", LIBC),
+    ("start_thread", LIBC),
+    ("thread_run", PY),
+    ("_wrap_start.<locals>.start_reporting.<locals>.bootstrap (sitecustomize.py:192)", HOOK),
+    ("Thread._bootstrap (threading.py:1032)", "/usr/lib/python3.12/threading.py"),
+    ("Thread.run (threading.py:1012)", "/usr/lib/python3.12/threading.py"),
+    ("metrics_loop (train.py:16)", "/work/train.py"),
+]
+ALL_STACKS = [
+    IMPORT_STACK,
+    TORCH_STACK,
+    MODULE_RUN_STACK,
+    THREAD_STACK,
+    NATIVE_ONLY,
+    [("t", "")],
+    [],
+]
 
 
 def names(stack: list[FrameRef]) -> list[str]:
@@ -159,6 +180,21 @@ def test_import_machinery_reads_as_one_frame_per_import() -> None:
     assert apply_filters(MODULE_RUN_STACK, show_all=True) == MODULE_RUN_STACK
 
 
+def test_the_recorders_own_frames_go() -> None:
+    shown = [
+        "metrics",
+        "Thread._bootstrap (threading.py:1032)",
+        "Thread.run (threading.py:1012)",
+        "metrics_loop (train.py:16)",
+    ]
+    assert names(apply_filters(THREAD_STACK)) == shown
+    by_name = [(name, "") for name, _ in THREAD_STACK]
+    assert names(apply_filters(by_name)) == shown
+    # A program's own sitecustomize is the program's.
+    own = [("t", ""), ("main (sitecustomize.py:3)", "/usr/lib/python3/sitecustomize.py")]
+    assert apply_filters(own) == own
+
+
 def test_by_module_first_then_by_name() -> None:
     # A PyObject_* symbol of another object is that object's (numpy, pybind11 shims).
     assert not predicates.is_interpreter_frame("PyObject_Call", TORCH)
@@ -206,6 +242,7 @@ def test_filter_contract(stack_filter: StackFilter, stack: list[FrameRef]) -> No
             if predicates.is_python_frame(*f)
             and not predicates.is_import_machinery_frame(*f)
             and not predicates.is_runner_frame(*f)
+            and not predicates.is_recorder_frame(*f)
         ]
 
     assert program(out) == program(stack)
