@@ -75,8 +75,7 @@ def main(args: argparse.Namespace) -> int:
             disable=not show_progress,
             transient=True,
         ) as progress:
-            scan = progress.add_task("scan links", total=size)
-            links = kineto.scan_links(src, lambda n: progress.advance(scan, n))
+            head = kineto.read_head(src)
             write = progress.add_task("convert", total=size)
             with TraceWriter(
                 out,
@@ -89,10 +88,10 @@ def main(args: argparse.Namespace) -> int:
             ) as writer:
                 producer = writer.producer("kineto")
                 producer.write_all(
-                    kineto.convert_events(src, links, stats, lambda n: progress.advance(write, n))
+                    kineto.convert_events(src, head, stats, lambda n: progress.advance(write, n))
                 )
-                if links.host is not None:
-                    writer.set_metadata("host", links.host)
+                if head.host is not None:
+                    writer.set_metadata("host", head.host)
                 for key, value in summary_counters(stats).items():
                     writer.set_metadata(f"convert_{key}", value)
     except kineto.KinetoFormatError as exc:
