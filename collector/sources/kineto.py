@@ -497,7 +497,10 @@ def convert_events(
     stats.flow_pairs.update(linker.flows)
     stats.fwdbwd_flows = linker.flows.get("fwdbwd", 0)
     stats.flows = linker.correlation_flows
-    stats.skipped.update(linker.skipped)
+    # The flows' reasons first, as the summary has always listed them.
+    skipped = Counter(linker.skipped)
+    skipped.update(stats.skipped)
+    stats.skipped = skipped
 
 
 class _Metadata:
