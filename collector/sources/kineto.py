@@ -22,7 +22,7 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
@@ -105,6 +105,7 @@ _INT32 = range(-(1 << 31), 1 << 31)
 _CORRELATIONS = range(0, 1 << 32)
 _STREAMS = range(-(1 << 31), 1 << 32)  # int32 or uint32 (CUDA's no-stream 2**32-1)
 _NO_STREAM = 0xFFFFFFFF
+_SCALARS = frozenset((int, float, str, bool))  # arg values kept as they are
 
 
 class KinetoFormatError(Exception):
@@ -163,6 +164,8 @@ def us_to_ns(value: Any) -> int:
 
 def _time_ns(value: Any) -> int | None:
     """A Kineto time or duration in ns, or None where it is no number the trace can hold."""
+    if type(value) is float and -_FLOAT_EXACT_US < value < _FLOAT_EXACT_US:
+        return round(value * 1000.0)  # the common case, first (the same value as below)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     ns = value * 1000.0
@@ -224,6 +227,8 @@ class _Ids:
         self.names: dict[int, str] = {}
 
     def get(self, value: Any) -> int:
+        if type(value) is int and -(1 << 31) <= value < 1 << 31:
+            return value  # the common case, first
         as_int = _int_or_none(value)
         if as_int is not None and as_int in _INT32:
             return as_int
@@ -375,7 +380,7 @@ def _cpu_args(args: Any) -> dict[str, model.ArgValue]:
     for key, value in args.items():
         if key in DROPPED_ARGS:
             continue
-        if isinstance(value, (int, float, str, bool)):
+        if type(value) in _SCALARS:  # JSON gives these exact types, never subclasses
             out[key] = value
         elif value is not None:
             out[key] = _json_text(value)
@@ -539,7 +544,8 @@ def _cpu_slice(
             cpu_args.pop("correlation", None)
         return Slot((_CPU, pid, tid, ts, dur, name, model.CAT_CUDA_API, cpu_args), API_CALL, corr)
     stats.cpu_slices += 1
-    return Slot((_CPU, pid, tid, ts, dur, name, cat, cpu_args))
+    # Built now: most CPU slices have no flow (a fwdbwd end gets one in _finish).
+    return Slot(model.CpuSlice(pid, tid, ts, dur, name, cat, cpu_args))
 
 
 def _gpu_op(
@@ -612,6 +618,10 @@ def _finish(slot: Slot, stats: ConvertStats) -> model.Event | None:
         _, pid, tid, ts, dur, name, category, args = item
         return model.CpuSlice(
             pid, tid, ts, dur, name, category, args, flow_ids=out, terminating_flow_ids=into
+        )
+    if slot.out is not None or slot.into is not None:  # a flow pair's end, built before
+        return replace(
+            item, flow_ids=tuple(slot.out or ()), terminating_flow_ids=tuple(slot.into or ())
         )
     if type(item) is _Metadata:
         return _metadata(item, stats)

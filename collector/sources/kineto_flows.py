@@ -243,9 +243,13 @@ class FlowLinker:
         corr_id = slot.corr
         if corr_id is None:
             return
-        corr = self._correlations[corr_id]
+        corr = self._correlations.get(corr_id)
+        if corr is None:
+            return  # linked when its API call left
         if slot.role == API_CALL:
-            corr.apis.remove(slot)  # the oldest: slots leave in arrival order
+            if not corr.apis or corr.apis[0] is not slot:
+                return  # a repeated correlation id, met after the entry of its first
+            corr.apis.popleft()  # slots leave in arrival order: this is the oldest
             if corr_id not in self._paired_ids:
                 # Every op of the correlation still in the window: this call caused it.
                 for op in corr.ops:

@@ -314,17 +314,8 @@ def _begin_with_varying_args(
             varying = []
             if len(prod.begin_cache) < _BEGIN_CACHE_SIZE:
                 prod.begin_cache[key] = b"".join(parts)
-    # Ids (Kineto's External id, Record function id, ... on every op): an int with its
-    # name's field known is encoded here, without annotation()'s bookkeeping, which for
-    # a varying key only finds it varying again (the same bytes).
-    names = seq.annotation_name_fields
-    for k, v in items:
-        if k in varying_keys:
-            name = names.get(k)
-            if type(v) is int and name is not None and 0 <= v <= wire.INT64_MAX:
-                varying.append(_int_annotation(name, v))
-            else:
-                varying.append(seq.annotation(k, v))
+    varying_annotation = seq.varying_annotation
+    varying += [varying_annotation(k, v) for k, v in items if k in varying_keys]
     return parts, varying
 
 
