@@ -205,6 +205,17 @@ class FlowLinker:
         self._pairs.clear()
         return out
 
+    def held(self) -> int:
+        """Entries held for links now (slots, waiting ends, pairs, correlations, paired
+        ids): at most a few per event of the window, whatever the input's size."""
+        return (
+            len(self._slots)
+            + len(self._waiting_order)
+            + len(self._pair_order)
+            + len(self._correlations)
+            + len(self._paired_order)
+        )
+
     # -- links ----------------------------------------------------------------------------
     def _try_pair(self, pair: _Pair, ends: list[_End]) -> None:
         """Link the pair's start to those of `ends` (not linked yet) that are bound."""
@@ -284,7 +295,7 @@ class FlowLinker:
             pair = self._pairs.get(pk)
             if pair is not None and pair.touched == seq:
                 del self._pairs[pk]
-                self._account(pair)
+                self._account(pair, f" within {self.window} events")
         # A paired id stays until the events of both ends have left (twice the window).
         order3 = self._paired_order
         while order3 and order3[0][0] <= before - self.window:
@@ -294,12 +305,13 @@ class FlowLinker:
             elif ident in self._paired_ids:
                 order3.append((self._paired_ids[ident], ident))
 
-    def _account(self, pair: _Pair) -> None:
-        """Why a pair's flow events that made no flow did not."""
+    def _account(self, pair: _Pair, where: str = "") -> None:
+        """Why a pair's flow events that made no flow did not (`where`: the other half
+        was not met within the window, for a pair that waited that long)."""
         category = pair.category
         if pair.start is None:
-            self.skipped[f"'{category}' flow ends without a start"] += pair.n_ends
+            self.skipped[f"'{category}' flow ends without a start{where}"] += pair.n_ends
         elif not pair.n_ends:
-            self.skipped[f"'{category}' flow starts without an end"] += 1
+            self.skipped[f"'{category}' flow starts without an end{where}"] += 1
         elif pair.ends:
             self.skipped[f"'{category}' flow pairs with an end at no event"] += len(pair.ends)
