@@ -53,7 +53,7 @@ print(n)
 
 
 def run(cmd: list[str]) -> dict[str, Any]:
-    """Wall time, peak RSS (MB, the child's own, from wait4) of one subprocess."""
+    """Wall time, CPU time, peak RSS (MB, the child's own, from wait4) of one subprocess."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err)
@@ -63,7 +63,9 @@ def run(cmd: list[str]) -> dict[str, Any]:
         if proc.returncode != 0:
             err.seek(0)
             sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
-    return {"s": round(wall, 2), "rss_mb": round(usage.ru_maxrss / 1024)}
+    # CPU seconds too: on a shared VM, wall time moves with the neighbours' load.
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"s": round(wall, 2), "cpu_s": round(cpu, 2), "rss_mb": round(usage.ru_maxrss / 1024)}
 
 
 def cli(*args: str | Path) -> list[str]:
@@ -139,7 +141,8 @@ def parse_and_convert(kineto: Path, trace: Path, rounds: int) -> dict[str, Any]:
         print(
             f"  round {n + 1}: parse {parse['s']} s ({mb / parse['s']:.1f} MB/s), convert "
             f"{convert['s']} s ({mb / convert['s']:.1f} MB/s, {convert['s'] / parse['s']:.2f}x "
-            f"parse), convert peak RSS {convert['rss_mb']} MB",
+            f"parse; CPU {parse['cpu_s']} s / {convert['cpu_s']} s), convert peak RSS "
+            f"{convert['rss_mb']} MB",
             flush=True,
         )
     parse_s = round(statistics.median(p["s"] for p in parses), 2)
@@ -152,6 +155,7 @@ def parse_and_convert(kineto: Path, trace: Path, rounds: int) -> dict[str, Any]:
             "rss_mb": max(p["rss_mb"] for p in parses),
             "mb_s": round(mb / parse_s, 1),
             "rounds_s": [p["s"] for p in parses],
+            "rounds_cpu_s": [p["cpu_s"] for p in parses],
         },
         "convert": {
             "s": convert_s,
@@ -160,6 +164,7 @@ def parse_and_convert(kineto: Path, trace: Path, rounds: int) -> dict[str, Any]:
             "x_parse": round(statistics.median(ratios), 2),
             "rounds_s": [c["s"] for c in converts],
             "rounds_x_parse": ratios,
+            "rounds_cpu_s": [c["cpu_s"] for c in converts],
         },
     }
 
