@@ -19,6 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from collector.commands.gc_pause import collected_now_and_then
 from collector.errors import UserError
 from collector.files import check_input, check_output
 from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
@@ -87,9 +88,10 @@ def main(args: argparse.Namespace) -> int:
                 compress_in_thread=len(os.sched_getaffinity(0)) > 1,
             ) as writer:
                 producer = writer.producer("kineto")
-                producer.write_all(
-                    kineto.convert_events(src, head, stats, lambda n: progress.advance(write, n))
+                events = kineto.convert_events(
+                    src, head, stats, lambda n: progress.advance(write, n)
                 )
+                producer.write_all(collected_now_and_then(events))
                 if head.host is not None:
                     writer.set_metadata("host", head.host)
                 for key, value in summary_counters(stats).items():

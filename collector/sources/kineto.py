@@ -319,11 +319,6 @@ def _flow_ident(ident: int | float | str) -> int | str:
     return as_int if as_int is not None else repr(ident)
 
 
-def _category(ev: dict[str, Any]) -> str:
-    cat = ev.get("cat")
-    return cat if isinstance(cat, str) else ""
-
-
 # Compact JSON text of list/dict arg values (input shapes, types, strides), by repr(): the
 # same few shapes repeat on every step, and repr() (C) of a list is several times cheaper
 # than json.dumps() (Python-level encoder setup per call).  repr() tells apart what JSON
@@ -408,10 +403,13 @@ def convert_events(
         done = linker.push(slot, key)
         return None if done is None else _finish(done, stats)
 
+    names = ids.names  # synthetic pids/tids (text in the input) -> their text
     for ev in _events(path, progress):
         stats.events_in += 1
         ph = ev.get("ph")
-        cat = _category(ev)
+        cat = ev.get("cat")
+        if type(cat) is not str:
+            cat = ""
         if ph == "X":
             if "ts" not in ev:
                 stats.skipped["complete event without ts"] += 1
@@ -430,14 +428,18 @@ def convert_events(
                     "number, negative or past 2**62 ns)"
                 ] += 1
                 continue
-            name = str(ev.get("name", ""))
-            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            name = ev.get("name", "")
+            if type(name) is not str:
+                name = str(name)
+            args = ev.get("args")
+            if type(args) is not dict:
+                args = {}
             pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid"))
             if cat in GPU_CATEGORIES:
                 device_pids.add(pid)
                 slot = _gpu_op(ev, cat, ts, dur, name, args, stats, ids)
             else:
-                if (pid, tid) not in named_threads and (pid in ids.names or tid in ids.names):
+                if names and (pid, tid) not in named_threads and (pid in names or tid in names):
                     named_threads.add((pid, tid))
                     process = _process(pid, ids.names[pid], head) if pid in ids.names else None
                     if process is not None and (event := emit(Slot(process))) is not None:

@@ -51,7 +51,7 @@ class Slot:
     """One event in the window: what is written (`item`, finished by the source when the
     slot leaves) and the flows it starts (`out`) and ends (`into`)."""
 
-    __slots__ = ("corr", "gone", "into", "item", "key", "out", "role", "seq")
+    __slots__ = ("corr", "gone", "into", "item", "key", "out", "role")
 
     def __init__(self, item: Any, role: int = NO_ROLE, corr: int | None = None) -> None:
         self.item = item
@@ -60,7 +60,6 @@ class Slot:
         self.out: list[int] | None = None
         self.into: list[int] | None = None
         self.key: EndKey | None = None
-        self.seq = 0
         self.gone = False
 
     def start(self, fid: int) -> None:
@@ -106,8 +105,9 @@ class _Correlation:
     __slots__ = ("apis", "next_index", "ops")
 
     def __init__(self) -> None:
-        self.apis: deque[Slot] = deque()
-        self.ops: deque[Slot] = deque()
+        # Lists, not deques: nearly always one call and one op (a deque is ~600 B).
+        self.apis: list[Slot] = []
+        self.ops: list[Slot] = []
         self.next_index = 0
 
 
@@ -137,28 +137,39 @@ class FlowLinker:
     def push(self, slot: Slot, key: EndKey | None = None) -> Slot | None:
         """A complete event (`key`: its pid, tid, ts) or any other item, in input order;
         returns the slot that leaves the window, if one does."""
-        self._seq += 1
-        slot.seq = seq = self._seq
+        # Every event of the input comes here: the common case is a few dict operations.
+        self._seq = seq = self._seq + 1
         if key is not None:
             slot.key = key
-            if key not in self._by_key:
-                self._by_key[key] = slot
-            waiting = self._waiting.pop(key, None) if self._waiting else None
-            if waiting:
-                for end in waiting:
+            by_key = self._by_key
+            if key not in by_key:
+                by_key[key] = slot
+            if self._waiting:
+                waiting = self._waiting.pop(key, None)
+                for end in waiting or ():
                     end.slot = slot
                     pair = end.pair
                     self._try_pair(pair, pair.ends if end is pair.start else [end])
-        if slot.corr is not None:
-            corr = self._correlations.get(slot.corr)
+        corr_id = slot.corr
+        if corr_id is not None:
+            corr = self._correlations.get(corr_id)
             if corr is None:
-                corr = self._correlations[slot.corr] = _Correlation()
-            (corr.apis if slot.role == API_CALL else corr.ops).append(slot)
+                corr = self._correlations[corr_id] = _Correlation()
+            if slot.role == API_CALL:
+                corr.apis.append(slot)
+            else:
+                corr.ops.append(slot)
         slots = self._slots
         slots.append(slot)
         if len(slots) <= self.window:
             return None
-        self._expire(seq - self.window)
+        before = seq - self.window
+        if (
+            (self._waiting_order and self._waiting_order[0][0] <= before)
+            or (self._pair_order and self._pair_order[0][0] <= before)
+            or (self._paired_order and self._paired_order[0][0] <= before - self.window)
+        ):
+            self._expire(before)
         gone = slots.popleft()
         self._leave(gone)
         return gone
@@ -260,7 +271,7 @@ class FlowLinker:
         if slot.role == API_CALL:
             if not corr.apis or corr.apis[0] is not slot:
                 return  # a repeated correlation id, met after the entry of its first
-            corr.apis.popleft()  # slots leave in arrival order: this is the oldest
+            del corr.apis[0]  # slots leave in arrival order: this is the oldest
             if corr_id not in self._paired_ids:
                 # Every op of the correlation still in the window: this call caused it.
                 for op in corr.ops:
@@ -268,7 +279,7 @@ class FlowLinker:
                 corr.ops.clear()
         else:
             if corr.ops and corr.ops[0] is slot:
-                corr.ops.popleft()
+                del corr.ops[0]
                 if corr.apis and corr_id not in self._paired_ids:
                     self._link(corr.apis[0], slot, corr_id, corr)
         if not corr.apis and not corr.ops:
@@ -307,11 +318,17 @@ class FlowLinker:
 
     def _account(self, pair: _Pair, where: str = "") -> None:
         """Why a pair's flow events that made no flow did not (`where`: the other half
-        was not met within the window, for a pair that waited that long)."""
+        was not met within the window, for a pair that waited that long); the pair is
+        dropped, and its cycle with its ends broken (convert pauses the cyclic collector
+        while it streams: commands/gc_pause.py)."""
+        start, ends, pair.start, pair.ends = pair.start, pair.ends, None, []
+        self._report(pair, start, ends, where)
+
+    def _report(self, pair: _Pair, start: _End | None, ends: list[_End], where: str) -> None:
         category = pair.category
-        if pair.start is None:
+        if start is None:
             self.skipped[f"'{category}' flow ends without a start{where}"] += pair.n_ends
         elif not pair.n_ends:
             self.skipped[f"'{category}' flow starts without an end{where}"] += 1
-        elif pair.ends:
-            self.skipped[f"'{category}' flow pairs with an end at no event"] += len(pair.ends)
+        elif ends:
+            self.skipped[f"'{category}' flow pairs with an end at no event"] += len(ends)
