@@ -278,17 +278,32 @@ def main() -> None:
             measure(n, args.work, args.sql_profile, args.trace, args.rounds, args.convert_only)
         )
     print(table(rows))
-    args.out.write_text(
-        json.dumps(
-            {
-                "date": time.strftime("%Y-%m-%d"),
-                "machine": f"{platform.node()} {os.cpu_count()} CPUs",
-                "rows": rows,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    doc: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.node()} {os.cpu_count()} CPUs",
+        "rows": rows,
+    }
+    if args.convert_only and args.out.exists():
+        # Only parse and convert were measured: the looks of an earlier run stay.
+        doc = merge_convert_rows(json.loads(args.out.read_text()), rows, doc["date"])
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def merge_convert_rows(
+    doc: dict[str, Any], rows: list[dict[str, Any]], date: str
+) -> dict[str, Any]:
+    """`doc` (an earlier run's results) with these rows' parse and convert numbers: into
+    its row of the same size, or as new rows."""
+    by_size = {r["slices"]: r for r in doc["rows"]}
+    for row in rows:
+        old = by_size.get(row["slices"])
+        if old is None:
+            doc["rows"].append(row)
+        else:
+            old.update(row)
+        (old or row)["convert_date"] = date
+    doc["rows"].sort(key=lambda r: r["slices"])
+    return doc
 
 
 if __name__ == "__main__":
