@@ -19,7 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from collector.commands.gc_pause import collected_now_and_then
+from collector.gc_pause import collected_now_and_then
 from collector.errors import UserError
 from collector.files import check_input, check_output
 from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS

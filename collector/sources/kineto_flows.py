@@ -320,7 +320,7 @@ class FlowLinker:
         """Why a pair's flow events that made no flow did not (`where`: the other half
         was not met within the window, for a pair that waited that long); the pair is
         dropped, and its cycle with its ends broken (convert pauses the cyclic collector
-        while it streams: commands/gc_pause.py)."""
+        while it streams: collector/gc_pause.py)."""
         start, ends, pair.start, pair.ends = pair.start, pair.ends, None, []
         self._report(pair, start, ends, where)
 
