@@ -19,9 +19,9 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from collector.gc_pause import collected_now_and_then
 from collector.errors import UserError
 from collector.files import check_input, check_output
+from collector.gc_pause import collected_now_and_then
 from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
 from exporters.perfetto.writer import CONVERT_COMPRESSION_LEVEL, TraceWriter
 
