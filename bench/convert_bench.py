@@ -255,9 +255,9 @@ def convert_once(writer_cls: Any, src: Path, out: Path, **kw: Any) -> tuple[floa
     """(seconds, kernels) of one conversion, as `xpu-perf convert` does it."""
     t0 = time.perf_counter()
     stats = kineto.ConvertStats()
-    links = kineto.scan_links(src)
+    head = kineto.read_head(src)
     with writer_cls(out, **kw) as w:
-        w.producer("kineto").write_all(kineto.convert_events(src, links, stats))
+        w.producer("kineto").write_all(kineto.convert_events(src, head, stats))
     return time.perf_counter() - t0, stats.kernels
 
 

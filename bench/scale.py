@@ -7,8 +7,11 @@ For each size: a Kineto trace of that many complete events built from real outsi
 (bench/scale_input.py; kept in --work for the next run), then, each step a subprocess of
 its own (peak RSS from wait4):
 - parse: the trace streamed through ijson alone (`ijson.items(f, "traceEvents.item")`,
-  the C backend, as convert reads it): the floor convert is held to;
-- convert: `xpu-perf convert`;
+  the C backend, what convert's one pass reads it with): the floor convert is held to;
+- convert: `xpu-perf convert`; with --rounds N, parse and convert alternate N times (this
+  VM is shared and noisy: a ratio is only worth something within one round) and the
+  medians, each round's ratio and the median ratio are kept;
+- with --convert-only, nothing after convert (the looks below need minutes per size);
 - load: `query TRACE "select count(*) from slice" --no-cache` (the engine loading it);
 - folded / report, --no-cache: every statement on the engine;
 - first look / second look: `folded --mode gpu` and `report -o page.html` with the result
@@ -25,6 +28,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +53,7 @@ print(n)
 
 
 def run(cmd: list[str]) -> dict[str, Any]:
-    """Wall time, peak RSS (MB, the child's own, from wait4) of one subprocess."""
+    """Wall time, CPU time, peak RSS (MB, the child's own, from wait4) of one subprocess."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err)
@@ -59,7 +63,9 @@ def run(cmd: list[str]) -> dict[str, Any]:
         if proc.returncode != 0:
             err.seek(0)
             sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
-    return {"s": round(wall, 2), "rss_mb": round(usage.ru_maxrss / 1024)}
+    # CPU seconds too: on a shared VM, wall time moves with the neighbours' load.
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"s": round(wall, 2), "cpu_s": round(cpu, 2), "rss_mb": round(usage.ru_maxrss / 1024)}
 
 
 def cli(*args: str | Path) -> list[str]:
@@ -123,7 +129,54 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
     return {"engine_heap": heap, "load_s": round(load, 2), "sql_s": spent, "costliest": costly}
 
 
-def measure(slices: int, work: Path, profile: bool, existing: Path | None) -> dict[str, Any]:
+def parse_and_convert(kineto: Path, trace: Path, rounds: int) -> dict[str, Any]:
+    """Parse and convert of one input, alternating, `rounds` times; medians and ratios."""
+    mb = kineto.stat().st_size / 1e6
+    parses, converts = [], []
+    for n in range(rounds):
+        parse = run([sys.executable, "-c", PARSE, str(kineto)])
+        convert = run(cli("convert", kineto, "-o", trace, "-q", "--no-progress"))
+        parses.append(parse)
+        converts.append(convert)
+        print(
+            f"  round {n + 1}: parse {parse['s']} s ({mb / parse['s']:.1f} MB/s), convert "
+            f"{convert['s']} s ({mb / convert['s']:.1f} MB/s, {convert['s'] / parse['s']:.2f}x "
+            f"parse; CPU {parse['cpu_s']} s / {convert['cpu_s']} s), convert peak RSS "
+            f"{convert['rss_mb']} MB",
+            flush=True,
+        )
+    parse_s = round(statistics.median(p["s"] for p in parses), 2)
+    convert_s = round(statistics.median(c["s"] for c in converts), 2)
+    ratios = [round(c["s"] / p["s"], 2) for p, c in zip(parses, converts, strict=True)]
+    return {
+        "json_mb": round(mb, 1),
+        "parse": {
+            "s": parse_s,
+            "rss_mb": max(p["rss_mb"] for p in parses),
+            "mb_s": round(mb / parse_s, 1),
+            "rounds_s": [p["s"] for p in parses],
+            "rounds_cpu_s": [p["cpu_s"] for p in parses],
+        },
+        "convert": {
+            "s": convert_s,
+            "rss_mb": max(c["rss_mb"] for c in converts),
+            "mb_s": round(mb / convert_s, 1),
+            "x_parse": round(statistics.median(ratios), 2),
+            "rounds_s": [c["s"] for c in converts],
+            "rounds_x_parse": ratios,
+            "rounds_cpu_s": [c["cpu_s"] for c in converts],
+        },
+    }
+
+
+def measure(
+    slices: int,
+    work: Path,
+    profile: bool,
+    existing: Path | None,
+    rounds: int = 1,
+    convert_only: bool = False,
+) -> dict[str, Any]:
     """One size: built, parsed, converted, looked at; with `existing`, a trace converted
     before (by bench/scale_input.build + convert), looked at only."""
     trace = existing or work / f"scale_{slices}.perfetto-trace"
@@ -135,18 +188,17 @@ def measure(slices: int, work: Path, profile: bool, existing: Path | None) -> di
             start = time.perf_counter()
             made = scale_input.build(kineto, slices)
             print(f"built {kineto} ({made} slices) in {time.perf_counter() - start:.0f} s")
-        mb = kineto.stat().st_size / 1e6
-        row["json_mb"] = round(mb, 1)
-        parse = run([sys.executable, "-c", PARSE, str(kineto)])
-        print(f"  parse: {parse['s']} s, {parse['rss_mb']} MB", flush=True)
-        convert = run(cli("convert", kineto, "-o", trace, "-q", "--no-progress"))
-        print(f"  convert: {convert['s']} s, {convert['rss_mb']} MB", flush=True)
-        row["parse"] = parse | {"mb_s": round(mb / parse["s"], 1)}
-        row["convert"] = convert | {
-            "mb_s": round(mb / convert["s"], 1),
-            "x_parse": round(convert["s"] / parse["s"], 2),
-        }
+        row |= parse_and_convert(kineto, trace, rounds)
+        parse, convert = row["parse"], row["convert"]
+        print(
+            f"  parse {parse['s']} s ({parse['mb_s']} MB/s), convert {convert['s']} s "
+            f"({convert['mb_s']} MB/s, {convert['x_parse']}x parse), convert peak RSS "
+            f"{convert['rss_mb']} MB (medians of {rounds})",
+            flush=True,
+        )
     row["trace_mb"] = round(trace.stat().st_size / 1e6, 1)
+    if convert_only:
+        return row
     steps = {
         "load": cli("query", trace, "select count(*) from slice", "--no-cache"),
         "folded": cli("folded", trace, "--mode", "gpu", "-o", work / "f.folded", "--no-cache"),
@@ -178,6 +230,14 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|" + "---|" * 12,
     ]
     for r in rows:
+        if "load" not in r:  # --convert-only
+            parse, convert = r["parse"], r["convert"]
+            lines.append(
+                f"| {r['slices']:,} | {r['json_mb']} | {parse['s']} ({parse['mb_s']}) | "
+                f"{convert['s']} ({convert['mb_s']}, {convert['x_parse']}x) | "
+                f"{convert['rss_mb']} | {r['trace_mb']} |" + " - |" * 6
+            )
+            continue
         if "convert" in r:
             parse, convert = r["parse"], r["convert"]
             converted = (
@@ -201,6 +261,8 @@ def main() -> None:
     ap.add_argument("--slices", type=int, nargs="+", default=[1_000_000])
     ap.add_argument("--work", type=Path, default=Path("/tmp/xpu-perf-scale"))
     ap.add_argument("--sql-profile", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1, help="parse/convert rounds, alternating")
+    ap.add_argument("--convert-only", action="store_true", help="parse and convert only")
     ap.add_argument(
         "--trace",
         type=Path,
@@ -212,19 +274,36 @@ def main() -> None:
     rows = []
     for n in args.slices:
         print(f"{n:,} slices", flush=True)
-        rows.append(measure(n, args.work, args.sql_profile, args.trace))
-    print(table(rows))
-    args.out.write_text(
-        json.dumps(
-            {
-                "date": time.strftime("%Y-%m-%d"),
-                "machine": f"{platform.node()} {os.cpu_count()} CPUs",
-                "rows": rows,
-            },
-            indent=1,
+        rows.append(
+            measure(n, args.work, args.sql_profile, args.trace, args.rounds, args.convert_only)
         )
-        + "\n"
-    )
+    print(table(rows))
+    doc: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.node()} {os.cpu_count()} CPUs",
+        "rows": rows,
+    }
+    if args.convert_only and args.out.exists():
+        # Only parse and convert were measured: the looks of an earlier run stay.
+        doc = merge_convert_rows(json.loads(args.out.read_text()), rows, doc["date"])
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def merge_convert_rows(
+    doc: dict[str, Any], rows: list[dict[str, Any]], date: str
+) -> dict[str, Any]:
+    """`doc` (an earlier run's results) with these rows' parse and convert numbers: into
+    its row of the same size, or as new rows."""
+    by_size = {r["slices"]: r for r in doc["rows"]}
+    for row in rows:
+        old = by_size.get(row["slices"])
+        if old is None:
+            doc["rows"].append(row)
+        else:
+            old.update(row)
+        (old or row)["convert_date"] = date
+    doc["rows"].sort(key=lambda r: r["slices"])
+    return doc
 
 
 if __name__ == "__main__":

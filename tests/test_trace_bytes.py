@@ -68,9 +68,9 @@ def convert(name: str, level: int) -> Callable[[Path], None]:
 
         src = DATA / f"{name}.json.gz"
         stats = kineto.ConvertStats()
-        links = kineto.scan_links(src)
+        head = kineto.read_head(src)
         with TraceWriter(out, command_line=COMMAND_LINE, compression_level=level) as w:
-            w.producer("kineto").write_all(kineto.convert_events(src, links, stats))
+            w.producer("kineto").write_all(kineto.convert_events(src, head, stats))
             for key, value in summary_counters(stats).items():
                 w.set_metadata(f"convert_{key}", value)
 

@@ -21,6 +21,7 @@ from rich.progress import (
 
 from collector.errors import UserError
 from collector.files import check_input, check_output
+from collector.gc_pause import collected_now_and_then
 from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
 from exporters.perfetto.writer import CONVERT_COMPRESSION_LEVEL, TraceWriter
 
@@ -75,8 +76,7 @@ def main(args: argparse.Namespace) -> int:
             disable=not show_progress,
             transient=True,
         ) as progress:
-            scan = progress.add_task("scan links", total=size)
-            links = kineto.scan_links(src, lambda n: progress.advance(scan, n))
+            head = kineto.read_head(src)
             write = progress.add_task("convert", total=size)
             with TraceWriter(
                 out,
@@ -88,11 +88,12 @@ def main(args: argparse.Namespace) -> int:
                 compress_in_thread=len(os.sched_getaffinity(0)) > 1,
             ) as writer:
                 producer = writer.producer("kineto")
-                producer.write_all(
-                    kineto.convert_events(src, links, stats, lambda n: progress.advance(write, n))
+                events = kineto.convert_events(
+                    src, head, stats, lambda n: progress.advance(write, n)
                 )
-                if links.host is not None:
-                    writer.set_metadata("host", links.host)
+                producer.write_all(collected_now_and_then(events))
+                if head.host is not None:
+                    writer.set_metadata("host", head.host)
                 for key, value in summary_counters(stats).items():
                     writer.set_metadata(f"convert_{key}", value)
     except kineto.KinetoFormatError as exc:

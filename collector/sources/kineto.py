@@ -1,14 +1,11 @@
 """PyTorch profiler (Kineto) Chrome-JSON traces -> collector.model events.
 
-Streaming, two passes over the file (plain or .gz), both with ijson's C backend:
-1. a scan that learns the links: the flow pairs (`s`/`f` events of any category, see
-   kineto_flows.py) and the events they bind to; for every correlation id not linked by a
-   flow pair, how many device ops it caused and whether its API call is present; the
-   device names from `deviceProperties`;
-2. the conversion proper, which can then give each API slice the flow ids of all of its
-   device ops (a CUDA graph launch fans out to every kernel of the graph) even though
-   Kineto writes device ops before or after their API calls in no fixed order.
-Memory holds those link tables (a few ints per flow or correlation), never the events.
+Streaming, one pass over the file (plain or .gz) with ijson's C backend: the device names,
+rank and host from the head (`read_head`, which stops at `traceEvents`), then each event
+converted as it comes.  Flows (the input's flow pairs, and API call -> device op by
+correlation id) are linked in kineto_flows.py's window: an event is yielded once the
+window has moved past it, with the flow ids of every link it is one end of.  Memory holds
+the window and the names (tracks, interned strings), never a table per event.
 
 Accelerators: Kineto names the categories after CUDA for ROCm/HIP too (`kernel`,
 `cuda_runtime`); MTIA has `mtia_runtime` and `mtia_ccp_events`; XPU `xpu_runtime`; other
@@ -25,7 +22,7 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
@@ -33,7 +30,14 @@ from typing import IO, Any
 import ijson
 
 from collector import model
-from collector.sources.kineto_flows import EndKey, FlowScan, FlowTables
+from collector.sources.kineto_flows import (
+    API_CALL,
+    DEVICE_OP,
+    WINDOW,
+    EndKey,
+    FlowLinker,
+    Slot,
+)
 
 # Kineto category -> contract category for ops on device stream tracks.
 GPU_CATEGORIES = {
@@ -101,6 +105,7 @@ _INT32 = range(-(1 << 31), 1 << 31)
 _CORRELATIONS = range(0, 1 << 32)
 _STREAMS = range(-(1 << 31), 1 << 32)  # int32 or uint32 (CUDA's no-stream 2**32-1)
 _NO_STREAM = 0xFFFFFFFF
+_SCALARS = frozenset((int, float, str, bool))  # arg values kept as they are
 
 
 class KinetoFormatError(Exception):
@@ -132,15 +137,12 @@ class ConvertStats:
 
 
 @dataclass
-class _Links:
-    gpu_ops_per_correlation: Counter[int] = field(default_factory=Counter)
-    api_correlations: set[int] = field(default_factory=set)
-    # (pid, tid, ts_ns) -> flow ids starting / ending at the event starting there
-    flows: FlowTables = field(default_factory=FlowTables)
+class Head:
+    """What Kineto writes ahead of its events: device names (`deviceProperties`), the
+    `distributedInfo` of a torch.distributed job (rank, world_size) and the host name, each
+    None where the trace does not say it."""
+
     device_names: dict[int, str] = field(default_factory=dict)
-    device_pids: set[int] = field(default_factory=set)  # pids that hold device ops
-    # `distributedInfo` of a torch.distributed job (rank, world_size), and the host name
-    # where the trace says it; None where it does not.
     rank: int | None = None
     world_size: int | None = None
     host: str | None = None
@@ -162,6 +164,8 @@ def us_to_ns(value: Any) -> int:
 
 def _time_ns(value: Any) -> int | None:
     """A Kineto time or duration in ns, or None where it is no number the trace can hold."""
+    if type(value) is float and -_FLOAT_EXACT_US < value < _FLOAT_EXACT_US:
+        return round(value * 1000.0)  # the common case, first (the same value as below)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     ns = value * 1000.0
@@ -223,6 +227,8 @@ class _Ids:
         self.names: dict[int, str] = {}
 
     def get(self, value: Any) -> int:
+        if type(value) is int and -(1 << 31) <= value < 1 << 31:
+            return value  # the common case, first
         as_int = _int_or_none(value)
         if as_int is not None and as_int in _INT32:
             return as_int
@@ -264,9 +270,10 @@ def _short(exc: BaseException) -> str:
     return text[0][:160] if text else type(exc).__name__
 
 
-def _head(path: Path, links: _Links) -> None:
-    """Read `deviceProperties`, `distributedInfo` and a host name from the head of the file
-    (Kineto writes its metadata before the events) into `links`."""
+def read_head(path: Path) -> Head:
+    """`deviceProperties`, `distributedInfo` and a host name from the head of the file
+    (Kineto writes its metadata before the events; the parse stops at `traceEvents`)."""
+    links = Head()
     names = links.device_names
     stream = _open(path)
     try:
@@ -292,13 +299,14 @@ def _head(path: Path, links: _Links) -> None:
         pass  # the main pass reports what is wrong with the file
     finally:
         stream.close()
+    return links
 
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
-def _process(pid: int, label: str, links: _Links) -> model.ProcessInfo:
+def _process(pid: int, label: str, links: Head) -> model.ProcessInfo:
     """A host process of the trace; in a distributed job every one is the rank's."""
     return model.ranked_process(pid, label, rank=links.rank, world_size=links.world_size)
 
@@ -309,57 +317,6 @@ def _flow_ident(ident: int | float | str) -> int | str:
         return ident
     as_int = _int_or_none(ident)
     return as_int if as_int is not None else repr(ident)
-
-
-def _category(ev: dict[str, Any]) -> str:
-    cat = ev.get("cat")
-    return cat if isinstance(cat, str) else ""
-
-
-def scan_links(path: Path, progress: Callable[[int], None] | None = None) -> _Links:
-    links = _Links()
-    _head(path, links)
-    ids = _Ids()
-    flows = FlowScan()
-    saw_events = False
-    for ev in _events(path, progress):
-        saw_events = True
-        cat = _category(ev)
-        ph = ev.get("ph")
-        if ph == "X":
-            key = _event_key(ev, ids)
-            if key is None:
-                continue  # not converted (the second pass says why)
-            flows.event(key)
-            if cat in GPU_CATEGORIES:
-                links.device_pids.add(key[0])
-            args = ev.get("args")
-            corr = (
-                _id_or_none(args.get("correlation"), _CORRELATIONS)
-                if isinstance(args, dict)
-                else None
-            )
-            if corr is None:
-                continue
-            if cat in GPU_CATEGORIES and cat != "gpu_user_annotation":
-                links.gpu_ops_per_correlation[corr] += 1
-            elif cat in API_CATEGORIES:
-                links.api_correlations.add(corr)
-        elif ph in ("s", "f"):
-            key = _event_key(ev, ids)
-            ident = ev.get("id")
-            if key is not None and isinstance(ident, (int, float, str)):
-                flows.flow(ph, cat, _flow_ident(ident), key)
-    if not saw_events:
-        raise KinetoFormatError(
-            f"{path}: no 'traceEvents' array; is this a PyTorch profiler trace?"
-        )
-    links.flows = flows.finish()
-    # Correlations linked by a flow pair in the input are linked by that pair only.
-    for corr in links.flows.api_device_ids:
-        links.gpu_ops_per_correlation.pop(corr, None)
-        links.api_correlations.discard(corr)
-    return links
 
 
 # Compact JSON text of list/dict arg values (input shapes, types, strides), by repr(): the
@@ -418,7 +375,7 @@ def _cpu_args(args: Any) -> dict[str, model.ArgValue]:
     for key, value in args.items():
         if key in DROPPED_ARGS:
             continue
-        if isinstance(value, (int, float, str, bool)):
+        if type(value) in _SCALARS:  # JSON gives these exact types, never subclasses
             out[key] = value
         elif value is not None:
             out[key] = _json_text(value)
@@ -428,23 +385,31 @@ def _cpu_args(args: Any) -> dict[str, model.ArgValue]:
 
 def convert_events(
     path: Path,
-    links: _Links,
+    head: Head,
     stats: ConvertStats,
     progress: Callable[[int], None] | None = None,
+    window: int = WINDOW,
 ) -> Iterator[model.Event]:
-    """Second pass: yield model events for every Kineto event that carries data."""
+    """One pass: yield model events for every Kineto event that carries data, each with its
+    flows once it leaves the linker's window (kineto_flows.py)."""
     ids = _Ids()
-    seen_in_corr: Counter[int] = Counter()
+    linker = FlowLinker(window)
     named_threads: set[tuple[int, int]] = set()
-    stats.flow_pairs.update(links.flows.flows)
-    stats.fwdbwd_flows = links.flows.flows.get("fwdbwd", 0)
-    stats.skipped.update(links.flows.skipped)
-    for device, name in sorted(links.device_names.items()):
+    device_pids: set[int] = set()  # pids that hold device ops (their labels name nothing)
+    for device, name in sorted(head.device_names.items()):
         yield model.GpuDevice(device, name)
+
+    def emit(slot: Slot, key: EndKey | None = None) -> model.Event | None:
+        done = linker.push(slot, key)
+        return None if done is None else _finish(done, stats)
+
+    names = ids.names  # synthetic pids/tids (text in the input) -> their text
     for ev in _events(path, progress):
         stats.events_in += 1
         ph = ev.get("ph")
-        cat = _category(ev)
+        cat = ev.get("cat")
+        if type(cat) is not str:
+            cat = ""
         if ph == "X":
             if "ts" not in ev:
                 stats.skipped["complete event without ts"] += 1
@@ -463,61 +428,31 @@ def convert_events(
                     "number, negative or past 2**62 ns)"
                 ] += 1
                 continue
-            name = str(ev.get("name", ""))
-            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            name = ev.get("name", "")
+            if type(name) is not str:
+                name = str(name)
+            args = ev.get("args")
+            if type(args) is not dict:
+                args = {}
             pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid"))
-            # One event per key takes the flow ends there (the first one met).
-            flow_out = tuple(links.flows.starts.pop((pid, tid, ts), ()))
-            flow_in = tuple(links.flows.ends.pop((pid, tid, ts), ()))
             if cat in GPU_CATEGORIES:
-                yield _gpu_op(
-                    ev,
-                    cat,
-                    ts,
-                    dur,
-                    name,
-                    args,
-                    links,
-                    seen_in_corr,
-                    stats,
-                    ids,
-                    flow_out,
-                    flow_in,
-                )
+                device_pids.add(pid)
+                slot = _gpu_op(ev, cat, ts, dur, name, args, stats, ids)
             else:
-                if (pid, tid) not in named_threads and (pid in ids.names or tid in ids.names):
+                if names and (pid, tid) not in named_threads and (pid in names or tid in names):
                     named_threads.add((pid, tid))
-                    if pid in ids.names:
-                        yield _process(pid, ids.names[pid], links)
-                    yield model.ThreadInfo(pid, tid, ids.names.get(tid, str(tid)))
-                category = cat
-                corr = _id_or_none(args.get("correlation"), _CORRELATIONS)
-                if cat in API_CATEGORIES:
-                    category = model.CAT_CUDA_API
-                    stats.api_calls += 1
-                    if corr is not None:
-                        n = links.gpu_ops_per_correlation.get(corr, 0)
-                        flow_out += tuple(model.flow_id(0, corr, k) for k in range(n))
-                        stats.flows += n
-                else:
-                    stats.cpu_slices += 1
-                cpu_args = _cpu_args(args)
-                if cat in API_CATEGORIES:
-                    cpu_args["kineto_category"] = cat
-                    if corr is not None:
-                        cpu_args["correlation_id"] = corr
-                        cpu_args.pop("correlation", None)
-                yield model.CpuSlice(
-                    pid,
-                    tid,
-                    ts,
-                    dur,
-                    name,
-                    category,
-                    cpu_args,
-                    flow_ids=flow_out,
-                    terminating_flow_ids=flow_in,
-                )
+                    process = _process(pid, ids.names[pid], head) if pid in ids.names else None
+                    if process is not None and (event := emit(Slot(process))) is not None:
+                        yield event
+                    if (
+                        event := emit(
+                            Slot(model.ThreadInfo(pid, tid, ids.names.get(tid, str(tid))))
+                        )
+                    ) is not None:
+                        yield event
+                slot = _cpu_slice(pid, tid, ts, dur, name, cat, args, stats)
+            if (event := emit(slot, (pid, tid, ts))) is not None:
+                yield event
             stats.events_out += 1
         elif ph in ("i", "I", "n"):
             if "ts" not in ev:
@@ -528,26 +463,91 @@ def convert_events(
                 stats.skipped["instant events with a ts that is no time"] += 1
                 continue
             pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid", 0))
-            yield model.Instant(
-                pid,
-                tid,
-                ts,
-                str(ev.get("name", "")),
-                cat,
-                _cpu_args(ev.get("args")),
-            )
+            if (
+                event := emit(
+                    Slot(
+                        model.Instant(
+                            pid, tid, ts, str(ev.get("name", "")), cat, _cpu_args(ev.get("args"))
+                        )
+                    )
+                )
+            ) is not None:
+                yield event
             stats.instants += 1
             stats.events_out += 1
         elif ph == "M":
             stats.metadata_events += 1
-            yield from _metadata(ev, ids, stats, links)
+            # Decided when it leaves the window: by then the device ops of its pid that
+            # come up to a window later are known (Kineto writes the labels at the end).
+            if (event := emit(Slot(_Metadata(ev, ids, head, device_pids)))) is not None:
+                yield event
         elif ph in ("s", "f"):
             if cat == "ac2g":
                 stats.ac2g_links_in += ph == "f"
-            # Flow events are links, not events: each pair became a flow (the scan), what
-            # could not is in `skipped` by reason.
+            # Flow events are links, not events: each pair becomes a flow, what cannot is
+            # in `skipped` by reason.
+            key = _event_key(ev, ids)
+            ident = ev.get("id")
+            if key is not None and isinstance(ident, (int, float, str)):
+                linker.flow(ph, cat, _flow_ident(ident), key)
+            else:
+                stats.skipped[f"'{cat}' flow events without a time or id"] += 1
         else:
             stats.skipped[f"phase '{str(ph)[:20]}' events are not converted"] += 1
+    if not stats.events_in:
+        raise KinetoFormatError(
+            f"{path}: no 'traceEvents' array; is this a PyTorch profiler trace?"
+        )
+    for slot in linker.drain():
+        if (event := _finish(slot, stats)) is not None:
+            yield event
+    stats.flow_pairs.update(linker.flows)
+    stats.fwdbwd_flows = linker.flows.get("fwdbwd", 0)
+    stats.flows = linker.correlation_flows
+    # The flows' reasons first, as the summary has always listed them.
+    skipped = Counter(linker.skipped)
+    skipped.update(stats.skipped)
+    stats.skipped = skipped
+
+
+class _Metadata:
+    """An `M` event, turned into a process or thread name when it leaves the window."""
+
+    __slots__ = ("device_pids", "head", "label", "name", "pid", "tid")
+
+    def __init__(self, ev: dict[str, Any], ids: _Ids, head: Head, device_pids: set[int]) -> None:
+        self.name = ev.get("name")
+        args = ev.get("args")
+        self.label = args.get("name") if isinstance(args, dict) else None
+        # Ids now, in input order (synthetic ids number the names as they come).
+        self.pid = ids.get(ev.get("pid", 0))
+        self.tid = ids.get(ev.get("tid", 0)) if self.name == "thread_name" else 0
+        self.head = head
+        self.device_pids = device_pids
+
+
+def _cpu_slice(
+    pid: int,
+    tid: int,
+    ts: int,
+    dur: int,
+    name: str,
+    cat: str,
+    args: dict[str, Any],
+    stats: ConvertStats,
+) -> Slot:
+    cpu_args = _cpu_args(args)
+    if cat in API_CATEGORIES:
+        stats.api_calls += 1
+        cpu_args["kineto_category"] = cat
+        corr = _id_or_none(args.get("correlation"), _CORRELATIONS)
+        if corr is not None:
+            cpu_args["correlation_id"] = corr
+            cpu_args.pop("correlation", None)
+        return Slot((_CPU, pid, tid, ts, dur, name, model.CAT_CUDA_API, cpu_args), API_CALL, corr)
+    stats.cpu_slices += 1
+    # Built now: most CPU slices have no flow (a fwdbwd end gets one in _finish).
+    return Slot(model.CpuSlice(pid, tid, ts, dur, name, cat, cpu_args))
 
 
 def _gpu_op(
@@ -557,13 +557,9 @@ def _gpu_op(
     dur: int,
     name: str,
     args: dict[str, Any],
-    links: _Links,
-    seen_in_corr: Counter[int],
     stats: ConvertStats,
     ids: _Ids,
-    flow_out: tuple[int, ...],
-    flow_in: tuple[int, ...],
-) -> model.GpuOp:
+) -> Slot:
     # Device: the op's `device` arg, else the pid (Kineto's device pseudo-process: MTIA
     # ops have no device arg).  Stream: the `stream` arg, else the tid.
     device = _id_or_none(args.get("device"), _INT32)
@@ -576,16 +572,6 @@ def _gpu_op(
         stream = _NO_STREAM  # one "no stream" track for both spellings
     corr = _id_or_none(args.get("correlation"), _CORRELATIONS)
     category = _device_category(cat, name)
-    terminating = flow_in
-    if category != model.CAT_GPU_ANNOTATION:
-        if corr is not None and corr in links.api_correlations:
-            index = seen_in_corr[corr]
-            seen_in_corr[corr] += 1
-            terminating += (model.flow_id(0, corr, index),)
-        if terminating:
-            stats.gpu_ops_with_api += 1
-        else:
-            stats.gpu_ops_without_api += 1
     if category == model.CAT_KERNEL:
         stats.kernels += 1
     elif category == model.CAT_MEMCPY:
@@ -596,39 +582,68 @@ def _gpu_op(
         stats.syncs += 1
     else:
         stats.gpu_annotations += 1
-    return model.GpuOp(
-        device,
-        stream,
-        ts,
-        dur,
-        name,
-        category,
-        _gpu_args(args),
-        correlation_id=corr,
-        flow_ids=flow_out,
-        terminating_flow_ids=terminating,
-    )
+    item = (_GPU, device, stream, ts, dur, name, category, _gpu_args(args), corr)
+    if category == model.CAT_GPU_ANNOTATION:
+        return Slot(item)  # an annotation is no op an API call caused
+    return Slot(item, DEVICE_OP, corr)
 
 
-def _metadata(
-    ev: dict[str, Any], ids: _Ids, stats: ConvertStats, links: _Links
-) -> Iterator[model.Event]:
-    name = ev.get("name")
-    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-    label = args.get("name")
-    pid = ids.get(ev.get("pid", 0))
-    if name in ("process_name", "thread_name") and (
-        _GPU_LABEL.match(str(label or "")) or pid in links.device_pids
+_CPU = 0
+_GPU = 1
+
+
+def _finish(slot: Slot, stats: ConvertStats) -> model.Event | None:
+    """The event of a slot that left the window, with its flows."""
+    item = slot.item
+    if type(item) is tuple:
+        out = tuple(slot.out) if slot.out else ()
+        into = tuple(slot.into) if slot.into else ()
+        if item[0] == _GPU:
+            if slot.role == DEVICE_OP:
+                if into:
+                    stats.gpu_ops_with_api += 1
+                else:
+                    stats.gpu_ops_without_api += 1
+            _, device, stream, ts, dur, name, category, args, corr = item
+            return model.GpuOp(
+                device,
+                stream,
+                ts,
+                dur,
+                name,
+                category,
+                args,
+                correlation_id=corr,
+                flow_ids=out,
+                terminating_flow_ids=into,
+            )
+        _, pid, tid, ts, dur, name, category, args = item
+        return model.CpuSlice(
+            pid, tid, ts, dur, name, category, args, flow_ids=out, terminating_flow_ids=into
+        )
+    if slot.out is not None or slot.into is not None:  # a flow pair's end, built before
+        return replace(
+            item, flow_ids=tuple(slot.out or ()), terminating_flow_ids=tuple(slot.into or ())
+        )
+    if type(item) is _Metadata:
+        return _metadata(item, stats)
+    return item  # type: ignore[no-any-return]
+
+
+def _metadata(item: _Metadata, stats: ConvertStats) -> model.Event | None:
+    if item.name in ("process_name", "thread_name") and (
+        _GPU_LABEL.match(str(item.label or "")) or item.pid in item.device_pids
     ):
         # Kineto names its device pseudo-processes "GPU N" / "MTIA N" and their threads
         # "stream N"; device ops live on the encoder's own device/stream tracks, so these
         # labels name nothing.
         stats.skipped["GPU process/stream labels (GPU tracks are named by xpu-perf)"] += 1
-    elif name == "process_name" and label is not None:
-        yield _process(pid, str(label), links)
-    elif name == "thread_name" and label is not None:
-        yield model.ThreadInfo(pid, ids.get(ev.get("tid", 0)), str(label).strip())
+    elif item.name == "process_name" and item.label is not None:
+        return _process(item.pid, str(item.label), item.head)
+    elif item.name == "thread_name" and item.label is not None:
+        return model.ThreadInfo(item.pid, item.tid, str(item.label).strip())
     # process_labels / *_sort_index only order tracks in Chrome's viewer: nothing to keep.
+    return None
 
 
 def input_size(path: Path) -> int:
@@ -643,8 +658,9 @@ def is_gzip(path: Path) -> bool:
 
 __all__ = [
     "ConvertStats",
+    "Head",
     "KinetoFormatError",
     "convert_events",
     "input_size",
-    "scan_links",
+    "read_head",
 ]

@@ -28,6 +28,8 @@ _DISTINCT_VALUES = 64
 # The same for float args, which are never part of a cached BEGIN: bandwidths take more
 # than 64 values that still repeat (256: multi_stream 136 B smaller than with 64).
 _DISTINCT_FLOATS = 256
+# Encoded text annotations of varying keys kept by value, at most (then started again).
+_VARYING_TEXTS = 1 << 16
 _int_annotation = wire.int_annotation
 
 
@@ -77,6 +79,7 @@ class InternedFields:
         # Arg keys seen with many distinct values (ids): never cached, never part of a
         # cached BEGIN head, and written last.
         self.varying_keys: set[str] = set()
+        self._varying_texts: dict[tuple[str, str], bytes] = {}
 
     def name_field(self, name: str) -> bytes:
         field = self.name_fields.get(name)
@@ -136,6 +139,27 @@ class InternedFields:
             else:
                 self.varying_keys.add(key)
         return encoded
+
+    def varying_annotation(self, key: str, value: model.ArgValue) -> bytes:
+        """annotation() of a key in `varying_keys`, the same bytes: ints encoded at once,
+        texts by value from a bounded cache (Kineto's shapes and types as JSON text have
+        more values than are counted as repeating, yet each comes back many times), and
+        without annotation()'s counting, which only finds the key varying again."""
+        kind = type(value)
+        if kind is int:
+            name = self.annotation_name_fields.get(key)
+            if name is not None and 0 <= value <= wire.INT64_MAX:  # type: ignore[operator]
+                return _int_annotation(name, value)  # type: ignore[arg-type]
+        elif kind is str:
+            texts = self._varying_texts
+            encoded = texts.get((key, value))  # type: ignore[arg-type]
+            if encoded is None:
+                encoded = self.annotation(key, value)
+                if len(texts) >= _VARYING_TEXTS:
+                    texts.clear()
+                texts[(key, value)] = encoded  # type: ignore[index]
+            return encoded
+        return self.annotation(key, value)
 
     def args_fields(
         self, items: Iterable[tuple[str, model.ArgValue]], parts: list[bytes]

@@ -314,7 +314,8 @@ def _begin_with_varying_args(
             varying = []
             if len(prod.begin_cache) < _BEGIN_CACHE_SIZE:
                 prod.begin_cache[key] = b"".join(parts)
-    varying += [seq.annotation(k, v) for k, v in items if k in varying_keys]
+    varying_annotation = seq.varying_annotation
+    varying += [varying_annotation(k, v) for k, v in items if k in varying_keys]
     return parts, varying
 
 
