@@ -1,0 +1,98 @@
+"""Reads back what bench/pm_sampling_gpu.sh left (its work folder, or the tarball unpacked):
+per trace the source that ran, what was refused, the samples CUPTI dropped, each phase's
+counter means; then the checks of issue 23 on the PM sampling trace.
+
+    python3 bench/pm_sampling_report.py DIR [--json pm_sampling.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.gpu_metrics_report import phase_means
+from collector.gpu_metrics import catalog
+
+TRACES = ("pm_root", "pm_no_gpm", "pm_overflow", "pm_nobody")
+SHOWN = (
+    catalog.SM_ACTIVE,
+    catalog.SM_ISSUE,
+    catalog.SM_OCCUPANCY,
+    catalog.TENSOR_ACTIVE,
+    catalog.DRAM_BANDWIDTH,
+    catalog.DRAM_READ,
+    catalog.DRAM_WRITE,
+)
+
+
+def checks(phases: dict[str, dict[str, float]]) -> list[tuple[str, bool | None, str]]:
+    """(what, passed (None: no value), the value) for each expectation of the issue."""
+
+    def value(phase: str, metric: str) -> float | None:
+        return phases.get(phase, {}).get(metric)
+
+    def check(what: str, got: float | None, ok: bool) -> tuple[str, bool | None, str]:
+        return (what, None if got is None else ok, "-" if got is None else f"{got:.1f}")
+
+    tensor_gemm = value("gemm", catalog.TENSOR_ACTIVE)
+    dram_gemm = value("gemm", catalog.DRAM_BANDWIDTH)
+    dram_add = value("vector_add", catalog.DRAM_BANDWIDTH)
+    tensor_add = value("vector_add", catalog.TENSOR_ACTIVE)
+    sm_idle = value("idle", catalog.SM_ACTIVE)
+    return [
+        check("gemm: tensor active >= 50%", tensor_gemm, (tensor_gemm or 0) >= 50),
+        check("gemm: DRAM bandwidth < 30%", dram_gemm, (dram_gemm or 0) < 30),
+        check("vector_add: DRAM bandwidth >= 70%", dram_add, (dram_add or 0) >= 70),
+        check("vector_add: tensor active < 2%", tensor_add, (tensor_add or 0) < 2),
+        check("idle: SM active < 2%", sm_idle, (sm_idle or 0) < 2),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    out: dict[str, Any] = {}
+    for name in TRACES:
+        path = args.dir / f"{name}.perfetto-trace"
+        if not path.exists():
+            print(f"\n{name}: no trace")
+            continue
+        res = phase_means(path)
+        out[name] = res
+        meta = res["metadata"]
+        print(f"\n{name}: source {meta.get('gpu_metrics_source')}")
+        print(f"  refused: {meta.get('gpu_metrics_refused')}")
+        print(f"  missing: {meta.get('gpu_metrics_missing')}")
+        pm = {k: v for k, v in meta.items() if k.startswith("gpu_metrics_pm")}
+        print(f"  PM sampling: {pm}")
+        print("  phase       " + " | ".join(f"{m[:16]:>16s}" for m in SHOWN))
+        for phase, values in res["phases"].items():
+            cells = " | ".join(
+                f"{values[m]:16.1f}" if values.get(m) is not None else f"{'-':>16s}" for m in SHOWN
+            )
+            print(f"  {phase:11s} {cells}")
+        for k in res["kernels"]:
+            vals = ", ".join(f"{m} {k[m]:.1f}" for m in res["kernel_metrics"] if k[m] is not None)
+            print(f"  kernel {k['name'][:50]}: {k['kernels']} x, {vals}")
+    root = out.get("pm_root")
+    if root:
+        print("\nchecks (pm_root):")
+        source = str(root["metadata"].get("gpu_metrics_source"))
+        results = [("source is cupti_pm_sampling", "cupti_pm_sampling" in source, source)]
+        results += checks(root["phases"])
+        for what, ok, got in results:
+            print(f"  {'PASS' if ok else 'FAIL' if ok is False else 'N/A '}  {what:36s} {got}")
+        out["checks"] = results
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
