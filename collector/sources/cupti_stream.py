@@ -23,7 +23,7 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent.parent / "protos" / "cupti_
 MAGIC = b"XPUPERF\0"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<III")
-_FIXED = {"U32": "I", "I32": "i", "U64": "Q"}
+_FIXED = {"U32": "I", "I32": "i", "U64": "Q", "F64": "d"}
 
 
 class StreamError(Exception):

@@ -1,0 +1,624 @@
+/* CUPTI PM sampling (issue 23): the GPU's performance counters sampled by the hardware at a
+ * fixed GPU-time interval, inside the program, when `record` asks for them
+ * (XPU_PERF_PM_METRICS: the metric names of collector/gpu_metrics/catalog.py's PM_COUNTERS,
+ * XPU_PERF_PM_INTERVAL_NS, XPU_PERF_PM_BUFFER_MB).  For each device the program creates a
+ * context on (the resource callback), our thread: makes the config image of the metrics for
+ * the device's chip (profiler host), enables, configures and starts PM sampling; then every
+ * 100 ms decodes the hardware buffer into a counter-data image and evaluates each completed
+ * sample into PM_SAMPLE rows.  The final flush stops sampling and decodes what is left.
+ *
+ * Written without a GPU to try it on, so defensive: every CUPTI status is checked; a device's
+ * first failure ends its sampling, is logged to stderr once (the call and the status) and
+ * written as its refusal (PM_DEVICE), which `record` turns into the fallback to NVML.  The
+ * entry points are looked up in the loaded libcupti at run time: a CUPTI before 12.6 is a
+ * refusal, not a library that fails to load.  Nothing here runs on the application's
+ * threads but the context callback, which only notes the device (no lock: our thread may be
+ * inside CUPTI waiting for a driver lock that application thread holds).  A forked child
+ * never calls CUPTI (cupti_forked). */
+#define _GNU_SOURCE
+#include <cupti_pmsampling.h>
+#include <cupti_profiler_host.h>
+#include <cupti_profiler_target.h>
+#include <cupti_target.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "state.h"
+
+#define PM_MAX_DEVICES 64
+#define PM_MAX_METRICS 64
+#define PM_DECODE_MS 100
+#define PM_CLOCK_SLACK_NS (10ull * 1000000000ull)
+/* A CUPTI parameter struct, zeroed but for its size (pPriv NULL, as the headers ask). */
+#define PM_PARAMS(type, var) type var = {.structSize = type##_STRUCT_SIZE}
+
+/* The entry points, typed as NVIDIA's headers declare them. */
+#define PM_ENTRIES(X)                                                                        \
+    X(cuptiProfilerInitialize) X(cuptiDeviceGetChipName)                                     \
+    X(cuptiPmSamplingGetCounterAvailability) X(cuptiProfilerHostInitialize)                  \
+    X(cuptiProfilerHostDeinitialize) X(cuptiProfilerHostConfigAddMetrics)                    \
+    X(cuptiProfilerHostGetConfigImageSize) X(cuptiProfilerHostGetConfigImage)                \
+    X(cuptiProfilerHostGetNumOfPasses) X(cuptiProfilerHostEvaluateToGpuValues)               \
+    X(cuptiPmSamplingEnable) X(cuptiPmSamplingDisable) X(cuptiPmSamplingSetConfig)           \
+    X(cuptiPmSamplingStart) X(cuptiPmSamplingStop) X(cuptiPmSamplingDecodeData)              \
+    X(cuptiPmSamplingGetCounterDataSize) X(cuptiPmSamplingCounterDataImageInitialize)        \
+    X(cuptiPmSamplingGetCounterDataInfo) X(cuptiPmSamplingCounterDataGetSampleInfo)
+#define PM_DECLARE(name) static __typeof__(&name) p_##name;
+PM_ENTRIES(PM_DECLARE)
+#undef PM_DECLARE
+/* libcuda's, to make the device's context current on our thread (absent: left as it is). */
+static CUresult (*p_cuCtxSetCurrent)(CUcontext);
+
+enum pm_state { PM_IDLE, PM_RUNNING, PM_ENDED };
+
+struct pm_device {
+    _Atomic int wanted;         /* a context was created on it (the callback) */
+    _Atomic(CUcontext) context;
+    int state;                  /* enum pm_state, our thread's (then the final flush's) */
+    char chip[64];
+    CUpti_Profiler_Host_Object *host;
+    CUpti_PmSampling_Object *sampler;
+    uint8_t *availability, *config, *data;
+    size_t config_size, data_size;
+    const char *names[PM_MAX_METRICS]; /* the metrics this device's config holds */
+    uint32_t index[PM_MAX_METRICS];    /* their index in XPU_PERF_PM_METRICS */
+    size_t n;
+    size_t next_sample;         /* the image's first sample not yet emitted */
+    uint64_t last_end;          /* CUPTI's end time of the last emitted sample (0: none) */
+};
+
+static struct pm_device devices[PM_MAX_DEVICES];
+static char *metric_list;       /* XPU_PERF_PM_METRICS, split in place */
+static const char *metrics[PM_MAX_METRICS];
+static size_t n_metrics;
+static uint64_t interval_ns = 100000000ull;
+static size_t buffer_bytes = 64u << 20;
+static uint32_t max_samples;
+static int debug;
+
+static pthread_t thread;
+static int thread_running;
+static pthread_mutex_t pm_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pm_cond = PTHREAD_COND_INITIALIZER;
+static int stop_requested;
+static int profiler_initialized;
+static const char *unavailable; /* why no device can sample (the first missing entry point) */
+
+/* How CUPTI's sample times map onto ours (CLOCK_MONOTONIC), decided at the first sample:
+ * already ours, CLOCK_REALTIME (the GPU's global timer, which the driver keeps on the host's
+ * wall clock), or unknown (the offset estimated from the first sample's end and now). */
+enum { PM_CLOCK_UNSET, PM_CLOCK_SAME, PM_CLOCK_REALTIME, PM_CLOCK_ESTIMATED };
+static int clock_mode;
+static int64_t clock_offset;
+
+static uint64_t n_samples, n_dropped, n_overflows, n_started, n_refused, n_values_failed;
+static struct xp_batch_PM_SAMPLE batch;
+
+static void log_debug(const char *fmt, unsigned device, const char *what) {
+    if (debug) {
+        fprintf(stderr, "xpu-perf: PM sampling GPU %u: ", device);
+        fprintf(stderr, fmt, what);
+        fputc('\n', stderr);
+    }
+}
+
+static void emit_device(unsigned device, const char *chip, const char *status, const char *reason) {
+    static struct xp_batch_PM_DEVICE row; /* under pm_lock */
+    row.rows = 1;
+    row.device[0] = device;
+    row.chip[0] = (struct xp_str){chip, (uint32_t)strlen(chip)};
+    row.status[0] = (struct xp_str){status, (uint32_t)strlen(status)};
+    row.reason[0] = (struct xp_str){reason, (uint32_t)strlen(reason)};
+    xp_emit_PM_DEVICE(&row);
+}
+
+static void release(struct pm_device *d);
+
+/* A device's first failure: logged once, written as its refusal, its sampling over. */
+static int refuse(unsigned device, struct pm_device *d, const char *call, CUptiResult r) {
+    const char *status = NULL;
+    if (r != CUPTI_SUCCESS) cuptiGetResultString(r, &status);
+    char reason[256];
+    if (r == CUPTI_SUCCESS) status = "failed";
+    snprintf(reason, sizeof reason, "%s: %s", call, status ? status : "?");
+    fprintf(stderr, "xpu-perf: PM sampling on GPU %u off: %s\n", device, reason);
+    emit_device(device, d->chip, d->state == PM_RUNNING ? "stopped" : "refused", reason);
+    if (d->state != PM_RUNNING) n_refused++;
+    release(d);
+    d->state = PM_ENDED;
+    return 0;
+}
+
+static void release(struct pm_device *d) {
+    if (d->sampler) {
+        if (d->state == PM_RUNNING) {
+            PM_PARAMS(CUpti_PmSampling_Stop_Params, sp);
+            sp.pPmSamplingObject = d->sampler;
+            p_cuptiPmSamplingStop(&sp);
+        }
+        PM_PARAMS(CUpti_PmSampling_Disable_Params, dp);
+        dp.pPmSamplingObject = d->sampler;
+        p_cuptiPmSamplingDisable(&dp);
+        d->sampler = NULL;
+    }
+    if (d->host) {
+        PM_PARAMS(CUpti_Profiler_Host_Deinitialize_Params, hp);
+        hp.pHostObject = d->host;
+        p_cuptiProfilerHostDeinitialize(&hp);
+        d->host = NULL;
+    }
+    free(d->availability);
+    free(d->config);
+    free(d->data);
+    d->availability = d->config = d->data = NULL;
+}
+
+/* ---- the config image ---- */
+static CUptiResult host_open(struct pm_device *d, CUpti_Profiler_Host_Object **host) {
+    PM_PARAMS(CUpti_Profiler_Host_Initialize_Params, p);
+    p.profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING;
+    p.pChipName = d->chip;
+    p.pCounterAvailabilityImage = d->availability;
+    CUptiResult r = p_cuptiProfilerHostInitialize(&p);
+    *host = r == CUPTI_SUCCESS ? p.pHostObject : NULL;
+    return r;
+}
+
+static void host_close(CUpti_Profiler_Host_Object *host) {
+    if (!host) return;
+    PM_PARAMS(CUpti_Profiler_Host_Deinitialize_Params, p);
+    p.pHostObject = host;
+    p_cuptiProfilerHostDeinitialize(&p);
+}
+
+static CUptiResult add_metrics(CUpti_Profiler_Host_Object *host, const char **names, size_t n) {
+    PM_PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params, p);
+    p.pHostObject = host;
+    p.ppMetricNames = names;
+    p.numMetrics = n;
+    return p_cuptiProfilerHostConfigAddMetrics(&p);
+}
+
+/* d->names into a new host object and its config image; *passes: how many it needs (PM
+ * sampling takes one).  All metrics in one call: added one call each, the same list needs
+ * many passes (17 instead of 1 on GH100, CUPTI 13.0). */
+static CUptiResult build_config(struct pm_device *d, size_t *passes, const char **call) {
+    host_close(d->host);
+    d->host = NULL;
+    free(d->config);
+    d->config = NULL;
+    CUptiResult r = host_open(d, &d->host);
+    if (r != CUPTI_SUCCESS) { *call = "cuptiProfilerHostInitialize"; return r; }
+    if ((r = add_metrics(d->host, d->names, d->n)) != CUPTI_SUCCESS) {
+        *call = "cuptiProfilerHostConfigAddMetrics";
+        return r;
+    }
+    PM_PARAMS(CUpti_Profiler_Host_GetConfigImageSize_Params, sp);
+    sp.pHostObject = d->host;
+    if ((r = p_cuptiProfilerHostGetConfigImageSize(&sp)) != CUPTI_SUCCESS) {
+        *call = "cuptiProfilerHostGetConfigImageSize";
+        return r;
+    }
+    d->config_size = sp.configImageSize;
+    d->config = calloc(1, d->config_size ? d->config_size : 1);
+    if (!d->config) { *call = "malloc"; return CUPTI_ERROR_OUT_OF_MEMORY; }
+    PM_PARAMS(CUpti_Profiler_Host_GetConfigImage_Params, ip);
+    ip.pHostObject = d->host;
+    ip.configImageSize = d->config_size;
+    ip.pConfigImage = d->config;
+    if ((r = p_cuptiProfilerHostGetConfigImage(&ip)) != CUPTI_SUCCESS) {
+        *call = "cuptiProfilerHostGetConfigImage";
+        return r;
+    }
+    PM_PARAMS(CUpti_Profiler_Host_GetNumOfPasses_Params, np);
+    np.configImageSize = d->config_size;
+    np.pConfigImage = d->config;
+    if ((r = p_cuptiProfilerHostGetNumOfPasses(&np)) != CUPTI_SUCCESS) {
+        *call = "cuptiProfilerHostGetNumOfPasses";
+        return r;
+    }
+    *passes = np.numOfPasses;
+    return CUPTI_SUCCESS;
+}
+
+/* The metrics of the list this chip has, in one pass: a name its tables refuse is left out,
+ * and while the list needs more than one pass the last (least wanted) goes; each left out is
+ * named (PM_DEVICE "metric_missing"). */
+static int configure(unsigned device, struct pm_device *d) {
+    d->n = 0;
+    for (size_t i = 0; i < n_metrics; i++) {
+        CUpti_Profiler_Host_Object *probe = NULL;
+        CUptiResult r = host_open(d, &probe);
+        if (r != CUPTI_SUCCESS) return refuse(device, d, "cuptiProfilerHostInitialize", r);
+        r = add_metrics(probe, &metrics[i], 1);
+        host_close(probe);
+        if (r == CUPTI_SUCCESS) {
+            d->names[d->n] = metrics[i];
+            d->index[d->n++] = (uint32_t)i;
+        } else {
+            emit_device(device, d->chip, "metric_missing", metrics[i]);
+        }
+    }
+    if (d->n == 0) return refuse(device, d, "no metric of the list on this chip", CUPTI_SUCCESS);
+    for (;;) {
+        size_t passes = 0;
+        const char *call = "";
+        CUptiResult r = build_config(d, &passes, &call);
+        if (r != CUPTI_SUCCESS) return refuse(device, d, call, r);
+        if (passes <= 1) return 1;
+        if (d->n == 1) return refuse(device, d, "one metric needs more than one pass", CUPTI_SUCCESS);
+        d->n--;
+        emit_device(device, d->chip, "metric_missing", d->names[d->n]);
+    }
+}
+
+/* ---- a device's sampling ---- */
+static CUptiResult set_config(struct pm_device *d, CUpti_PmSampling_TriggerMode trigger,
+                              CUpti_PmSampling_HardwareBuffer_AppendMode append) {
+    PM_PARAMS(CUpti_PmSampling_SetConfig_Params, p);
+    p.pPmSamplingObject = d->sampler;
+    p.configSize = d->config_size;
+    p.pConfig = d->config;
+    p.hardwareBufferSize = buffer_bytes;
+    /* GPU-time trigger (GA10x and later, Hopper included): the interval in ns.  The sysclk
+     * trigger of Turing and GA100 counts clocks; their sys clock is near 1 GHz, so the same
+     * number is about the same interval. */
+    p.samplingInterval = interval_ns;
+    p.triggerMode = trigger;
+    /* Keep the latest (Ampere and later): an overflow loses the oldest samples and is
+     * reported, sampling goes on; Turing keeps only the oldest. */
+    p.hwBufferAppendMode = append;
+    return p_cuptiPmSamplingSetConfig(&p);
+}
+
+static CUptiResult init_image(struct pm_device *d) {
+    PM_PARAMS(CUpti_PmSampling_CounterDataImage_Initialize_Params, p);
+    p.pPmSamplingObject = d->sampler;
+    p.counterDataSize = d->data_size;
+    p.pCounterData = d->data;
+    d->next_sample = 0;
+    return p_cuptiPmSamplingCounterDataImageInitialize(&p);
+}
+
+static int start_device(unsigned device, struct pm_device *d) {
+    CUcontext ctx = atomic_load(&d->context);
+    if (p_cuCtxSetCurrent && ctx) p_cuCtxSetCurrent(ctx);
+    CUptiResult r;
+    if (!profiler_initialized) {
+        PM_PARAMS(CUpti_Profiler_Initialize_Params, ip);
+        if ((r = p_cuptiProfilerInitialize(&ip)) != CUPTI_SUCCESS)
+            return refuse(device, d, "cuptiProfilerInitialize", r);
+        profiler_initialized = 1;
+    }
+    PM_PARAMS(CUpti_Device_GetChipName_Params, cp);
+    cp.deviceIndex = device;
+    if ((r = p_cuptiDeviceGetChipName(&cp)) != CUPTI_SUCCESS)
+        return refuse(device, d, "cuptiDeviceGetChipName", r);
+    snprintf(d->chip, sizeof d->chip, "%s", cp.pChipName ? cp.pChipName : "?");
+    log_debug("chip %s", device, d->chip);
+
+    PM_PARAMS(CUpti_PmSampling_GetCounterAvailability_Params, ap);
+    ap.deviceIndex = device;
+    if ((r = p_cuptiPmSamplingGetCounterAvailability(&ap)) != CUPTI_SUCCESS)
+        return refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
+    d->availability = calloc(1, ap.counterAvailabilityImageSize ? ap.counterAvailabilityImageSize : 1);
+    if (!d->availability) return refuse(device, d, "malloc", CUPTI_ERROR_OUT_OF_MEMORY);
+    ap.pCounterAvailabilityImage = d->availability;
+    if ((r = p_cuptiPmSamplingGetCounterAvailability(&ap)) != CUPTI_SUCCESS)
+        return refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
+
+    if (!configure(device, d)) return 0;
+
+    PM_PARAMS(CUpti_PmSampling_Enable_Params, ep);
+    ep.deviceIndex = device;
+    if ((r = p_cuptiPmSamplingEnable(&ep)) != CUPTI_SUCCESS)
+        return refuse(device, d, "cuptiPmSamplingEnable", r);
+    d->sampler = ep.pPmSamplingObject;
+
+    r = set_config(d, CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
+                   CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_LATEST);
+    if (r != CUPTI_SUCCESS) {
+        log_debug("%s", device, "time trigger refused, trying the sysclk trigger");
+        r = set_config(d, CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL,
+                       CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST);
+    }
+    if (r != CUPTI_SUCCESS) return refuse(device, d, "cuptiPmSamplingSetConfig", r);
+
+    PM_PARAMS(CUpti_PmSampling_GetCounterDataSize_Params, sp);
+    sp.pPmSamplingObject = d->sampler;
+    sp.pMetricNames = d->names;
+    sp.numMetrics = d->n;
+    sp.maxSamples = max_samples;
+    if ((r = p_cuptiPmSamplingGetCounterDataSize(&sp)) != CUPTI_SUCCESS)
+        return refuse(device, d, "cuptiPmSamplingGetCounterDataSize", r);
+    d->data_size = sp.counterDataSize;
+    d->data = calloc(1, d->data_size ? d->data_size : 1);
+    if (!d->data) return refuse(device, d, "malloc", CUPTI_ERROR_OUT_OF_MEMORY);
+    if ((r = init_image(d)) != CUPTI_SUCCESS)
+        return refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
+
+    PM_PARAMS(CUpti_PmSampling_Start_Params, stp);
+    stp.pPmSamplingObject = d->sampler;
+    if ((r = p_cuptiPmSamplingStart(&stp)) != CUPTI_SUCCESS)
+        return refuse(device, d, "cuptiPmSamplingStart", r);
+    d->state = PM_RUNNING;
+    d->last_end = 0;
+    n_started++;
+    emit_device(device, d->chip, "started", "");
+    log_debug("started (%s)", device, d->chip);
+    return 1;
+}
+
+static uint64_t realtime_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t distance(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
+static void decide_clock(uint64_t end) {
+    uint64_t mono = xp_now_ns(), real = realtime_ns();
+    if (distance(end, mono) < PM_CLOCK_SLACK_NS) {
+        clock_mode = PM_CLOCK_SAME;
+        clock_offset = 0;
+    } else if (distance(end, real) < PM_CLOCK_SLACK_NS) {
+        clock_mode = PM_CLOCK_REALTIME;
+        clock_offset = (int64_t)(mono - real);
+    } else {
+        clock_mode = PM_CLOCK_ESTIMATED;
+        clock_offset = (int64_t)(mono - end);
+    }
+}
+
+static CUptiResult sample_times(struct pm_device *d, size_t i, uint64_t *start, uint64_t *end) {
+    PM_PARAMS(CUpti_PmSampling_CounterData_GetSampleInfo_Params, p);
+    p.pPmSamplingObject = d->sampler;
+    p.pCounterDataImage = d->data;
+    p.counterDataImageSize = d->data_size;
+    p.sampleIndex = i;
+    CUptiResult r = p_cuptiPmSamplingCounterDataGetSampleInfo(&p);
+    *start = p.startTimestamp;
+    *end = p.endTimestamp;
+    return r;
+}
+
+/* The image's completed samples not yet emitted, as rows; *full when the image has no room. */
+static int emit_samples(unsigned device, struct pm_device *d, int *full) {
+    PM_PARAMS(CUpti_PmSampling_GetCounterDataInfo_Params, ip);
+    ip.pCounterDataImage = d->data;
+    ip.counterDataImageSize = d->data_size;
+    CUptiResult r = p_cuptiPmSamplingGetCounterDataInfo(&ip);
+    if (r != CUPTI_SUCCESS) return refuse(device, d, "cuptiPmSamplingGetCounterDataInfo", r);
+    *full = ip.numTotalSamples && ip.numPopulatedSamples >= ip.numTotalSamples;
+    size_t completed = ip.numCompletedSamples;
+    /* Whether decoding appends to the image or starts it again, the samples go out once:
+     * by their place while the one before it is the last emitted, else by their time. */
+    size_t from = 0;
+    uint64_t start, end;
+    if (d->next_sample > 0 && d->next_sample <= completed &&
+        sample_times(d, d->next_sample - 1, &start, &end) == CUPTI_SUCCESS && end == d->last_end)
+        from = d->next_sample;
+    double values[PM_MAX_METRICS];
+    for (size_t i = from; i < completed; i++) {
+        if ((r = sample_times(d, i, &start, &end)) != CUPTI_SUCCESS)
+            return refuse(device, d, "cuptiPmSamplingCounterDataGetSampleInfo", r);
+        if (end <= d->last_end || end < start) continue;
+        PM_PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params, ep);
+        ep.pHostObject = d->host;
+        ep.pCounterDataImage = d->data;
+        ep.counterDataImageSize = d->data_size;
+        ep.rangeIndex = i;
+        ep.ppMetricNames = d->names;
+        ep.numMetrics = d->n;
+        ep.pMetricValues = values;
+        if ((r = p_cuptiProfilerHostEvaluateToGpuValues(&ep)) != CUPTI_SUCCESS) {
+            n_values_failed++; /* one sample lost, not the device */
+            d->last_end = end;
+            continue;
+        }
+        if (clock_mode == PM_CLOCK_UNSET) decide_clock(end);
+        /* Samples follow each other; a gap of whole intervals is samples the hardware
+         * buffer lost (its overflow drops the oldest). */
+        if (d->last_end && start > d->last_end + interval_ns / 2)
+            n_dropped += (start - d->last_end + interval_ns / 2) / interval_ns;
+        d->last_end = end;
+        n_samples++;
+        for (size_t m = 0; m < d->n; m++) {
+            if (batch.rows == XP_BATCH_ROWS) xp_emit_PM_SAMPLE(&batch);
+            uint32_t row = batch.rows++;
+            batch.device[row] = device;
+            batch.start[row] = (uint64_t)((int64_t)start + clock_offset);
+            batch.end[row] = (uint64_t)((int64_t)end + clock_offset);
+            batch.metric[row] = d->index[m];
+            batch.value[row] = values[m];
+        }
+    }
+    d->next_sample = completed;
+    return 1;
+}
+
+/* Everything the hardware buffer holds, into rows (a full image is started again). */
+static void decode(unsigned device, struct pm_device *d) {
+    for (int round = 0; round < 1024 && d->state == PM_RUNNING; round++) {
+        PM_PARAMS(CUpti_PmSampling_DecodeData_Params, p);
+        p.pPmSamplingObject = d->sampler;
+        p.pCounterDataImage = d->data;
+        p.counterDataImageSize = d->data_size;
+        CUptiResult r = p_cuptiPmSamplingDecodeData(&p);
+        if (r != CUPTI_SUCCESS) {
+            refuse(device, d, "cuptiPmSamplingDecodeData", r);
+            break;
+        }
+        if (p.overflow) n_overflows++;
+        int full = 0;
+        if (!emit_samples(device, d, &full)) break;
+        if (p.decodeStopReason != CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL && !full)
+            break;
+        if ((r = init_image(d)) != CUPTI_SUCCESS) {
+            refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
+            break;
+        }
+    }
+    if (batch.rows) xp_emit_PM_SAMPLE(&batch);
+}
+
+/* One round of our thread (caller holds pm_lock): new devices started, running ones decoded. */
+static void pm_round(void) {
+    for (unsigned i = 0; i < PM_MAX_DEVICES; i++) {
+        struct pm_device *d = &devices[i];
+        if (d->state == PM_IDLE && atomic_load(&d->wanted)) {
+            if (unavailable) {
+                emit_device(i, "", "refused", unavailable);
+                fprintf(stderr, "xpu-perf: PM sampling on GPU %u off: %s\n", i, unavailable);
+                n_refused++;
+                d->state = PM_ENDED;
+            } else {
+                start_device(i, d);
+            }
+        }
+        if (d->state == PM_RUNNING) decode(i, d);
+    }
+}
+
+static void *pm_main(void *arg) {
+    (void)arg;
+    sigset_t all; /* the application's signals are not ours to take */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&pm_lock);
+    while (!stop_requested) {
+        pm_round();
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += PM_DECODE_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+        while (!stop_requested && pthread_cond_timedwait(&pm_cond, &pm_lock, &until) != ETIMEDOUT) {}
+    }
+    pthread_mutex_unlock(&pm_lock);
+    return NULL;
+}
+
+/* ---- entry points (state.h) ---- */
+static void resolve(void) {
+    Dl_info info;
+    void *cupti = NULL;
+    if (dladdr((void *)cuptiGetResultString, &info) && info.dli_fname)
+        cupti = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (!cupti) { unavailable = "libcupti not found again by its path"; return; }
+#define PM_LOOKUP(name)                                                                       \
+    if (!unavailable && !(p_##name = (__typeof__(p_##name))dlsym(cupti, #name)))              \
+        unavailable = "CUPTI lacks " #name " (PM sampling needs CUDA 12.6+)";
+    PM_ENTRIES(PM_LOOKUP)
+#undef PM_LOOKUP
+    void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (cuda) p_cuCtxSetCurrent = (CUresult (*)(CUcontext))dlsym(cuda, "cuCtxSetCurrent");
+}
+
+int pm_sampling_wanted(void) { return getenv("XPU_PERF_PM_METRICS") != NULL; }
+
+void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
+    const char *list = getenv("XPU_PERF_PM_METRICS");
+    if (!list || !*list) return;
+    debug = getenv("XPU_PERF_PM_DEBUG") != NULL;
+    const char *v = getenv("XPU_PERF_PM_INTERVAL_NS");
+    if (v && strtoull(v, NULL, 10) > 0) interval_ns = strtoull(v, NULL, 10);
+    v = getenv("XPU_PERF_PM_BUFFER_MB");
+    if (v && strtoull(v, NULL, 10) > 0) buffer_bytes = (size_t)strtoull(v, NULL, 10) << 20;
+    /* Room for two decode periods of samples. */
+    uint64_t per_decode = PM_DECODE_MS * 1000000ull / interval_ns + 1;
+    max_samples = (uint32_t)(per_decode * 2 < 32 ? 32 : per_decode * 2 > 8192 ? 8192 : per_decode * 2);
+    metric_list = strdup(list);
+    if (!metric_list) return;
+    for (char *save = NULL, *name = strtok_r(metric_list, ",", &save);
+         name && n_metrics < PM_MAX_METRICS; name = strtok_r(NULL, ",", &save))
+        metrics[n_metrics++] = name;
+    static struct xp_batch_PM_METRIC names; /* once: before any sample */
+    for (size_t i = 0; i < n_metrics; i++) {
+        names.metric[i] = (uint32_t)i;
+        names.name[i] = (struct xp_str){metrics[i], (uint32_t)strlen(metrics[i])};
+    }
+    names.rows = (uint32_t)n_metrics;
+    xp_emit_PM_METRIC(&names);
+    resolve();
+    if (!subscriber) {
+        unavailable = "no CUPTI subscriber (the program's own CUPTI client subscribed first)";
+        devices[0].wanted = 1; /* said once, for the device a program uses first */
+    } else {
+        CUptiResult r = cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                            CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+        if (r != CUPTI_SUCCESS) {
+            CHECK(r);
+            unavailable = "cuptiEnableCallback(CONTEXT_CREATED) failed";
+            devices[0].wanted = 1;
+        }
+    }
+    if (pthread_create(&thread, NULL, pm_main, NULL) == 0) thread_running = 1;
+}
+
+void pm_sampling_context_created(const void *data) {
+    const CUpti_ResourceData *rd = data;
+    uint32_t device = 0;
+    if (!rd || cuptiGetDeviceId(rd->context, &device) != CUPTI_SUCCESS || device >= PM_MAX_DEVICES)
+        return;
+    struct pm_device *d = &devices[device];
+    if (atomic_load(&d->wanted)) return;
+    atomic_store(&d->context, rd->context);
+    atomic_store(&d->wanted, 1);
+    pthread_cond_signal(&pm_cond); /* without the lock: our thread may hold it inside CUPTI */
+}
+
+/* At the final flush (before the counters): our thread ends, sampling stops, the rest of
+ * each hardware buffer is decoded. */
+void pm_sampling_final(void) {
+    if (!thread_running || atomic_load(&cupti_forked)) return;
+    pthread_mutex_lock(&pm_lock);
+    stop_requested = 1;
+    pthread_cond_signal(&pm_cond);
+    pthread_mutex_unlock(&pm_lock);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 3;
+    if (pthread_timedjoin_np(thread, NULL, &until) != 0) {
+        fprintf(stderr, "xpu-perf: PM sampling thread did not end; last samples not decoded\n");
+        thread_running = 0;
+        return;
+    }
+    thread_running = 0;
+    pthread_mutex_lock(&pm_lock);
+    for (unsigned i = 0; i < PM_MAX_DEVICES; i++) {
+        struct pm_device *d = &devices[i];
+        if (d->state != PM_RUNNING) continue;
+        CUcontext ctx = atomic_load(&d->context);
+        if (p_cuCtxSetCurrent && ctx) p_cuCtxSetCurrent(ctx);
+        PM_PARAMS(CUpti_PmSampling_Stop_Params, sp);
+        sp.pPmSamplingObject = d->sampler;
+        CUptiResult r = p_cuptiPmSamplingStop(&sp);
+        if (r != CUPTI_SUCCESS) CHECK(r);
+        decode(i, d);
+        if (d->state == PM_RUNNING) d->state = PM_IDLE; /* stopped: release disables only */
+        release(d);
+        d->state = PM_ENDED;
+    }
+    xp_emit_counter("pm_sampling_devices", n_started);
+    xp_emit_counter("pm_sampling_refused", n_refused);
+    xp_emit_counter("pm_samples", n_samples);
+    xp_emit_counter("pm_samples_dropped", n_dropped);
+    xp_emit_counter("pm_buffer_overflows", n_overflows);
+    xp_emit_counter("pm_samples_unevaluated", n_values_failed);
+    xp_emit_counter("pm_sampling_clock", (uint64_t)clock_mode);
+    pthread_mutex_unlock(&pm_lock);
+}
+
+/* The child has none of our thread, and must not call CUPTI: its stream says nothing of PM
+ * sampling (the parent's does). */
+void pm_sampling_fork_child(void) {
+    thread_running = 0;
+    pthread_mutex_init(&pm_lock, NULL);
+    pthread_cond_init(&pm_cond, NULL);
+    for (unsigned i = 0; i < PM_MAX_DEVICES; i++) devices[i].state = PM_ENDED;
+}
