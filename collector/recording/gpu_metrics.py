@@ -200,6 +200,8 @@ class GpuMetricsRecording:
         out = []
         pm = self._pm()
         for device, d in sorted(pm.devices.items()) if pm is not None else ():
+            if not d.started:
+                continue  # refused: what it lacked does not matter
             out += [f"GPU {device}: {m} (not in {d.chip}'s PM sampling tables)" for m in d.missing]
         for columns in self._sampler.devices if self._sampler else ():
             device = columns.source.device
@@ -245,7 +247,7 @@ class GpuMetricsRecording:
         grouped: dict[tuple[object, str], list[str]] = {}
         for device, d in sorted(pm.devices.items()) if pm is not None else ():
             why = f"not in {d.chip}'s PM sampling tables"
-            if d.missing:
+            if d.missing and d.started:
                 grouped[(device, why)] = list(d.missing)
         for columns in self._sampler.devices if self._sampler else ():
             for name, why in self._nvml_missing(columns).items():

@@ -8,6 +8,7 @@ from, and writes these as counter tracks (the catalog's names, units and scales)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -27,24 +28,22 @@ COUNTERS = (
 # How the library mapped CUPTI's sample times onto CLOCK_MONOTONIC (pm_sampling_clock).
 CLOCKS = {1: "monotonic", 2: "realtime", 3: "estimated"}
 
-# A CUPTI status in a refusal, in words for the summary.
+# A CUPTI status in a refusal (its CUptiResult number, which the library writes after the
+# status's name), in words for the summary.
 _HINTS = {
-    "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES": "profiling is restricted to admin users "
-    "(NVreg_RestrictProfilingToAdminUsers=1): run as root or allow it",
-    "CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES": "profiling is not allowed in "
-    "this virtual machine",
-    "CUPTI_ERROR_HARDWARE_BUSY": "the counters are held by another client (DCGM, Nsight, "
-    "another profiled process)",
-    "CUPTI_ERROR_NOT_SUPPORTED": "not supported on this GPU or driver",
+    35: "profiling is restricted to admin users (NVreg_RestrictProfilingToAdminUsers=1): "
+    "run as root or allow it",
+    40: "profiling is not allowed in this virtual machine",
+    26: "the counters are held by another client (DCGM, Nsight, another profiled process)",
+    27: "not supported on this GPU or driver",
 }
 
 
 def reason_words(reason: str) -> str:
     """A refusal as the library wrote it, with what its status means where known."""
-    for status, hint in _HINTS.items():
-        if reason.endswith(status):
-            return f"{reason} ({hint})"
-    return reason
+    match = re.search(r"\((\d+)\)$", reason)
+    hint = _HINTS.get(int(match.group(1))) if match else None
+    return f"{reason}: {hint}" if hint else reason
 
 
 @dataclass

@@ -123,8 +123,12 @@ static int refuse(unsigned device, struct pm_device *d, const char *call, CUptiR
     const char *status = NULL;
     if (r != CUPTI_SUCCESS) cuptiGetResultString(r, &status);
     char reason[256];
-    if (r == CUPTI_SUCCESS) status = "failed";
-    snprintf(reason, sizeof reason, "%s: %s", call, status ? status : "?");
+    /* The status's number too: `record` words the reason by it (collector/sources/
+     * cupti_pm_sampling.py), whatever name this CUPTI gives it. */
+    if (r == CUPTI_SUCCESS)
+        snprintf(reason, sizeof reason, "%s", call);
+    else
+        snprintf(reason, sizeof reason, "%s: %s (%d)", call, status ? status : "?", (int)r);
     fprintf(stderr, "xpu-perf: PM sampling on GPU %u off: %s\n", device, reason);
     emit_device(device, d->chip, d->state == PM_RUNNING ? "stopped" : "refused", reason);
     if (d->state != PM_RUNNING) n_refused++;
