@@ -183,6 +183,11 @@ def _link_name(lib_dir: Path) -> str:
     return f"-l:{versioned[0].name}"
 
 
+def include_flags(cupti: Cupti) -> list[str]:
+    """The compiler's include flags for the library's sources: CUPTI's, then the shim."""
+    return [*(f"-I{d}" for d in cupti.include_dirs), f"-idirafter{C_SHIM}"]
+
+
 def build(
     cupti: Cupti | None = None,
     out_dir: Path | None = None,
@@ -205,8 +210,7 @@ def build(
     names = (*CUPTI_SOURCES, *EXPERIMENT_SOURCES) if experiments else CUPTI_SOURCES
     flags = [
         *((EXPERIMENTS_DEFINE,) if experiments else ()),
-        *(f"-I{d}" for d in cupti.include_dirs),
-        f"-idirafter{C_SHIM}",
+        *include_flags(cupti),
         *(str(SOURCE_DIR / name) for name in sorted(names)),
         f"-L{cupti.lib_dir}",
         _link_name(cupti.lib_dir),

@@ -19,7 +19,15 @@ from typing import Any
 
 from collector import model
 from collector.gpu_metrics import catalog, kept
-from collector.gpu_metrics.choice import GPM, PM_SAMPLING, Choice, choose, load_pynvml, source_names
+from collector.gpu_metrics.choice import (
+    GPM,
+    NONE,
+    PM_SAMPLING,
+    Choice,
+    choose,
+    load_pynvml,
+    source_names,
+)
 from collector.gpu_metrics.sampler import CounterSampler, DeviceColumns
 from collector.recording.source import FinishedRun
 from collector.sources.cupti_pm_sampling import PmSampling
@@ -105,15 +113,17 @@ class GpuMetricsRecording:
             self._sampler.stop()
         if self._choice is not None:
             self._choice.close()
-        if self.directory is not None and self._sampler is not None:
-            # Best effort, as the manifest's end: the trace is written from memory.
+        if self.directory is not None and self._choice is not None:
+            # Best effort, as the manifest's end: the trace is written from memory.  Kept
+            # without NVML too: PM sampling's samples come from the kept streams.
             with contextlib.suppress(OSError):
-                self._keep(self.directory, self._sampler)
+                self._keep(self.directory)
 
-    def _keep(self, directory: Path, sampler: CounterSampler) -> None:
+    def _keep(self, directory: Path) -> None:
         """The counters beside the streams, for a trace written later (--from-streams)."""
-        devices = [model.GpuDevice(c.source.device, c.source.name) for c in sampler.devices]
-        series = [s for c in sampler.devices for s in c.series()]
+        columns = self._sampler.devices if self._sampler else []
+        devices = [model.GpuDevice(c.source.device, c.source.name) for c in columns]
+        series = [s for c in columns for s in c.series()]
         kept.save(directory, devices, series, self.stats(), self.metadata(), self.summary_lines())
 
     def _pm(self) -> PmSampling | None:
@@ -278,21 +288,54 @@ class GpuMetricsRecording:
 
 class KeptGpuMetrics(FinishedRun):
     """The counters a recording kept beside its streams, as a source for
-    `record --from-streams` (the same events, metadata and summary lines)."""
+    `record --from-streams` (the same events, metadata and summary lines), with PM
+    sampling's from the kept streams (`pm_sampling`: the kept GPU source's, read before)."""
 
     name = "gpu_metrics"
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, pm_sampling: Callable[[], PmSampling | None] | None = None
+    ) -> None:
         self._kept = kept.load(directory)
+        self._pm_sampling = pm_sampling
+
+    def _pm(self) -> PmSampling | None:
+        pm = self._pm_sampling() if self._pm_sampling is not None else None
+        return pm if pm is not None and pm.started else None
 
     def events(self) -> Iterable[model.Event]:
-        return kept.events(self._kept)
+        pm = self._pm()
+        if pm is None:
+            yield from kept.events(self._kept)
+            return
+        pm_series = list(pm.series())
+        replaced = {(s.device, s.name) for s in pm_series}
+        for event in kept.events(self._kept):
+            if not (
+                isinstance(event, model.GpuCounterSeries) and (event.device, event.name) in replaced
+            ):
+                yield event
+        yield from pm_series
 
     def stats(self) -> Mapping[str, int]:
-        return self._kept.stats
+        pm = self._pm()
+        return {**self._kept.stats, **(pm.counts if pm is not None else {})}
 
     def metadata(self) -> Mapping[str, model.ArgValue]:
-        return self._kept.metadata
+        pm = self._pm()
+        out = dict(self._kept.metadata)
+        if pm is not None:
+            # What record knew when the target ended lacked PM sampling's outcome.
+            before = str(out.get("gpu_metrics_source", NONE)).split(",")
+            out["gpu_metrics_source"] = source_names({PM_SAMPLING, *before} - {NONE})
+        return out
 
     def summary_lines(self) -> list[str]:
-        return self._kept.summary_lines
+        pm = self._pm()
+        lines = list(self._kept.summary_lines)
+        if pm is not None:
+            lines.append(
+                f"GPU metrics: PM sampling on GPU {', '.join(map(str, sorted(pm.started)))}: "
+                f"{pm.counts['pm_samples']} samples, {pm.counts['pm_samples_dropped']} dropped"
+            )
+        return lines
