@@ -22,11 +22,12 @@ from collector.sources.cupti_stream import Stream
 COUNTERS = (
     "pm_samples",
     "pm_samples_dropped",
+    "pm_sample_gaps",
     "pm_buffer_overflows",
     "pm_samples_unevaluated",
 )
 # How the library mapped CUPTI's sample times onto CLOCK_MONOTONIC (pm_sampling_clock).
-CLOCKS = {1: "monotonic", 2: "realtime", 3: "estimated"}
+CLOCKS = {1: "monotonic", 2: "realtime", 3: "cupti", 4: "estimated"}
 
 # A CUPTI status in a refusal (its CUptiResult number, which the library writes after the
 # status's name), in words for the summary.

@@ -88,14 +88,16 @@ static int stop_requested;
 static int profiler_initialized;
 static const char *unavailable; /* why no device can sample (the first missing entry point) */
 
-/* How CUPTI's sample times map onto ours (CLOCK_MONOTONIC), decided at the first sample:
- * already ours, CLOCK_REALTIME (the GPU's global timer, which the driver keeps on the host's
- * wall clock), or unknown (the offset estimated from the first sample's end and now). */
-enum { PM_CLOCK_UNSET, PM_CLOCK_SAME, PM_CLOCK_REALTIME, PM_CLOCK_ESTIMATED };
+/* How CUPTI's sample times map onto ours (CLOCK_MONOTONIC), decided at the first sample
+ * (the headers do not say which clock they are on): already ours, CLOCK_REALTIME (the GPU's
+ * global timer, which the driver keeps on the host's wall clock), cuptiGetTimestamp's clock,
+ * or unknown (the offset estimated from the first sample's end and now: off by up to a
+ * decode period).  Written as counter pm_sampling_clock. */
+enum { PM_CLOCK_UNSET, PM_CLOCK_SAME, PM_CLOCK_REALTIME, PM_CLOCK_CUPTI, PM_CLOCK_ESTIMATED };
 static int clock_mode;
 static int64_t clock_offset;
 
-static uint64_t n_samples, n_dropped, n_overflows, n_started, n_refused, n_values_failed;
+static uint64_t n_samples, n_dropped, n_gaps, n_overflows, n_started, n_refused, n_values_failed;
 static struct xp_batch_PM_SAMPLE batch;
 
 static void log_debug(const char *fmt, unsigned device, const char *what) {
@@ -366,13 +368,17 @@ static uint64_t realtime_ns(void) {
 static uint64_t distance(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
 
 static void decide_clock(uint64_t end) {
-    uint64_t mono = xp_now_ns(), real = realtime_ns();
+    uint64_t mono = xp_now_ns(), real = realtime_ns(), cupti_now = 0;
     if (distance(end, mono) < PM_CLOCK_SLACK_NS) {
         clock_mode = PM_CLOCK_SAME;
         clock_offset = 0;
     } else if (distance(end, real) < PM_CLOCK_SLACK_NS) {
         clock_mode = PM_CLOCK_REALTIME;
         clock_offset = (int64_t)(mono - real);
+    } else if (cuptiGetTimestamp(&cupti_now) == CUPTI_SUCCESS &&
+               distance(end, cupti_now) < PM_CLOCK_SLACK_NS) {
+        clock_mode = PM_CLOCK_CUPTI;
+        clock_offset = (int64_t)(mono - cupti_now);
     } else {
         clock_mode = PM_CLOCK_ESTIMATED;
         clock_offset = (int64_t)(mono - end);
@@ -392,7 +398,7 @@ static CUptiResult sample_times(struct pm_device *d, size_t i, uint64_t *start, 
 }
 
 /* The image's completed samples not yet emitted, as rows; *full when the image has no room. */
-static int emit_samples(unsigned device, struct pm_device *d, int *full) {
+static int emit_samples(unsigned device, struct pm_device *d, int overflowed, int *full) {
     PM_PARAMS(CUpti_PmSampling_GetCounterDataInfo_Params, ip);
     ip.pCounterDataImage = d->data;
     ip.counterDataImageSize = d->data_size;
@@ -426,10 +432,13 @@ static int emit_samples(unsigned device, struct pm_device *d, int *full) {
             continue;
         }
         if (clock_mode == PM_CLOCK_UNSET) decide_clock(end);
-        /* Samples follow each other; a gap of whole intervals is samples the hardware
-         * buffer lost (its overflow drops the oldest). */
-        if (d->last_end && start > d->last_end + interval_ns / 2)
-            n_dropped += (start - d->last_end + interval_ns / 2) / interval_ns;
+        /* Samples follow each other; a gap of whole intervals in a decode that reported an
+         * overflow is samples the hardware buffer lost (keeping the latest, it drops the
+         * oldest); any other gap is counted apart (a trigger that paused?). */
+        if (d->last_end && start > d->last_end + interval_ns / 2) {
+            uint64_t missing = (start - d->last_end + interval_ns / 2) / interval_ns;
+            if (overflowed) n_dropped += missing; else n_gaps += missing;
+        }
         d->last_end = end;
         n_samples++;
         for (size_t m = 0; m < d->n; m++) {
@@ -460,7 +469,7 @@ static void decode(unsigned device, struct pm_device *d) {
         }
         if (p.overflow) n_overflows++;
         int full = 0;
-        if (!emit_samples(device, d, &full)) break;
+        if (!emit_samples(device, d, p.overflow, &full)) break;
         if (p.decodeStopReason != CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL && !full)
             break;
         if ((r = init_image(d)) != CUPTI_SUCCESS) {
@@ -612,6 +621,7 @@ void pm_sampling_final(void) {
     xp_emit_counter("pm_sampling_refused", n_refused);
     xp_emit_counter("pm_samples", n_samples);
     xp_emit_counter("pm_samples_dropped", n_dropped);
+    xp_emit_counter("pm_sample_gaps", n_gaps);
     xp_emit_counter("pm_buffer_overflows", n_overflows);
     xp_emit_counter("pm_samples_unevaluated", n_values_failed);
     xp_emit_counter("pm_sampling_clock", (uint64_t)clock_mode);
