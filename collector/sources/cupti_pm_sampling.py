@@ -73,10 +73,10 @@ class PmSampling:
     def add(self, stream: Stream) -> None:
         """One process's PM sampling rows."""
         metrics = stream.table("PM_METRIC")
-        if metrics.rows:
-            self.wanted = True
         names = dict(zip(metrics["metric"], metrics["name"], strict=True))
         status = stream.table("PM_DEVICE")
+        if metrics.rows or status.rows:
+            self.wanted = True
         for device, chip, state, reason in zip(
             status["device"], status["chip"], status["status"], status["reason"], strict=True
         ):

@@ -16,6 +16,27 @@
  * inside CUPTI waiting for a driver lock that application thread holds).  A forked child
  * never calls CUPTI (cupti_forked). */
 #define _GNU_SOURCE
+#include "state.h"
+
+#if !__has_include(<cupti_pmsampling.h>) || !__has_include(<cupti_profiler_host.h>)
+/* Built against CUPTI headers from before PM sampling (12.6): every device is refused. */
+static int asked;
+void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
+    asked = getenv("XPU_PERF_PM_METRICS") != NULL;
+}
+void pm_sampling_context_created(const void *resource_data) {}
+void pm_sampling_final(void) {
+    if (!asked || atomic_load(&cupti_forked)) return;
+    static struct xp_batch_PM_DEVICE row;
+    static const char reason[] = "built with CUPTI headers before 12.6 (no PM sampling)";
+    row.rows = 1;
+    row.chip[0] = (struct xp_str){"", 0};
+    row.status[0] = (struct xp_str){"refused", 7};
+    row.reason[0] = (struct xp_str){reason, sizeof reason - 1};
+    xp_emit_PM_DEVICE(&row);
+}
+void pm_sampling_fork_child(void) {}
+#else
 #include <cupti_pmsampling.h>
 #include <cupti_profiler_host.h>
 #include <cupti_profiler_target.h>
@@ -26,8 +47,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include "state.h"
 
 #define PM_MAX_DEVICES 64
 #define PM_MAX_METRICS 64
@@ -636,3 +655,4 @@ void pm_sampling_fork_child(void) {
     pthread_cond_init(&pm_cond, NULL);
     for (unsigned i = 0; i < PM_MAX_DEVICES; i++) devices[i].state = PM_ENDED;
 }
+#endif
