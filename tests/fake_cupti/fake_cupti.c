@@ -98,6 +98,12 @@ static uint64_t now(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+EXPORT CUptiResult cuptiGetTimestamp(uint64_t *timestamp) {
+    if (!timestamp) return CUPTI_ERROR_INVALID_PARAMETER;
+    *timestamp = now();
+    return CUPTI_SUCCESS;
+}
+
 /* As CUPTI, a buffer is asked for when records start to come and held until it is handed
  * back (a client such as Kineto flushes only while CUPTI holds one of its buffers). */
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
