@@ -168,3 +168,34 @@ def test_metrics_a_chip_lacks_are_named_missing(fake: FakeCupti, tmp_path: Path)
         tracks = tracks_of(t)
     assert "nvlrx__bytes.sum.per_second" in missing and "nvltx" in missing
     assert set(tracks[catalog.TENSOR_ACTIVE]) >= {0.0, 80.0}
+
+
+def test_samples_outside_the_capture_window_are_dropped(fake: FakeCupti, tmp_path: Path) -> None:
+    """--delay/--duration: only samples that start inside the window are kept (counted as
+    outside otherwise), as NVML's are."""
+    bindings = tmp_path / "bindings"
+    bindings.mkdir()
+    (bindings / "pynvml.py").write_text(FAKE_PYNVML)
+    out = tmp_path / "window.perfetto-trace"
+    env = {"PYTHONPATH": os.pathsep.join([str(bindings), str(REPO)])}
+    flags = ("--gpu-metrics", "100", "--delay", "0.75", "--duration", "0.3")
+    proc = record(fake, out, fake.app, 1, 0, "pm_phases", extra_env=env, flags=flags)
+    assert proc.returncode == 0, proc.stderr
+    with open_trace(out) as t:
+        load_views(t)
+        gpu_metrics.load(t)
+        (window,) = t.query(
+            "select ts, ts + dur as end_ts from slice where category = 'xpu_perf_window'"
+        )
+        outside = metadata(t, "gpu_metrics_pm_samples_outside_window")
+        times = [
+            r["ts"]
+            for r in t.query(
+                "select c.ts from counter c join xpu_gpu_counter gc using (track_id) "
+                f"where gc.metric = '{catalog.SM_ISSUE}'"
+            )
+        ]
+    assert outside > 0 and times
+    # The spans kept to are record's window and the library's, which end a few ms apart.
+    margin = 50_000_000
+    assert all(window["ts"] - margin <= ts <= window["end_ts"] + margin for ts in times)
