@@ -178,7 +178,8 @@ class GpuMetricsRecording:
             out.append(f"{PM_SAMPLING}: no process of the target initialised CUDA")
         elif pm is not None:
             for device, d in sorted(pm.devices.items()):
-                out += [f"{PM_SAMPLING} on GPU {device}: {why}" for why in d.refused]
+                if not d.started:  # (another process may have had its counters: it ran)
+                    out += [f"{PM_SAMPLING} on GPU {device}: {why}" for why in d.refused]
         started = pm.started if pm is not None else set()
         for why in self._choice.refused if self._choice else []:
             if not any(why.startswith(f"{GPM} on GPU {d}:") for d in started):
@@ -212,7 +213,10 @@ class GpuMetricsRecording:
         for device, d in sorted(pm.devices.items()) if pm is not None else ():
             if not d.started:
                 continue  # refused: what it lacked does not matter
-            out += [f"GPU {device}: {m} (not in {d.chip}'s PM sampling tables)" for m in d.missing]
+            out += [
+                f"GPU {device}: {m} (not in {d.chip}'s PM sampling tables, or past one pass)"
+                for m in d.missing
+            ]
         for columns in self._sampler.devices if self._sampler else ():
             device = columns.source.device
             for name, why in self._nvml_missing(columns).items():
@@ -256,7 +260,7 @@ class GpuMetricsRecording:
         # metric without a value, which would otherwise be a dozen lines.
         grouped: dict[tuple[object, str], list[str]] = {}
         for device, d in sorted(pm.devices.items()) if pm is not None else ():
-            why = f"not in {d.chip}'s PM sampling tables"
+            why = f"not in {d.chip}'s PM sampling tables, or past one pass"
             if d.missing and d.started:
                 grouped[(device, why)] = list(d.missing)
         for columns in self._sampler.devices if self._sampler else ():

@@ -254,14 +254,26 @@ static CUptiResult build_config(struct pm_device *d, size_t *passes, const char 
  * and while the list needs more than one pass the last (least wanted) goes; each left out is
  * named (PM_DEVICE "metric_missing"). */
 static int configure(unsigned device, struct pm_device *d) {
+    /* All names at once first: each host object loads the chip's tables (slow), and a list
+     * record made for this CUPTI is normally accepted whole. */
+    CUpti_Profiler_Host_Object *whole = NULL;
+    CUptiResult r = host_open(d, &whole);
+    if (r != CUPTI_SUCCESS) return refuse(device, d, "cuptiProfilerHostInitialize", r);
+    r = add_metrics(whole, metrics, n_metrics);
+    host_close(whole);
     d->n = 0;
-    for (size_t i = 0; i < n_metrics; i++) {
+    for (size_t i = 0; r == CUPTI_SUCCESS && i < n_metrics; i++) {
+        d->names[d->n] = metrics[i];
+        d->index[d->n++] = (uint32_t)i;
+    }
+    for (size_t i = 0; r != CUPTI_SUCCESS && i < n_metrics; i++) {
         CUpti_Profiler_Host_Object *probe = NULL;
-        CUptiResult r = host_open(d, &probe);
-        if (r != CUPTI_SUCCESS) return refuse(device, d, "cuptiProfilerHostInitialize", r);
-        r = add_metrics(probe, &metrics[i], 1);
+        CUptiResult opened = host_open(d, &probe);
+        if (opened != CUPTI_SUCCESS)
+            return refuse(device, d, "cuptiProfilerHostInitialize", opened);
+        CUptiResult added = add_metrics(probe, &metrics[i], 1);
         host_close(probe);
-        if (r == CUPTI_SUCCESS) {
+        if (added == CUPTI_SUCCESS) {
             d->names[d->n] = metrics[i];
             d->index[d->n++] = (uint32_t)i;
         } else {
@@ -272,8 +284,8 @@ static int configure(unsigned device, struct pm_device *d) {
     for (;;) {
         size_t passes = 0;
         const char *call = "";
-        CUptiResult r = build_config(d, &passes, &call);
-        if (r != CUPTI_SUCCESS) return refuse(device, d, call, r);
+        CUptiResult built = build_config(d, &passes, &call);
+        if (built != CUPTI_SUCCESS) return refuse(device, d, call, built);
         if (passes <= 1) return 1;
         if (d->n == 1) return refuse(device, d, "one metric needs more than one pass", CUPTI_SUCCESS);
         d->n--;
