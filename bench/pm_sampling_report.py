@@ -46,7 +46,7 @@ def checks(phases: dict[str, dict[str, float]]) -> list[tuple[str, bool | None, 
     sm_idle = value("idle", catalog.SM_ACTIVE)
     return [
         check("gemm: tensor active >= 50%", tensor_gemm, (tensor_gemm or 0) >= 50),
-        check("gemm: DRAM bandwidth < 30%", dram_gemm, (dram_gemm or 0) < 30),
+        check("gemm: DRAM bandwidth < 40%", dram_gemm, (dram_gemm or 0) < 40),
         check("vector_add: DRAM bandwidth >= 70%", dram_add, (dram_add or 0) >= 70),
         check("vector_add: tensor active < 2%", tensor_add, (tensor_add or 0) < 2),
         check("idle: SM active < 2%", sm_idle, (sm_idle or 0) < 2),
