@@ -239,6 +239,9 @@ int api_callback_needed(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
                     : 0;
     if (f & (PROFILER_START | PROFILER_STOP)) return 1;
     if (f & TRACED) return api_callbacks_on;
+    /* PM sampling hears of devices from their contexts' creation (pm_sampling.c). */
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED)
+        return pm_sampling_on;
     return domain == CUPTI_CB_DOMAIN_NVTX && window_mode == WINDOW_NVTX;
 }
 

@@ -21,6 +21,7 @@
 #if !__has_include(<cupti_pmsampling.h>) || !__has_include(<cupti_profiler_host.h>)
 /* Built against CUPTI headers from before PM sampling (12.6): every device is refused. */
 static int asked;
+int pm_sampling_on;
 void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
     asked = getenv("XPU_PERF_PM_METRICS") != NULL;
 }
@@ -548,6 +549,8 @@ static void *pm_main(void *arg) {
 }
 
 /* ---- entry points (state.h) ---- */
+int pm_sampling_on;
+
 static void resolve(void) {
     Dl_info info;
     void *cupti = NULL;
@@ -595,6 +598,7 @@ void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
     } else {
         CUptiResult r = cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                             CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+        pm_sampling_on = r == CUPTI_SUCCESS;
         if (r != CUPTI_SUCCESS) {
             CHECK(r);
             unavailable = "cuptiEnableCallback(CONTEXT_CREATED) failed";
@@ -607,6 +611,7 @@ void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
 void pm_sampling_context_created(const void *data) {
     const CUpti_ResourceData *rd = data;
     uint32_t device = 0;
+    if (!pm_sampling_on) return; /* on for the program's own client only */
     if (!rd || cuptiGetDeviceId(rd->context, &device) != CUPTI_SUCCESS || device >= PM_MAX_DEVICES)
         return;
     struct pm_device *d = &devices[device];
