@@ -7,7 +7,9 @@
 #  3. the same at 1000 Hz with a small hardware buffer (XPU_PERF_PM_BUFFER_MB=1): samples
 #     dropped by an overflowing buffer are counted;
 #  4. as nobody (profiling restricted to admins by default: PM sampling refused, reason named,
-#     NVML GPM runs).
+#     NVML GPM runs);
+#  5. the cost on the launch-bound step: record without counters, with them (PM sampling),
+#     3 interleaved rounds of 200 steps, median of the per-run medians.
 # Everything lands in $OUT as pm_sampling.tar.gz; bench/pm_sampling_report.py prints the
 # checks (tensor >= 50% and DRAM low in the GEMM, DRAM >= 70% and tensor ~0 in the vector
 # add, SM active ~0 idle, the source, the dropped samples).
@@ -40,6 +42,27 @@ setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$nb/home" \
     bash -c "cd $nb && timeout 120 python3 -m collector.cli record --no-cpu \
         -o $nb/home/pm_nobody.perfetto-trace -- python3 -m bench.workloads.gpu_phases --seconds 1"
 cp "$nb/home/pm_nobody.perfetto-trace" "$work/" 2>/dev/null
+
+echo "== 5. overhead (launch_bound, 200 steps, 3 rounds)"
+timeout 240 python3 - "$work" <<'PY'
+import json, re, statistics, subprocess, sys
+work = ["python3", "-m", "bench.workloads.launch_bound", "--steps", "200", "--warmup", "20"]
+rec = ["python3", "-m", "collector.cli", "record", "--no-cpu", "-q", "-o", "/tmp/ov.perfetto-trace"]
+modes = {"record, no counters": rec + ["--no-gpu-metrics", "--"] + work,
+         "record, counters 10 Hz": rec + ["--"] + work}
+runs = {m: [] for m in modes}
+for r in range(3):
+    for m, cmd in modes.items():
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        got = re.search(r"([0-9.]+) ms/step", p.stdout)
+        runs[m].append(float(got.group(1)) if got else None)
+        if not got:
+            print(m, "failed:", p.stderr[-600:])
+res = {m: statistics.median([x for x in v if x is not None] or [0]) for m, v in runs.items()}
+for m, v in res.items():
+    print(f"{m:24s} {v:.3f} ms/step  runs {runs[m]}")
+json.dump({"runs": runs, "median_ms": res}, open(f"{sys.argv[1]}/overhead.json", "w"), indent=1)
+PY
 
 echo "== report"
 python3 bench/pm_sampling_report.py "$work" --json "$work/pm_sampling.json"

@@ -90,6 +90,12 @@ def main() -> None:
         for what, ok, got in results:
             print(f"  {'PASS' if ok else 'FAIL' if ok is False else 'N/A '}  {what:36s} {got}")
         out["checks"] = results
+    overhead = args.dir / "overhead.json"
+    if overhead.exists():
+        out["overhead"] = json.loads(overhead.read_text())
+        print("\noverhead (launch_bound ms/step, median of 3 runs):")
+        for mode, ms in out["overhead"]["median_ms"].items():
+            print(f"  {mode:24s} {ms:.3f}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str) + "\n")
 
