@@ -52,6 +52,7 @@ void pm_sampling_fork_child(void) {}
 #define PM_MAX_DEVICES 64
 #define PM_MAX_METRICS 64
 #define PM_DECODE_MS 100
+#define PM_DECODE_FAILURES 10
 #define PM_CLOCK_SLACK_NS (10ull * 1000000000ull)
 /* A CUPTI parameter struct, zeroed but for its size (pPriv NULL, as the headers ask). */
 #define PM_PARAMS(type, var) type var = {.structSize = type##_STRUCT_SIZE}
@@ -89,6 +90,7 @@ struct pm_device {
     size_t n;
     size_t next_sample;         /* the image's first sample not yet emitted */
     uint64_t last_end;          /* CUPTI's end time of the last emitted sample (0: none) */
+    int decode_failures;        /* in a row */
 };
 
 static struct pm_device devices[PM_MAX_DEVICES];
@@ -488,7 +490,7 @@ static int emit_samples(unsigned device, struct pm_device *d, int overflowed, in
 }
 
 /* Everything the hardware buffer holds, into rows (a full image is started again). */
-static void decode(unsigned device, struct pm_device *d) {
+static void decode(unsigned device, struct pm_device *d, int final_round) {
     for (int round = 0; round < 1024 && d->state == PM_RUNNING; round++) {
         PM_PARAMS(CUpti_PmSampling_DecodeData_Params, p);
         p.pPmSamplingObject = d->sampler;
@@ -496,9 +498,13 @@ static void decode(unsigned device, struct pm_device *d) {
         p.counterDataImageSize = d->data_size;
         CUptiResult r = p_cuptiPmSamplingDecodeData(&p);
         if (r != CUPTI_SUCCESS) {
-            refuse(device, d, "cuptiPmSamplingDecodeData", r);
+            /* Not documented whether an empty buffer is an error: a second of failed decodes
+             * in a row ends the device's sampling, fewer wait for the next round. */
+            if (++d->decode_failures >= PM_DECODE_FAILURES || final_round)
+                refuse(device, d, "cuptiPmSamplingDecodeData", r);
             break;
         }
+        d->decode_failures = 0;
         if (p.overflow) n_overflows++;
         int full = 0;
         if (!emit_samples(device, d, p.overflow, &full)) break;
@@ -526,7 +532,7 @@ static void pm_round(void) {
                 start_device(i, d);
             }
         }
-        if (d->state == PM_RUNNING) decode(i, d);
+        if (d->state == PM_RUNNING) decode(i, d, 0);
     }
 }
 
@@ -648,7 +654,7 @@ void pm_sampling_final(void) {
         sp.pPmSamplingObject = d->sampler;
         CUptiResult r = p_cuptiPmSamplingStop(&sp);
         if (r != CUPTI_SUCCESS) CHECK(r);
-        decode(i, d);
+        decode(i, d, 1);
         if (d->state == PM_RUNNING) d->state = PM_IDLE; /* stopped: release disables only */
         release(d);
         d->state = PM_ENDED;
