@@ -22,8 +22,6 @@ exec > >(tee "$work/log.txt") 2>&1
 python3 -m collector.inject_build >/dev/null || echo "inject build failed"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 cat /proc/driver/nvidia/params 2>/dev/null | grep -i RmProfilingAdminOnly
-rec() { python3 -m collector.cli record --no-cpu "$@"; }
-phases() { python3 -m bench.workloads.gpu_phases --seconds "$1"; }
 
 echo "== 1. phases, root, default rate"
 timeout 120 env XPU_PERF_PM_DEBUG=1 python3 -m collector.cli record --no-cpu \
