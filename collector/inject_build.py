@@ -63,6 +63,7 @@ CUPTI_SOURCES = (
     "program_profiler.c",
     "program_records.c",
     "pm_sampling.c",
+    "pm_config.c",
     *SHARED_SOURCES,
 )
 # Measurement-only switches (experiments.h), built in only with experiments=True, which also

@@ -3,7 +3,7 @@
  * (XPU_PERF_PM_METRICS: the metric names of collector/gpu_metrics/catalog.py's PM_COUNTERS,
  * XPU_PERF_PM_INTERVAL_NS, XPU_PERF_PM_BUFFER_MB).  For each device the program creates a
  * context on (the resource callback), our thread: makes the config image of the metrics for
- * the device's chip (profiler host), enables, configures and starts PM sampling; then every
+ * the device's chip (profiler host, pm_config.c), enables, configures and starts PM sampling; then every
  * 100 ms decodes the hardware buffer into a counter-data image and evaluates each completed
  * sample into PM_SAMPLE rows.  The final flush stops sampling and decodes what is left.
  *
@@ -16,9 +16,10 @@
  * inside CUPTI waiting for a driver lock that application thread holds).  A forked child
  * never calls CUPTI (cupti_forked). */
 #define _GNU_SOURCE
-#include "state.h"
+#include "pm_sampling.h"
 
-#if !__has_include(<cupti_pmsampling.h>) || !__has_include(<cupti_profiler_host.h>)
+#ifndef PM_SAMPLING_HEADERS
+#include <stdlib.h>
 /* Built against CUPTI headers from before PM sampling (12.6): every device is refused. */
 static int asked;
 int pm_sampling_on;
@@ -38,10 +39,6 @@ void pm_sampling_final(void) {
 }
 void pm_sampling_fork_child(void) {}
 #else
-#include <cupti_pmsampling.h>
-#include <cupti_profiler_host.h>
-#include <cupti_profiler_target.h>
-#include <cupti_target.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
@@ -49,54 +46,16 @@ void pm_sampling_fork_child(void) {}
 #include <string.h>
 #include <time.h>
 
-#define PM_MAX_DEVICES 64
-#define PM_MAX_METRICS 64
-#define PM_DECODE_MS 100
-#define PM_DECODE_FAILURES 10
-#define PM_CLOCK_SLACK_NS (10ull * 1000000000ull)
-/* A CUPTI parameter struct, zeroed but for its size (pPriv NULL, as the headers ask). */
-#define PM_PARAMS(type, var) type var = {.structSize = type##_STRUCT_SIZE}
-
-/* The entry points, typed as NVIDIA's headers declare them. */
-#define PM_ENTRIES(X)                                                                        \
-    X(cuptiProfilerInitialize) X(cuptiDeviceGetChipName)                                     \
-    X(cuptiPmSamplingGetCounterAvailability) X(cuptiProfilerHostInitialize)                  \
-    X(cuptiProfilerHostDeinitialize) X(cuptiProfilerHostConfigAddMetrics)                    \
-    X(cuptiProfilerHostGetConfigImageSize) X(cuptiProfilerHostGetConfigImage)                \
-    X(cuptiProfilerHostGetNumOfPasses) X(cuptiProfilerHostEvaluateToGpuValues)               \
-    X(cuptiPmSamplingEnable) X(cuptiPmSamplingDisable) X(cuptiPmSamplingSetConfig)           \
-    X(cuptiPmSamplingStart) X(cuptiPmSamplingStop) X(cuptiPmSamplingDecodeData)              \
-    X(cuptiPmSamplingGetCounterDataSize) X(cuptiPmSamplingCounterDataImageInitialize)        \
-    X(cuptiPmSamplingGetCounterDataInfo) X(cuptiPmSamplingCounterDataGetSampleInfo)
-#define PM_DECLARE(name) static __typeof__(&name) p_##name;
-PM_ENTRIES(PM_DECLARE)
-#undef PM_DECLARE
+#define PM_DEFINE(name) __typeof__(&name) p_##name;
+PM_ENTRIES(PM_DEFINE)
+#undef PM_DEFINE
 /* libcuda's, to make the device's context current on our thread (absent: left as it is). */
 static CUresult (*p_cuCtxSetCurrent)(CUcontext);
 
-enum pm_state { PM_IDLE, PM_RUNNING, PM_ENDED };
-
-struct pm_device {
-    _Atomic int wanted;         /* a context was created on it (the callback) */
-    _Atomic(CUcontext) context;
-    int state;                  /* enum pm_state, our thread's (then the final flush's) */
-    char chip[64];
-    CUpti_Profiler_Host_Object *host;
-    CUpti_PmSampling_Object *sampler;
-    uint8_t *availability, *config, *data;
-    size_t config_size, data_size;
-    const char *names[PM_MAX_METRICS]; /* the metrics this device's config holds */
-    uint32_t index[PM_MAX_METRICS];    /* their index in XPU_PERF_PM_METRICS */
-    size_t n;
-    size_t next_sample;         /* the image's first sample not yet emitted */
-    uint64_t last_end;          /* CUPTI's end time of the last emitted sample (0: none) */
-    int decode_failures;        /* in a row */
-};
-
 static struct pm_device devices[PM_MAX_DEVICES];
 static char *metric_list;       /* XPU_PERF_PM_METRICS, split in place */
-static const char *metrics[PM_MAX_METRICS];
-static size_t n_metrics;
+const char *pm_metrics[PM_MAX_METRICS];
+size_t pm_n_metrics;
 static uint64_t interval_ns = 100000000ull;
 static size_t buffer_bytes = 64u << 20;
 static uint32_t max_samples;
@@ -130,7 +89,7 @@ static void log_debug(const char *fmt, unsigned device, const char *what) {
     }
 }
 
-static void emit_device(unsigned device, const char *chip, const char *status, const char *reason) {
+void pm_emit_device(unsigned device, const char *chip, const char *status, const char *reason) {
     static struct xp_batch_PM_DEVICE row; /* under pm_lock */
     row.rows = 1;
     row.device[0] = device;
@@ -142,8 +101,7 @@ static void emit_device(unsigned device, const char *chip, const char *status, c
 
 static void release(struct pm_device *d);
 
-/* A device's first failure: logged once, written as its refusal, its sampling over. */
-static int refuse(unsigned device, struct pm_device *d, const char *call, CUptiResult r) {
+int pm_refuse(unsigned device, struct pm_device *d, const char *call, CUptiResult r) {
     const char *status = NULL;
     if (r != CUPTI_SUCCESS) cuptiGetResultString(r, &status);
     char reason[256];
@@ -154,7 +112,7 @@ static int refuse(unsigned device, struct pm_device *d, const char *call, CUptiR
     else
         snprintf(reason, sizeof reason, "%s: %s (%d)", call, status ? status : "?", (int)r);
     fprintf(stderr, "xpu-perf: PM sampling on GPU %u off: %s\n", device, reason);
-    emit_device(device, d->chip, d->state == PM_RUNNING ? "stopped" : "refused", reason);
+    pm_emit_device(device, d->chip, d->state == PM_RUNNING ? "stopped" : "refused", reason);
     if (d->state != PM_RUNNING) n_refused++;
     release(d);
     d->state = PM_ENDED;
@@ -173,127 +131,12 @@ static void release(struct pm_device *d) {
         p_cuptiPmSamplingDisable(&dp);
         d->sampler = NULL;
     }
-    if (d->host) {
-        PM_PARAMS(CUpti_Profiler_Host_Deinitialize_Params, hp);
-        hp.pHostObject = d->host;
-        p_cuptiProfilerHostDeinitialize(&hp);
-        d->host = NULL;
-    }
+    pm_host_close(d->host);
+    d->host = NULL;
     free(d->availability);
     free(d->config);
     free(d->data);
     d->availability = d->config = d->data = NULL;
-}
-
-/* ---- the config image ---- */
-static CUptiResult host_open(struct pm_device *d, CUpti_Profiler_Host_Object **host) {
-    PM_PARAMS(CUpti_Profiler_Host_Initialize_Params, p);
-    p.profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING;
-    p.pChipName = d->chip;
-    p.pCounterAvailabilityImage = d->availability;
-    CUptiResult r = p_cuptiProfilerHostInitialize(&p);
-    *host = r == CUPTI_SUCCESS ? p.pHostObject : NULL;
-    return r;
-}
-
-static void host_close(CUpti_Profiler_Host_Object *host) {
-    if (!host) return;
-    PM_PARAMS(CUpti_Profiler_Host_Deinitialize_Params, p);
-    p.pHostObject = host;
-    p_cuptiProfilerHostDeinitialize(&p);
-}
-
-static CUptiResult add_metrics(CUpti_Profiler_Host_Object *host, const char **names, size_t n) {
-    PM_PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params, p);
-    p.pHostObject = host;
-    p.ppMetricNames = names;
-    p.numMetrics = n;
-    return p_cuptiProfilerHostConfigAddMetrics(&p);
-}
-
-/* d->names into a new host object and its config image; *passes: how many it needs (PM
- * sampling takes one).  All metrics in one call: added one call each, the same list needs
- * many passes (17 instead of 1 on GH100, CUPTI 13.0). */
-static CUptiResult build_config(struct pm_device *d, size_t *passes, const char **call) {
-    host_close(d->host);
-    d->host = NULL;
-    free(d->config);
-    d->config = NULL;
-    CUptiResult r = host_open(d, &d->host);
-    if (r != CUPTI_SUCCESS) { *call = "cuptiProfilerHostInitialize"; return r; }
-    if ((r = add_metrics(d->host, d->names, d->n)) != CUPTI_SUCCESS) {
-        *call = "cuptiProfilerHostConfigAddMetrics";
-        return r;
-    }
-    PM_PARAMS(CUpti_Profiler_Host_GetConfigImageSize_Params, sp);
-    sp.pHostObject = d->host;
-    if ((r = p_cuptiProfilerHostGetConfigImageSize(&sp)) != CUPTI_SUCCESS) {
-        *call = "cuptiProfilerHostGetConfigImageSize";
-        return r;
-    }
-    d->config_size = sp.configImageSize;
-    d->config = calloc(1, d->config_size ? d->config_size : 1);
-    if (!d->config) { *call = "malloc"; return CUPTI_ERROR_OUT_OF_MEMORY; }
-    PM_PARAMS(CUpti_Profiler_Host_GetConfigImage_Params, ip);
-    ip.pHostObject = d->host;
-    ip.configImageSize = d->config_size;
-    ip.pConfigImage = d->config;
-    if ((r = p_cuptiProfilerHostGetConfigImage(&ip)) != CUPTI_SUCCESS) {
-        *call = "cuptiProfilerHostGetConfigImage";
-        return r;
-    }
-    PM_PARAMS(CUpti_Profiler_Host_GetNumOfPasses_Params, np);
-    np.configImageSize = d->config_size;
-    np.pConfigImage = d->config;
-    if ((r = p_cuptiProfilerHostGetNumOfPasses(&np)) != CUPTI_SUCCESS) {
-        *call = "cuptiProfilerHostGetNumOfPasses";
-        return r;
-    }
-    *passes = np.numOfPasses;
-    return CUPTI_SUCCESS;
-}
-
-/* The metrics of the list this chip has, in one pass: a name its tables refuse is left out,
- * and while the list needs more than one pass the last (least wanted) goes; each left out is
- * named (PM_DEVICE "metric_missing"). */
-static int configure(unsigned device, struct pm_device *d) {
-    /* All names at once first: each host object loads the chip's tables (slow), and a list
-     * record made for this CUPTI is normally accepted whole. */
-    CUpti_Profiler_Host_Object *whole = NULL;
-    CUptiResult r = host_open(d, &whole);
-    if (r != CUPTI_SUCCESS) return refuse(device, d, "cuptiProfilerHostInitialize", r);
-    r = add_metrics(whole, metrics, n_metrics);
-    host_close(whole);
-    d->n = 0;
-    for (size_t i = 0; r == CUPTI_SUCCESS && i < n_metrics; i++) {
-        d->names[d->n] = metrics[i];
-        d->index[d->n++] = (uint32_t)i;
-    }
-    for (size_t i = 0; r != CUPTI_SUCCESS && i < n_metrics; i++) {
-        CUpti_Profiler_Host_Object *probe = NULL;
-        CUptiResult opened = host_open(d, &probe);
-        if (opened != CUPTI_SUCCESS)
-            return refuse(device, d, "cuptiProfilerHostInitialize", opened);
-        CUptiResult added = add_metrics(probe, &metrics[i], 1);
-        host_close(probe);
-        if (added == CUPTI_SUCCESS) {
-            d->names[d->n] = metrics[i];
-            d->index[d->n++] = (uint32_t)i;
-        } else {
-            emit_device(device, d->chip, "metric_missing", metrics[i]);
-        }
-    }
-    if (d->n == 0) return refuse(device, d, "no metric of the list on this chip", CUPTI_SUCCESS);
-    for (;;) {
-        size_t passes = 0;
-        const char *call = "";
-        CUptiResult built = build_config(d, &passes, &call);
-        if (built != CUPTI_SUCCESS) return refuse(device, d, call, built);
-        if (passes <= 1) return 1;
-        if (d->n == 1) return refuse(device, d, "one metric needs more than one pass", CUPTI_SUCCESS);
-        d->n--;
-        emit_device(device, d->chip, "metric_missing", d->names[d->n]);
-    }
 }
 
 /* ---- a device's sampling ---- */
@@ -331,32 +174,32 @@ static int start_device(unsigned device, struct pm_device *d) {
     if (!profiler_initialized) {
         PM_PARAMS(CUpti_Profiler_Initialize_Params, ip);
         if ((r = p_cuptiProfilerInitialize(&ip)) != CUPTI_SUCCESS)
-            return refuse(device, d, "cuptiProfilerInitialize", r);
+            return pm_refuse(device, d, "cuptiProfilerInitialize", r);
         profiler_initialized = 1;
     }
     PM_PARAMS(CUpti_Device_GetChipName_Params, cp);
     cp.deviceIndex = device;
     if ((r = p_cuptiDeviceGetChipName(&cp)) != CUPTI_SUCCESS)
-        return refuse(device, d, "cuptiDeviceGetChipName", r);
+        return pm_refuse(device, d, "cuptiDeviceGetChipName", r);
     snprintf(d->chip, sizeof d->chip, "%s", cp.pChipName ? cp.pChipName : "?");
     log_debug("chip %s", device, d->chip);
 
     PM_PARAMS(CUpti_PmSampling_GetCounterAvailability_Params, ap);
     ap.deviceIndex = device;
     if ((r = p_cuptiPmSamplingGetCounterAvailability(&ap)) != CUPTI_SUCCESS)
-        return refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
+        return pm_refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
     d->availability = calloc(1, ap.counterAvailabilityImageSize ? ap.counterAvailabilityImageSize : 1);
-    if (!d->availability) return refuse(device, d, "malloc", CUPTI_ERROR_OUT_OF_MEMORY);
+    if (!d->availability) return pm_refuse(device, d, "malloc", CUPTI_ERROR_OUT_OF_MEMORY);
     ap.pCounterAvailabilityImage = d->availability;
     if ((r = p_cuptiPmSamplingGetCounterAvailability(&ap)) != CUPTI_SUCCESS)
-        return refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
+        return pm_refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
 
-    if (!configure(device, d)) return 0;
+    if (!pm_configure(device, d)) return 0;
 
     PM_PARAMS(CUpti_PmSampling_Enable_Params, ep);
     ep.deviceIndex = device;
     if ((r = p_cuptiPmSamplingEnable(&ep)) != CUPTI_SUCCESS)
-        return refuse(device, d, "cuptiPmSamplingEnable", r);
+        return pm_refuse(device, d, "cuptiPmSamplingEnable", r);
     d->sampler = ep.pPmSamplingObject;
 
     r = set_config(d, CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
@@ -366,7 +209,7 @@ static int start_device(unsigned device, struct pm_device *d) {
         r = set_config(d, CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL,
                        CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST);
     }
-    if (r != CUPTI_SUCCESS) return refuse(device, d, "cuptiPmSamplingSetConfig", r);
+    if (r != CUPTI_SUCCESS) return pm_refuse(device, d, "cuptiPmSamplingSetConfig", r);
 
     PM_PARAMS(CUpti_PmSampling_GetCounterDataSize_Params, sp);
     sp.pPmSamplingObject = d->sampler;
@@ -374,21 +217,21 @@ static int start_device(unsigned device, struct pm_device *d) {
     sp.numMetrics = d->n;
     sp.maxSamples = max_samples;
     if ((r = p_cuptiPmSamplingGetCounterDataSize(&sp)) != CUPTI_SUCCESS)
-        return refuse(device, d, "cuptiPmSamplingGetCounterDataSize", r);
+        return pm_refuse(device, d, "cuptiPmSamplingGetCounterDataSize", r);
     d->data_size = sp.counterDataSize;
     d->data = calloc(1, d->data_size ? d->data_size : 1);
-    if (!d->data) return refuse(device, d, "malloc", CUPTI_ERROR_OUT_OF_MEMORY);
+    if (!d->data) return pm_refuse(device, d, "malloc", CUPTI_ERROR_OUT_OF_MEMORY);
     if ((r = init_image(d)) != CUPTI_SUCCESS)
-        return refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
+        return pm_refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
 
     PM_PARAMS(CUpti_PmSampling_Start_Params, stp);
     stp.pPmSamplingObject = d->sampler;
     if ((r = p_cuptiPmSamplingStart(&stp)) != CUPTI_SUCCESS)
-        return refuse(device, d, "cuptiPmSamplingStart", r);
+        return pm_refuse(device, d, "cuptiPmSamplingStart", r);
     d->state = PM_RUNNING;
     d->last_end = 0;
     n_started++;
-    emit_device(device, d->chip, "started", "");
+    pm_emit_device(device, d->chip, "started", "");
     log_debug("started (%s)", device, d->chip);
     return 1;
 }
@@ -437,7 +280,7 @@ static int emit_samples(unsigned device, struct pm_device *d, int overflowed, in
     ip.pCounterDataImage = d->data;
     ip.counterDataImageSize = d->data_size;
     CUptiResult r = p_cuptiPmSamplingGetCounterDataInfo(&ip);
-    if (r != CUPTI_SUCCESS) return refuse(device, d, "cuptiPmSamplingGetCounterDataInfo", r);
+    if (r != CUPTI_SUCCESS) return pm_refuse(device, d, "cuptiPmSamplingGetCounterDataInfo", r);
     *full = ip.numTotalSamples && ip.numPopulatedSamples >= ip.numTotalSamples;
     size_t completed = ip.numCompletedSamples;
     /* Whether decoding appends to the image or starts it again, the samples go out once:
@@ -450,7 +293,7 @@ static int emit_samples(unsigned device, struct pm_device *d, int overflowed, in
     double values[PM_MAX_METRICS];
     for (size_t i = from; i < completed; i++) {
         if ((r = sample_times(d, i, &start, &end)) != CUPTI_SUCCESS)
-            return refuse(device, d, "cuptiPmSamplingCounterDataGetSampleInfo", r);
+            return pm_refuse(device, d, "cuptiPmSamplingCounterDataGetSampleInfo", r);
         if (end <= d->last_end || end < start) continue;
         PM_PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params, ep);
         ep.pHostObject = d->host;
@@ -501,7 +344,7 @@ static void decode(unsigned device, struct pm_device *d, int final_round) {
             /* Not documented whether an empty buffer is an error: a second of failed decodes
              * in a row ends the device's sampling, fewer wait for the next round. */
             if (++d->decode_failures >= PM_DECODE_FAILURES || final_round)
-                refuse(device, d, "cuptiPmSamplingDecodeData", r);
+                pm_refuse(device, d, "cuptiPmSamplingDecodeData", r);
             break;
         }
         d->decode_failures = 0;
@@ -511,7 +354,7 @@ static void decode(unsigned device, struct pm_device *d, int final_round) {
         if (p.decodeStopReason != CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL && !full)
             break;
         if ((r = init_image(d)) != CUPTI_SUCCESS) {
-            refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
+            pm_refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
             break;
         }
     }
@@ -524,7 +367,7 @@ static void pm_round(void) {
         struct pm_device *d = &devices[i];
         if (d->state == PM_IDLE && atomic_load(&d->wanted)) {
             if (unavailable) {
-                emit_device(i, "", "refused", unavailable);
+                pm_emit_device(i, "", "refused", unavailable);
                 fprintf(stderr, "xpu-perf: PM sampling on GPU %u off: %s\n", i, unavailable);
                 n_refused++;
                 d->state = PM_ENDED;
@@ -572,8 +415,6 @@ static void resolve(void) {
     if (cuda) p_cuCtxSetCurrent = (CUresult (*)(CUcontext))dlsym(cuda, "cuCtxSetCurrent");
 }
 
-int pm_sampling_wanted(void) { return getenv("XPU_PERF_PM_METRICS") != NULL; }
-
 void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
     const char *list = getenv("XPU_PERF_PM_METRICS");
     if (!list || !*list) return;
@@ -588,14 +429,14 @@ void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
     metric_list = strdup(list);
     if (!metric_list) return;
     for (char *save = NULL, *name = strtok_r(metric_list, ",", &save);
-         name && n_metrics < PM_MAX_METRICS; name = strtok_r(NULL, ",", &save))
-        metrics[n_metrics++] = name;
+         name && pm_n_metrics < PM_MAX_METRICS; name = strtok_r(NULL, ",", &save))
+        pm_metrics[pm_n_metrics++] = name;
     static struct xp_batch_PM_METRIC names; /* once: before any sample */
-    for (size_t i = 0; i < n_metrics; i++) {
+    for (size_t i = 0; i < pm_n_metrics; i++) {
         names.metric[i] = (uint32_t)i;
-        names.name[i] = (struct xp_str){metrics[i], (uint32_t)strlen(metrics[i])};
+        names.name[i] = (struct xp_str){pm_metrics[i], (uint32_t)strlen(pm_metrics[i])};
     }
-    names.rows = (uint32_t)n_metrics;
+    names.rows = (uint32_t)pm_n_metrics;
     xp_emit_PM_METRIC(&names);
     resolve();
     if (!subscriber) {

@@ -17,6 +17,7 @@
  *   program_profiler.c  the program's own CUPTI client, served from our session (or refused)
  *   program_records.c   its activity records: copied into its buffers, in its clock
  *   pm_sampling.c    CUPTI PM sampling: GPU counters per device, decoded on a thread of ours
+ *   pm_config.c      its config image: the metric list for a chip, in one pass (pm_sampling.h)
  *   experiments.c    measurement-only switches (only with XPU_PERF_EXPERIMENTS) */
 #ifndef XP_STATE_H
 #define XP_STATE_H
