@@ -98,8 +98,10 @@ def test_counters_read_back_the_phases_values(phases) -> None:
         assert {tensor_phase, dram_phase} <= values, name
     # One value per sample, no GPM duplicate of the same track.
     assert len(tracks[catalog.TENSOR_ACTIVE]) == samples
-    # NVML's own counters stay (power, memory); GPM's FP32 (which PM does not sample) too.
-    assert catalog.POWER in tracks and catalog.FP32_ACTIVE in tracks
+    # NVML's instant counters stay (power, memory, clocks); no GPM track (FP32 active, which
+    # PM sampling does not read, neither: one source of interval counters per GPU).
+    assert catalog.POWER in tracks and catalog.MEMORY_USED in tracks
+    assert catalog.FP32_ACTIVE not in tracks
 
 
 def test_kernel_metrics_average_pm_counters_per_kernel(phases) -> None:

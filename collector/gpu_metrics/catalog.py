@@ -126,3 +126,10 @@ PM_COUNTERS = (
     PmCounter("nvltx__bytes.sum.per_second", NVLINK_TX, "MiB/s", MIB),
     PmCounter("gpc__cycles_elapsed.avg.per_second", GPC_CLOCK, "MHz", 1e-6),
 )
+
+# Counters whose value covers an interval (GPM's, PM sampling's), not an instant: what
+# xpu_kernel_metrics averages per kernel.  One source of them per GPU (their times form the
+# device's grid): where PM sampling runs, no GPM track is written.
+INTERVAL_COUNTER_NAMES = tuple(
+    dict.fromkeys([*(c.name for c in GPM_COUNTERS), *(c.name for c in PM_COUNTERS)])
+)

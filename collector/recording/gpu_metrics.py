@@ -132,12 +132,11 @@ class GpuMetricsRecording:
     def events(self) -> Iterable[model.Event]:
         pm = self._pm()
         pm_series = list(pm.series(self._spans)) if pm is not None else []
-        replaced = {(s.device, s.name) for s in pm_series}
         self._superseded = 0
         for columns in self._sampler.devices if self._sampler else ():
             yield model.GpuDevice(columns.source.device, columns.source.name)
             for series in columns.series():
-                if (series.device, series.name) in replaced:
+                if replaced_by_pm(series, pm):
                     self._superseded += 1
                     continue
                 yield series
@@ -226,14 +225,15 @@ class GpuMetricsRecording:
         return out
 
     def _nvml_missing(self, columns: DeviceColumns) -> dict[str, str]:
-        """NVML's counters without a value, but those PM sampling gave."""
+        """NVML's counters without a value, but those PM sampling replaced."""
         pm = self._pm()
-        given = (
-            {c.name for c in catalog.PM_COUNTERS}
-            if pm and columns.source.device in pm.started
-            else set()
-        )
-        return {k: v for k, v in columns.missing().items() if k not in given}
+        return {
+            name: why
+            for name, why in columns.missing().items()
+            if not replaced_by_pm(
+                model.GpuCounterSeries(columns.source.device, name, "", (), ()), pm
+            )
+        }
 
     def summary_lines(self) -> list[str]:
         choice = self._choice
@@ -290,6 +290,16 @@ class GpuMetricsRecording:
             self._outside_windows += columns.keep_only(spans)
 
 
+def replaced_by_pm(series: model.GpuCounterSeries, pm: PmSampling | None) -> bool:
+    """An NVML track not written: its GPU ran PM sampling and it is an interval counter (GPM's
+    or utilisation's).  One source of interval counters per GPU: xpu_kernel_metrics places
+    kernels on the times of a GPU's interval counters, which two sources would mix."""
+    if pm is None or series.device not in pm.started:
+        return False
+    interval = {*catalog.INTERVAL_COUNTER_NAMES, *(c.name for c in catalog.UTILIZATION_COUNTERS)}
+    return series.name in interval
+
+
 class KeptGpuMetrics(FinishedRun):
     """The counters a recording kept beside its streams, as a source for
     `record --from-streams` (the same events, metadata and summary lines), with PM
@@ -312,14 +322,10 @@ class KeptGpuMetrics(FinishedRun):
         if pm is None:
             yield from kept.events(self._kept)
             return
-        pm_series = list(pm.series())
-        replaced = {(s.device, s.name) for s in pm_series}
         for event in kept.events(self._kept):
-            if not (
-                isinstance(event, model.GpuCounterSeries) and (event.device, event.name) in replaced
-            ):
+            if not (isinstance(event, model.GpuCounterSeries) and replaced_by_pm(event, pm)):
                 yield event
-        yield from pm_series
+        yield from pm.series()
 
     def stats(self) -> Mapping[str, int]:
         pm = self._pm()
