@@ -195,6 +195,10 @@ static int start_device(unsigned device, struct pm_device *d) {
         return pm_refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
 
     if (!pm_configure(device, d)) return 0;
+    char what[96];
+    snprintf(what, sizeof what, "%zu of %zu metrics in one pass, config image %zu bytes", d->n,
+             pm_n_metrics, d->config_size);
+    log_debug("%s", device, what);
 
     PM_PARAMS(CUpti_PmSampling_Enable_Params, ep);
     ep.deviceIndex = device;
@@ -232,7 +236,9 @@ static int start_device(unsigned device, struct pm_device *d) {
     d->last_end = 0;
     n_started++;
     pm_emit_device(device, d->chip, "started", "");
-    log_debug("started (%s)", device, d->chip);
+    snprintf(what, sizeof what, "started: interval %llu ns, buffer %zu bytes, image %zu bytes",
+             (unsigned long long)interval_ns, buffer_bytes, d->data_size);
+    log_debug("%s", device, what);
     return 1;
 }
 
@@ -308,7 +314,14 @@ static int emit_samples(unsigned device, struct pm_device *d, int overflowed, in
             d->last_end = end;
             continue;
         }
-        if (clock_mode == PM_CLOCK_UNSET) decide_clock(end);
+        if (clock_mode == PM_CLOCK_UNSET) {
+            decide_clock(end);
+            char what[160];
+            snprintf(what, sizeof what, "first sample [%llu, %llu], clock %d, offset %lld ns",
+                     (unsigned long long)start, (unsigned long long)end, clock_mode,
+                     (long long)clock_offset);
+            log_debug("%s", device, what);
+        }
         /* Samples follow each other; a gap of whole intervals in a decode that reported an
          * overflow is samples the hardware buffer lost (keeping the latest, it drops the
          * oldest); any other gap is counted apart (a trigger that paused?). */
