@@ -186,7 +186,7 @@ def _link_name(lib_dir: Path) -> str:
 
 def include_flags(cupti: Cupti) -> list[str]:
     """The compiler's include flags for the library's sources: CUPTI's, then the shim."""
-    return [*(f"-I{d}" for d in cupti.include_dirs), f"-idirafter{C_SHIM}"]
+    return [*(f"-I{d}" for d in cupti.include_dirs), f"-I{C_SHIM}"]
 
 
 def build(

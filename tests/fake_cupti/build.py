@@ -50,7 +50,7 @@ def build_fake(out: Path) -> FakeCupti:
             "-fvisibility=hidden",
             "-pthread",
             *incs,
-            f"-idirafter{C_SHIM}",
+            f"-I{C_SHIM}",
             str(HERE / "fake_cupti.c"),
             str(HERE / "fake_pm_sampling.c"),
             "-Wl,-soname,libcupti.so.13",
