@@ -25,6 +25,7 @@ COUNTERS = (
     "pm_sample_gaps",
     "pm_buffer_overflows",
     "pm_samples_unevaluated",
+    "pm_samples_short",
 )
 # How the library mapped CUPTI's sample times onto CLOCK_MONOTONIC (pm_sampling_clock).
 CLOCKS = {1: "monotonic", 2: "realtime", 3: "cupti", 4: "estimated"}
@@ -90,11 +91,15 @@ class PmSampling:
             elif reason not in d.refused:  # refused, or stopped mid-run
                 d.refused.append(reason_words(reason))
         samples = stream.table("PM_SAMPLE")
+        # The samples its rows hold: the pm_samples counter is written by the final flush,
+        # which a process that crashed at exit never wrote (its samples are still here).
+        decoded = 0
         if samples.rows:
             device = np.frombuffer(samples["device"], np.uint32)
             start = np.frombuffer(samples["start"], np.uint64).astype(np.int64)
             metric = np.frombuffer(samples["metric"], np.uint32)
             value = np.frombuffer(samples["value"], np.float64)
+            decoded = len(np.unique(np.stack([device.astype(np.int64), start]), axis=1)[0])
             for dev in np.unique(device):
                 for m in np.unique(metric[device == dev]):
                     name = names.get(int(m))
@@ -107,6 +112,8 @@ class PmSampling:
         last = dict(zip(counters["name"], counters["value"], strict=True))
         for key in COUNTERS:
             self.counts[key] += int(last.get(key, 0))
+        if "pm_samples" not in last:
+            self.counts["pm_samples"] += decoded
         clock = int(last.get("pm_sampling_clock", 0))
         if clock in CLOCKS:
             self.clock = CLOCKS[clock]

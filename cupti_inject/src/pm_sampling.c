@@ -4,8 +4,13 @@
  * XPU_PERF_PM_INTERVAL_NS, XPU_PERF_PM_BUFFER_MB).  For each device the program creates a
  * context on (the resource callback), our thread: makes the config image of the metrics for
  * the device's chip (profiler host, pm_config.c), enables, configures and starts PM sampling; then every
- * 100 ms decodes the hardware buffer into a counter-data image and evaluates each completed
- * sample into PM_SAMPLE rows.  The final flush stops sampling and decodes what is left.
+ * 100 ms decodes the hardware buffer into a counter-data image, evaluates each completed
+ * sample into PM_SAMPLE rows and initializes the image again (as NVIDIA's pm_sampling sample
+ * does after every decode: on the H100, CUPTI 13, decoding into an image that already held
+ * samples failed with CUPTI_ERROR_UNKNOWN at 1000 Hz, and where the image filled up its last
+ * sample read over 100% and the next began with a fragment of a microsecond).  The final
+ * flush stops sampling and decodes what is left; it leaves the sampler, the host object and
+ * the images to the process's end (see pm_sampling_final).
  *
  * Written without a GPU to try it on, so defensive: every CUPTI status is checked; a device's
  * first failure ends its sampling, is logged to stderr once (the call and the status) and
@@ -66,6 +71,7 @@ static int thread_running;
 static pthread_mutex_t pm_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pm_cond = PTHREAD_COND_INITIALIZER;
 static int stop_requested;
+static int final_flush;         /* pm_sampling_final has begun: no CUPTI teardown calls */
 static int profiler_initialized;
 static const char *unavailable; /* why no device can sample (the first missing entry point) */
 
@@ -79,6 +85,7 @@ static int clock_mode;
 static int64_t clock_offset;
 
 static uint64_t n_samples, n_dropped, n_gaps, n_overflows, n_started, n_refused, n_values_failed;
+static uint64_t n_short;        /* fragments and the last sample of a full image: left out */
 static struct xp_batch_PM_SAMPLE batch;
 
 static void log_debug(const char *fmt, unsigned device, const char *what) {
@@ -119,17 +126,24 @@ int pm_refuse(unsigned device, struct pm_device *d, const char *call, CUptiResul
     return 0;
 }
 
+/* A device's sampling ended mid-run: stopped (once), disabled, its host object and images
+ * freed, in the order of NVIDIA's sample (the H100 run that refused a device mid-run went on
+ * and exited cleanly).  At the final flush nothing is torn down (pm_sampling_final). */
 static void release(struct pm_device *d) {
+    if (final_flush) return;
     if (d->sampler) {
-        if (d->state == PM_RUNNING) {
+        if (d->state == PM_RUNNING && !d->stopped) {
             PM_PARAMS(CUpti_PmSampling_Stop_Params, sp);
             sp.pPmSamplingObject = d->sampler;
             p_cuptiPmSamplingStop(&sp);
+            d->stopped = 1;
+            log_debug("%s", (unsigned)(d - devices), "stopped");
         }
         PM_PARAMS(CUpti_PmSampling_Disable_Params, dp);
         dp.pPmSamplingObject = d->sampler;
         p_cuptiPmSamplingDisable(&dp);
         d->sampler = NULL;
+        log_debug("%s", (unsigned)(d - devices), "disabled");
     }
     pm_host_close(d->host);
     d->host = NULL;
@@ -163,7 +177,6 @@ static CUptiResult init_image(struct pm_device *d) {
     p.pPmSamplingObject = d->sampler;
     p.counterDataSize = d->data_size;
     p.pCounterData = d->data;
-    d->next_sample = 0;
     return p_cuptiPmSamplingCounterDataImageInitialize(&p);
 }
 
@@ -206,12 +219,12 @@ static int start_device(unsigned device, struct pm_device *d) {
         return pm_refuse(device, d, "cuptiPmSamplingEnable", r);
     d->sampler = ep.pPmSamplingObject;
 
-    r = set_config(d, CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
-                   CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_LATEST);
+    d->trigger = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL;
+    r = set_config(d, d->trigger, CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_LATEST);
     if (r != CUPTI_SUCCESS) {
         log_debug("%s", device, "time trigger refused, trying the sysclk trigger");
-        r = set_config(d, CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL,
-                       CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST);
+        d->trigger = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL;
+        r = set_config(d, d->trigger, CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST);
     }
     if (r != CUPTI_SUCCESS) return pm_refuse(device, d, "cuptiPmSamplingSetConfig", r);
 
@@ -233,6 +246,7 @@ static int start_device(unsigned device, struct pm_device *d) {
     if ((r = p_cuptiPmSamplingStart(&stp)) != CUPTI_SUCCESS)
         return pm_refuse(device, d, "cuptiPmSamplingStart", r);
     d->state = PM_RUNNING;
+    d->stopped = 0;
     d->last_end = 0;
     n_started++;
     pm_emit_device(device, d->chip, "started", "");
@@ -280,27 +294,36 @@ static CUptiResult sample_times(struct pm_device *d, size_t i, uint64_t *start, 
     return r;
 }
 
-/* The image's completed samples not yet emitted, as rows; *full when the image has no room. */
-static int emit_samples(unsigned device, struct pm_device *d, int overflowed, int *full) {
+/* The image's completed samples, as rows (the image holds only this decode's: it is
+ * initialized again after each).  A sample much shorter than the interval (a fragment) and,
+ * where the decode filled the image, its last sample are left out (n_short): on the H100 those
+ * two read 155% to 1364% tensor active, where the image filled up. */
+static int emit_samples(unsigned device, struct pm_device *d, int overflowed, int filled) {
     PM_PARAMS(CUpti_PmSampling_GetCounterDataInfo_Params, ip);
     ip.pCounterDataImage = d->data;
     ip.counterDataImageSize = d->data_size;
     CUptiResult r = p_cuptiPmSamplingGetCounterDataInfo(&ip);
     if (r != CUPTI_SUCCESS) return pm_refuse(device, d, "cuptiPmSamplingGetCounterDataInfo", r);
-    *full = ip.numTotalSamples && ip.numPopulatedSamples >= ip.numTotalSamples;
     size_t completed = ip.numCompletedSamples;
-    /* Whether decoding appends to the image or starts it again, the samples go out once:
-     * by their place while the one before it is the last emitted, else by their time. */
-    size_t from = 0;
-    uint64_t start, end;
-    if (d->next_sample > 0 && d->next_sample <= completed &&
-        sample_times(d, d->next_sample - 1, &start, &end) == CUPTI_SUCCESS && end == d->last_end)
-        from = d->next_sample;
+    if (debug && completed) {
+        char what[128];
+        snprintf(what, sizeof what, "decoded %zu samples (%zu populated, image of %zu)%s",
+                 completed, (size_t)ip.numPopulatedSamples, (size_t)ip.numTotalSamples,
+                 filled ? ", image full" : "");
+        log_debug("%s", device, what);
+    }
     double values[PM_MAX_METRICS];
-    for (size_t i = from; i < completed; i++) {
+    uint64_t start, end;
+    for (size_t i = 0; i < completed; i++) {
         if ((r = sample_times(d, i, &start, &end)) != CUPTI_SUCCESS)
             return pm_refuse(device, d, "cuptiPmSamplingCounterDataGetSampleInfo", r);
         if (end <= d->last_end || end < start) continue;
+        if ((filled && i + 1 == completed) ||
+            (d->trigger == CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL &&
+             end - start < interval_ns / 4)) {
+            n_short++;
+            continue;
+        }
         PM_PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params, ep);
         ep.pHostObject = d->host;
         ep.pCounterDataImage = d->data;
@@ -341,13 +364,13 @@ static int emit_samples(unsigned device, struct pm_device *d, int overflowed, in
             batch.value[row] = values[m];
         }
     }
-    d->next_sample = completed;
     return 1;
 }
 
-/* Everything the hardware buffer holds, into rows (a full image is started again). */
+/* Everything the hardware buffer holds, into rows: decode into the fresh image, emit, make it
+ * fresh again; once more while the image filled before the buffer's end. */
 static void decode(unsigned device, struct pm_device *d, int final_round) {
-    for (int round = 0; round < 1024 && d->state == PM_RUNNING; round++) {
+    for (int round = 0; round < 64 && d->state == PM_RUNNING; round++) {
         PM_PARAMS(CUpti_PmSampling_DecodeData_Params, p);
         p.pPmSamplingObject = d->sampler;
         p.pCounterDataImage = d->data;
@@ -355,21 +378,26 @@ static void decode(unsigned device, struct pm_device *d, int final_round) {
         CUptiResult r = p_cuptiPmSamplingDecodeData(&p);
         if (r != CUPTI_SUCCESS) {
             /* Not documented whether an empty buffer is an error: a second of failed decodes
-             * in a row ends the device's sampling, fewer wait for the next round. */
+             * in a row ends the device's sampling, fewer wait for the next round.  The image
+             * is made fresh again in case the failed decode left something in it. */
+            char what[96];
+            snprintf(what, sizeof what, "cuptiPmSamplingDecodeData failed (%d)", (int)r);
+            log_debug("%s", device, what);
             if (++d->decode_failures >= PM_DECODE_FAILURES || final_round)
                 pm_refuse(device, d, "cuptiPmSamplingDecodeData", r);
+            else if ((r = init_image(d)) != CUPTI_SUCCESS)
+                pm_refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
             break;
         }
         d->decode_failures = 0;
         if (p.overflow) n_overflows++;
-        int full = 0;
-        if (!emit_samples(device, d, p.overflow, &full)) break;
-        if (p.decodeStopReason != CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL && !full)
-            break;
+        int filled = p.decodeStopReason == CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL;
+        if (!emit_samples(device, d, p.overflow, filled)) break;
         if ((r = init_image(d)) != CUPTI_SUCCESS) {
             pm_refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
             break;
         }
+        if (!filled) break;
     }
     if (batch.rows) xp_emit_PM_SAMPLE(&batch);
 }
@@ -436,9 +464,11 @@ void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
     if (v && strtoull(v, NULL, 10) > 0) interval_ns = strtoull(v, NULL, 10);
     v = getenv("XPU_PERF_PM_BUFFER_MB");
     if (v && strtoull(v, NULL, 10) > 0) buffer_bytes = (size_t)strtoull(v, NULL, 10) << 20;
-    /* Room for two decode periods of samples. */
-    uint64_t per_decode = PM_DECODE_MS * 1000000ull / interval_ns + 1;
-    max_samples = (uint32_t)(per_decode * 2 < 32 ? 32 : per_decode * 2 > 8192 ? 8192 : per_decode * 2);
+    /* Room for 2.5 decode periods of samples (a late round, the final one): the image is
+     * made fresh after each decode and should never fill (where it does, the decode goes
+     * on into a fresh one, and the full image's last sample is left out). */
+    uint64_t room = (PM_DECODE_MS * 1000000ull / interval_ns + 1) * 5 / 2 + 8;
+    max_samples = (uint32_t)(room < 32 ? 32 : room > 8192 ? 8192 : room);
     metric_list = strdup(list);
     if (!metric_list) return;
     for (char *save = NULL, *name = strtok_r(metric_list, ",", &save);
@@ -482,7 +512,11 @@ void pm_sampling_context_created(const void *data) {
 }
 
 /* At the final flush (before the counters): our thread ends, sampling stops, the rest of
- * each hardware buffer is decoded. */
+ * each hardware buffer is decoded.  Then nothing is torn down: on the H100 (CUPTI 13) the
+ * Disable and host-object teardown here, inside the exit's final flush, ended the process in
+ * glibc's "double free or corruption" before the flush was written (OpenXLA notes that
+ * disabling the PM sampling object finalizes all of CUPTI, and other tools skip Disable at
+ * teardown for a double free); the process is ending, and its end frees all of it. */
 void pm_sampling_final(void) {
     if (!thread_running || atomic_load(&cupti_forked)) return;
     pthread_mutex_lock(&pm_lock);
@@ -499,19 +533,19 @@ void pm_sampling_final(void) {
     }
     thread_running = 0;
     pthread_mutex_lock(&pm_lock);
+    final_flush = 1;
     for (unsigned i = 0; i < PM_MAX_DEVICES; i++) {
         struct pm_device *d = &devices[i];
         if (d->state != PM_RUNNING) continue;
-        CUcontext ctx = atomic_load(&d->context);
-        if (p_cuCtxSetCurrent && ctx) p_cuCtxSetCurrent(ctx);
         PM_PARAMS(CUpti_PmSampling_Stop_Params, sp);
         sp.pPmSamplingObject = d->sampler;
         CUptiResult r = p_cuptiPmSamplingStop(&sp);
+        d->stopped = 1;
         if (r != CUPTI_SUCCESS) CHECK(r);
+        log_debug("%s", i, "stopped at the final flush");
         decode(i, d, 1);
-        if (d->state == PM_RUNNING) d->state = PM_IDLE; /* stopped: release disables only */
-        release(d);
         d->state = PM_ENDED;
+        log_debug("%s", i, "final decode done; sampler and host object left to the exit");
     }
     xp_emit_counter("pm_sampling_devices", n_started);
     xp_emit_counter("pm_sampling_refused", n_refused);
@@ -520,6 +554,7 @@ void pm_sampling_final(void) {
     xp_emit_counter("pm_sample_gaps", n_gaps);
     xp_emit_counter("pm_buffer_overflows", n_overflows);
     xp_emit_counter("pm_samples_unevaluated", n_values_failed);
+    xp_emit_counter("pm_samples_short", n_short);
     xp_emit_counter("pm_sampling_clock", (uint64_t)clock_mode);
     pthread_mutex_unlock(&pm_lock);
 }

@@ -51,7 +51,8 @@ struct pm_device {
     const char *names[PM_MAX_METRICS]; /* the metrics this device's config holds */
     uint32_t index[PM_MAX_METRICS];    /* their index in XPU_PERF_PM_METRICS */
     size_t n;
-    size_t next_sample;         /* the image's first sample not yet emitted */
+    int trigger;                /* CUpti_PmSampling_TriggerMode SetConfig took */
+    int stopped;                /* cuptiPmSamplingStop called (it is called once) */
     uint64_t last_end;          /* CUPTI's end time of the last emitted sample (0: none) */
     int decode_failures;        /* in a row */
 };

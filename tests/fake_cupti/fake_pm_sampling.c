@@ -13,13 +13,19 @@
  *                        hardware buffer kept the latest), reporting overflow; the count of
  *                        lost samples is fake_pm_lost()
  *   FAKE_PM_NO_NVLINK=1  the chip has no NVLink metrics (ConfigAddMetrics refuses them)
- * The config image takes at most 16 metrics in one pass; more need two. */
+ * The config image takes at most 16 metrics in one pass; more need two.
+ * What the H100 (CUPTI 13) showed, modelled: DecodeData into an image that already holds
+ * samples (not initialized again since a decode) fails with CUPTI_ERROR_UNKNOWN; Disable or
+ * the host object's Deinitialize after the final flush's forced cuptiActivityFlushAll (at the
+ * process's exit) aborts as glibc did ("double free or corruption"); so does a second
+ * Disable of one object. */
 #define _GNU_SOURCE
 #include <cupti_pmsampling.h>
 #include <cupti_profiler_host.h>
 #include <cupti_profiler_target.h>
 #include <cupti_target.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -31,6 +37,13 @@
 #define MIB (1024.0 * 1024.0)
 
 void fake_fork_check(const char *call); /* fake_cupti.c */
+int fake_final_flush_seen;             /* fake_cupti.c: a forced cuptiActivityFlushAll came */
+
+static void exit_teardown_check(const char *call) {
+    if (!fake_final_flush_seen) return;
+    fprintf(stderr, "fake CUPTI: %s in the final flush: double free or corruption (out)\n", call);
+    abort();
+}
 
 /* The chip's metrics and each phase's value (idle, tensor-bound, DRAM-bound). */
 static const struct {
@@ -132,6 +145,7 @@ EXPORT CUptiResult cuptiProfilerHostInitialize(CUpti_Profiler_Host_Initialize_Pa
 }
 
 EXPORT CUptiResult cuptiProfilerHostDeinitialize(CUpti_Profiler_Host_Deinitialize_Params *p) {
+    exit_teardown_check(__func__);
     free(p->pHostObject);
     return CUPTI_SUCCESS;
 }
@@ -200,6 +214,11 @@ EXPORT CUptiResult cuptiPmSamplingDisable(CUpti_PmSampling_Disable_Params *p) {
     fake_fork_check(__func__);
     struct CUpti_PmSampling_Object *o = p->pPmSamplingObject;
     if (!o) return CUPTI_ERROR_INVALID_PARAMETER;
+    exit_teardown_check(__func__);
+    if (enabled[0] != o && enabled[1] != o) {
+        fprintf(stderr, "fake CUPTI: cuptiPmSamplingDisable of a disabled object: double free\n");
+        abort();
+    }
     enabled[o->device] = NULL;
     free(o);
     return CUPTI_SUCCESS;
@@ -259,12 +278,13 @@ static struct image_sample *samples(const uint8_t *image) {
     return (struct image_sample *)(image + sizeof(struct image_header));
 }
 
-/* The samples that have ended since the last decode, appended to the image until it is full. */
+/* The samples that have ended since the last decode, into a fresh image until it is full. */
 EXPORT CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p) {
     fake_fork_check(__func__);
     struct CUpti_PmSampling_Object *o = p->pPmSamplingObject;
     struct image_header *h = header(p->pCounterDataImage);
     if (!o || !h || !o->next_start) return CUPTI_ERROR_INVALID_OPERATION;
+    if (h->count) return CUPTI_ERROR_UNKNOWN; /* not initialized again since a decode */
     uint64_t until = o->stopped_at ? o->stopped_at : realtime_ns();
     p->overflow = 0;
     /* Every third decode with more than three samples waiting: the oldest three were
