@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from collector.gpu_metrics import catalog
@@ -92,6 +94,8 @@ def test_counters_read_back_the_phases_values(phases) -> None:
         assert metadata(t, "gpu_metrics_pm_clock") == "realtime"
         samples = metadata(t, "gpu_metrics_pm_samples")
         assert metadata(t, "gpu_metrics_pm_samples_dropped") == 0
+        # The fake's samples are whole: none is a fragment, no image filled.
+        assert metadata(t, "gpu_metrics_pm_samples_short") == 0
         assert metadata(t, "gpu_metrics_nvml_tracks_replaced") > 0
     for name, (tensor_phase, dram_phase) in EXPECTED.items():
         values = set(tracks[name])
@@ -201,3 +205,38 @@ def test_samples_outside_the_capture_window_are_dropped(fake: FakeCupti, tmp_pat
     # The spans kept to are record's window and the library's, which end a few ms apart.
     margin = 50_000_000
     assert all(window["ts"] - margin <= ts <= window["end_ts"] + margin for ts in times)
+
+
+def test_samples_counted_from_rows_without_final_flush() -> None:
+    """A process that died at exit never wrote its pm_* counters (the H100's first run): its
+    samples are counted from its PM_SAMPLE rows, one per sample (not per metric)."""
+    from collector.sources.cupti_pm_sampling import PmSampling
+
+    class Table(dict):
+        rows = 0
+
+    def make(rows: int, **columns: object) -> Table:
+        t = Table(columns)
+        t.rows = rows
+        return t
+
+    class Stream:
+        tables: ClassVar[dict[str, Table]] = {
+            "PM_METRIC": make(2, metric=[0, 1], name=["a", "b"]),
+            "PM_DEVICE": make(1, device=[0], chip=["GH100"], status=["started"], reason=[""]),
+            "PM_SAMPLE": make(
+                6,
+                device=np.array([0] * 6, np.uint32).tobytes(),
+                start=np.array([10, 10, 20, 20, 30, 30], np.uint64).tobytes(),
+                metric=np.array([0, 1] * 3, np.uint32).tobytes(),
+                value=np.zeros(6).tobytes(),
+            ),
+            "COUNTER": make(0, name=[], value=[]),
+        }
+
+        def table(self, name: str) -> Table:
+            return self.tables[name]
+
+    pm = PmSampling()
+    pm.add(Stream())  # type: ignore[arg-type]
+    assert pm.counts["pm_samples"] == 3
