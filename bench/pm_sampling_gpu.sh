@@ -10,9 +10,11 @@
 #     NVML GPM runs);
 #  5. the cost on the launch-bound step: record without counters, with them (PM sampling),
 #     3 interleaved rounds of 200 steps, median of the per-run medians.
-# Everything lands in $OUT as pm_sampling.tar.gz; bench/pm_sampling_report.py prints the
-# checks (tensor >= 50% and DRAM low in the GEMM, DRAM >= 70% and tensor ~0 in the vector
-# add, SM active ~0 idle, the source, the dropped samples).
+# It only records (each record prints its summary: source, PM samples, refusals); everything
+# lands in $OUT as pm_sampling.tar.gz.  The GPU machine has no wasmtime to read traces back:
+# unpack the tarball here and run bench/pm_sampling_report.py on it (the checks: PM samples
+# present, no share over 100%, tensor >= 50% and DRAM low in the GEMM, DRAM >= 70% and
+# tensor ~0 in the vector add, SM active ~0 idle).
 set -uo pipefail
 out=${OUT:-/tmp/pm-sampling}
 work=/tmp/pm-sampling-work
@@ -62,7 +64,7 @@ for m, v in res.items():
 json.dump({"runs": runs, "median_ms": res}, open(f"{sys.argv[1]}/overhead.json", "w"), indent=1)
 PY
 
-echo "== report"
-python3 bench/pm_sampling_report.py "$work" --json "$work/pm_sampling.json"
 tar -C "$work" -czf "$out/pm_sampling.tar.gz" .
 ls -la "$out"
+echo "== report: on the machine with the checkout (wasmtime), not here:"
+echo "   mkdir -p /tmp/pm && tar -C /tmp/pm -xzf pm_sampling.tar.gz && python3 bench/pm_sampling_report.py /tmp/pm"

@@ -1,8 +1,11 @@
-"""Reads back what bench/pm_sampling_gpu.sh left (its work folder, or the tarball unpacked):
-per trace the source that ran, what was refused, the samples CUPTI dropped, each phase's
-counter means; then the checks of issue 23 on the PM sampling trace.
+"""Reads back what bench/pm_sampling_gpu.sh left (the tarball unpacked here: reading traces
+needs wasmtime, which the GPU machine lacks): per trace the source that ran, what was refused,
+the samples CUPTI dropped, each phase's counter means; then the checks of issue 23 on the PM
+sampling trace.  The checks pass only on PM samples: the trace must hold PM samples and a
+counter only PM sampling gives (SM issue %), and no percentage may read over 100.
 
-    python3 bench/pm_sampling_report.py DIR [--json pm_sampling.json]
+    mkdir -p /tmp/pm && tar -C /tmp/pm -xzf pm_sampling.tar.gz
+    python3 bench/pm_sampling_report.py /tmp/pm [--json pm_sampling.json]
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gpu_metrics_report import phase_means
 from collector.gpu_metrics import catalog
+from exporters.perfetto.trace_processor import open_trace
 
 TRACES = ("pm_root", "pm_no_gpm", "pm_overflow", "pm_nobody")
 SHOWN = (
@@ -53,6 +57,32 @@ def checks(phases: dict[str, dict[str, float]]) -> list[tuple[str, bool | None, 
     ]
 
 
+def track_stats(path: Path) -> dict[str, tuple[int, float]]:
+    """Each counter track's number of values and highest value."""
+    with open_trace(path) as trace:
+        rows = trace.query(
+            "select t.name as name, count(*) as n, max(c.value) as top from counter c "
+            "join counter_track t on c.track_id = t.id group by t.name"
+        )
+    return {r["name"]: (int(r["n"]), float(r["top"])) for r in rows}
+
+
+def pm_checks(res: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """That the values are PM sampling's: samples decoded (the final flush's count, or the
+    points of a counter only PM sampling gives, SM issue %, where that flush was lost), and
+    no share over 100% (105: a sample's edges)."""
+    stats = res["tracks"]
+    counted = int(res["metadata"].get("gpu_metrics_pm_samples") or 0)
+    on_track = stats.get(catalog.SM_ISSUE, (0, 0.0))[0]
+    shares = {name: top for name, (_, top) in stats.items() if name.endswith(" %")}
+    worst = max(shares.items(), key=lambda kv: kv[1], default=("-", 0.0))
+    return [
+        ("PM samples decoded (final count)", counted > 0, str(counted)),
+        (f"{catalog.SM_ISSUE} (PM only) has samples", on_track > 0, str(on_track)),
+        ("no % counter over 105", worst[1] <= 105.0, f"{worst[0]} {worst[1]:.1f}"),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("dir", type=Path)
@@ -65,6 +95,7 @@ def main() -> None:
             print(f"\n{name}: no trace")
             continue
         res = phase_means(path)
+        res["tracks"] = track_stats(path)
         out[name] = res
         meta = res["metadata"]
         print(f"\n{name}: source {meta.get('gpu_metrics_source')}")
@@ -86,7 +117,12 @@ def main() -> None:
         print("\nchecks (pm_root):")
         source = str(root["metadata"].get("gpu_metrics_source"))
         results = [("source is cupti_pm_sampling", "cupti_pm_sampling" in source, source)]
-        results += checks(root["phases"])
+        results += pm_checks(root)
+        pm_ok = all(ok for _, ok, _ in results)
+        # The values' checks count only where the values are PM sampling's.
+        results += [
+            (w, ok if pm_ok or ok is None else False, got) for w, ok, got in checks(root["phases"])
+        ]
         for what, ok, got in results:
             print(f"  {'PASS' if ok else 'FAIL' if ok is False else 'N/A '}  {what:36s} {got}")
         out["checks"] = results
