@@ -109,10 +109,10 @@ MIB = 1.0 / (1 << 20)
 # not fit one pass.  Same quantity, same track as GPM: xpu_kernel_metrics reads either.
 PM_COUNTERS = (
     PmCounter("sm__cycles_active.avg.pct_of_peak_sustained_elapsed", SM_ACTIVE, "%"),
+    # Not the _realtime variant: sampled on the H100, its ratio to the SM's elapsed cycles
+    # read 1,000-1,600x too high (a bf16 GEMM at 146,351%).
     PmCounter(
-        "sm__pipe_tensor_cycles_active_realtime.avg.pct_of_peak_sustained_elapsed",
-        TENSOR_ACTIVE,
-        "%",
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed", TENSOR_ACTIVE, "%"
     ),
     PmCounter("dram__throughput.avg.pct_of_peak_sustained_elapsed", DRAM_BANDWIDTH, "%"),
     PmCounter("dram__bytes_read.sum.per_second", DRAM_READ, "MiB/s", MIB),

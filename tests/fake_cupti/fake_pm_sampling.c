@@ -51,7 +51,7 @@ static const struct {
     double value[FAKE_PHASES];
 } table[] = {
     {"sm__cycles_active.avg.pct_of_peak_sustained_elapsed", {0, 90, 60}},
-    {"sm__pipe_tensor_cycles_active_realtime.avg.pct_of_peak_sustained_elapsed", {0, 80, 0}},
+    {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed", {0, 80, 0}},
     {"dram__throughput.avg.pct_of_peak_sustained_elapsed", {0, 10, 85}},
     {"dram__bytes_read.sum.per_second", {0, 100 * MIB, 2000 * MIB}},
     {"dram__bytes_write.sum.per_second", {0, 50 * MIB, 1000 * MIB}},
