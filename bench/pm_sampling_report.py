@@ -118,8 +118,10 @@ def main() -> None:
         source = str(root["metadata"].get("gpu_metrics_source"))
         results = [("source is cupti_pm_sampling", "cupti_pm_sampling" in source, source)]
         results += pm_checks(root)
-        pm_ok = all(ok for _, ok, _ in results)
-        # The values' checks count only where the values are PM sampling's.
+        # The values' checks count only where the values are PM sampling's (the source and
+        # its samples; a share over 105% is reported on its own: the H100 read SM active up
+        # to 113% in a few 100 ms samples of its own tracks; why is not known).
+        pm_ok = all(ok for what, ok, _ in results if "over 105" not in what)
         results += [
             (w, ok if pm_ok or ok is None else False, got) for w, ok, got in checks(root["phases"])
         ]
