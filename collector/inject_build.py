@@ -27,6 +27,9 @@ from collector import cache_trust
 REPO = Path(__file__).resolve().parent.parent
 SOURCE_DIR = REPO / "cupti_inject" / "src"
 SCHEMA = REPO / "protos" / "cupti_stream.def"
+# An empty <string>: CUDA 13's cupti_profiler_host.h includes that C++ header though it
+# declares only C (cupti_inject/c_shim/string says more).  After the CUPTI headers.
+C_SHIM = REPO / "cupti_inject" / "c_shim"
 LIBRARY_NAME = "libxpu_perf_cupti.so"
 SAMPLER_NAME = "libxpu_perf_sampler.so"
 # The sources of each library, by name (tests/test_inject_build.py fails on a .c file in
@@ -59,6 +62,8 @@ CUPTI_SOURCES = (
     "counters.c",
     "program_profiler.c",
     "program_records.c",
+    "pm_sampling.c",
+    "pm_config.c",
     *SHARED_SOURCES,
 )
 # Measurement-only switches (experiments.h), built in only with experiments=True, which also
@@ -179,6 +184,11 @@ def _link_name(lib_dir: Path) -> str:
     return f"-l:{versioned[0].name}"
 
 
+def include_flags(cupti: Cupti) -> list[str]:
+    """The compiler's include flags for the library's sources: CUPTI's, then the shim."""
+    return [*(f"-I{d}" for d in cupti.include_dirs), f"-I{C_SHIM}"]
+
+
 def build(
     cupti: Cupti | None = None,
     out_dir: Path | None = None,
@@ -201,7 +211,7 @@ def build(
     names = (*CUPTI_SOURCES, *EXPERIMENT_SOURCES) if experiments else CUPTI_SOURCES
     flags = [
         *((EXPERIMENTS_DEFINE,) if experiments else ()),
-        *(f"-I{d}" for d in cupti.include_dirs),
+        *include_flags(cupti),
         *(str(SOURCE_DIR / name) for name in sorted(names)),
         f"-L{cupti.lib_dir}",
         _link_name(cupti.lib_dir),

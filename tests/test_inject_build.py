@@ -21,6 +21,7 @@ from collector.inject_build import (
     SOURCE_DIR,
     BuildError,
     Cupti,
+    include_flags,
 )
 
 # Every switch experiments.c reads; none may be in a product build.
@@ -131,7 +132,7 @@ def test_sources_compile_without_warnings(variant: str) -> None:
     flags = [f for f in CFLAGS if f != "-shared"]
     if variant == "experiments":
         flags.append(EXPERIMENTS_DEFINE)
-    includes = [f"-I{d}" for d in cupti.include_dirs]
+    includes = include_flags(cupti)
     for name in (*names, *SAMPLER_SOURCES):
         proc = subprocess.run(
             [cc, *flags, *includes, "-Werror", "-c", "-o", os.devnull, str(SOURCE_DIR / name)],
@@ -151,7 +152,7 @@ def test_no_file_calls_into_the_entry_point() -> None:
         pytest.skip("no C compiler")
     nm = _tool("nm")
     flags = [f for f in CFLAGS if f != "-shared"]
-    includes = [f"-I{d}" for d in cupti.include_dirs]
+    includes = include_flags(cupti)
 
     def symbols(name: str, which: str) -> set[str]:
         """Global symbols the object of `name` defines (--defined-only) or needs (-u)."""

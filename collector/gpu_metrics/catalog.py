@@ -4,7 +4,9 @@ of that name under the `GPU D (<name>)` track.
 
 GPM (NVML GPU Performance Monitoring, Hopper and later) metrics are averages over the
 interval between two samples; the others are read at one instant.  NVML's GPM has no SM
-issue or DRAM read/write split: those need CUPTI PM sampling (not built)."""
+issue or DRAM read/write split: those come from CUPTI PM sampling (`PM_COUNTERS`), which the
+injection library runs inside the program; its metric names are listed here only and handed
+to the library in XPU_PERF_PM_METRICS."""
 
 from __future__ import annotations
 
@@ -52,6 +54,11 @@ MEMORY_UTILIZATION = "memory controller %"  # NVML: time the memory was read or 
 MEMORY_USED = "device memory used"  # NVML: all processes' and the driver's
 MEMORY_IN_USE = "device memory in use"  # CUPTI: the recorded processes' allocations
 SM_CLOCK = "SM clock MHz"
+# Only from CUPTI PM sampling.
+SM_ISSUE = "SM issue %"  # cycles a warp scheduler issued an instruction
+DRAM_READ = "DRAM read MiB/s"
+DRAM_WRITE = "DRAM write MiB/s"
+GPC_CLOCK = "GPC clock MHz"  # the SMs' clock as the counters saw it
 MEMORY_CLOCK = "memory clock MHz"
 POWER = "power W"
 
@@ -80,4 +87,49 @@ DEVICE_COUNTERS = (
 UTILIZATION_COUNTERS = (
     Counter(GPU_UTILIZATION, "%"),
     Counter(MEMORY_UTILIZATION, "%"),
+)
+
+
+@dataclass(frozen=True)
+class PmCounter:
+    """A CUPTI PM sampling metric (the profiler host's name) and its counter track: the
+    metric's GPU value times `scale` is the track's value."""
+
+    metric: str
+    name: str
+    unit: str
+    scale: float = 1.0
+
+
+MIB = 1.0 / (1 << 20)
+# Checked against CUPTI 13.0's GH100 tables (cuptiProfilerHostConfigAddMetrics for
+# CUPTI_PROFILER_TYPE_PM_SAMPLING): all names accepted, one pass when added in one call (added
+# one call each, the same list needs 17).  A name the device's tables lack is dropped by the
+# library and named in gpu_metrics_missing; the order is the priority where the list would
+# not fit one pass.  Same quantity, same track as GPM: xpu_kernel_metrics reads either.
+PM_COUNTERS = (
+    PmCounter("sm__cycles_active.avg.pct_of_peak_sustained_elapsed", SM_ACTIVE, "%"),
+    # Not the _realtime variant: sampled on the H100, its ratio to the SM's elapsed cycles
+    # read 1,000-1,600x too high (a bf16 GEMM at 146,351%).
+    PmCounter(
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed", TENSOR_ACTIVE, "%"
+    ),
+    PmCounter("dram__throughput.avg.pct_of_peak_sustained_elapsed", DRAM_BANDWIDTH, "%"),
+    PmCounter("dram__bytes_read.sum.per_second", DRAM_READ, "MiB/s", MIB),
+    PmCounter("dram__bytes_write.sum.per_second", DRAM_WRITE, "MiB/s", MIB),
+    PmCounter("smsp__issue_active.avg.pct_of_peak_sustained_elapsed", SM_ISSUE, "%"),
+    PmCounter("sm__warps_active.avg.pct_of_peak_sustained_elapsed", SM_OCCUPANCY, "%"),
+    PmCounter("gr__cycles_active.avg.pct_of_peak_sustained_elapsed", GPU_ACTIVE, "%"),
+    PmCounter("pcie__read_bytes.sum.per_second", PCIE_RX, "MiB/s", MIB),
+    PmCounter("pcie__write_bytes.sum.per_second", PCIE_TX, "MiB/s", MIB),
+    PmCounter("nvlrx__bytes.sum.per_second", NVLINK_RX, "MiB/s", MIB),
+    PmCounter("nvltx__bytes.sum.per_second", NVLINK_TX, "MiB/s", MIB),
+    PmCounter("gpc__cycles_elapsed.avg.per_second", GPC_CLOCK, "MHz", 1e-6),
+)
+
+# Counters whose value covers an interval (GPM's, PM sampling's), not an instant: what
+# xpu_kernel_metrics averages per kernel.  One source of them per GPU (their times form the
+# device's grid): where PM sampling runs, no GPM track is written.
+INTERVAL_COUNTER_NAMES = tuple(
+    dict.fromkeys([*(c.name for c in GPM_COUNTERS), *(c.name for c in PM_COUNTERS)])
 )

@@ -1,7 +1,10 @@
 """Which counter source runs on each GPU, by what this machine permits, best first:
 
-1. CUPTI PM sampling (SM issue, DRAM read/write, warps; needs profiling permission) — not
-   built in this version: always refused, and said so;
+1. CUPTI PM sampling (SM active, issue, warps, tensor, DRAM read/write, PCIe, NVLink; needs
+   profiling permission), run by the injection library inside the program: whether it ran
+   on a GPU is known only once its streams are read (collector/sources/cupti_pm_sampling.py),
+   so NVML below is read as well, and where PM sampling ran its tracks replace NVML's of the
+   same quantity (collector/recording/gpu_metrics.py);
 2. NVML GPM (Hopper and later: SM active, occupancy, tensor active, DRAM bandwidth, PCIe,
    NVLink), refused on older GPUs, where the driver keeps it from this user, or while
    another client (DCGM) holds the counters (on the lent H100, driver 580, it answered an
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +35,9 @@ PM_SAMPLING = "cupti_pm_sampling"
 GPM = "nvml_gpm"
 NVML = "nvml"
 NONE = "none"
-PM_SAMPLING_REFUSED = f"{PM_SAMPLING}: not built in this version of xpu-perf"
+# Diagnostic switch: XPU_PERF_GPM=off keeps NVML GPM closed (whether GPM holding the
+# counters is what refuses PM sampling on a machine: bench/pm_sampling_gpu.sh).
+GPM_SWITCH = "XPU_PERF_GPM"
 
 
 @dataclass
@@ -56,8 +62,7 @@ class Choice:
     @property
     def source(self) -> str:
         """The source that ran, one name; several where GPUs differ."""
-        names = sorted({d.source for d in self.devices}, key=[GPM, NVML].index)
-        return ",".join(names) if names else NONE
+        return source_names({d.source for d in self.devices})
 
     def close(self) -> None:
         for device in self.devices:
@@ -67,6 +72,12 @@ class Choice:
             with contextlib.suppress(Exception):
                 self.nvml.nvmlShutdown()
             self.nvml = None
+
+
+def source_names(sources: set[str]) -> str:
+    """Sources that ran, best first, as one name (`none` for no source)."""
+    names = sorted(sources, key=[PM_SAMPLING, GPM, NVML].index)
+    return ",".join(names) if names else NONE
 
 
 def load_pynvml() -> Any:
@@ -80,7 +91,7 @@ def choose(
 ) -> Choice:
     """Open NVML and a source per visible GPU.  `visible_devices`: the target's
     CUDA_VISIBLE_DEVICES (None: unset); `load`: the NVML bindings (a test double)."""
-    choice = Choice(refused=[PM_SAMPLING_REFUSED])
+    choice = Choice()
     try:
         nvml = load()
     except ImportError:
@@ -107,10 +118,13 @@ def device_source(nvml: Any, device: int, handle: Any, refused: list[str]) -> De
     """GPM where this GPU and this user may have it, else the NVML counters alone."""
     name = _text(nvml.nvmlDeviceGetName(handle))
     reader: GpmReader | None = None
-    try:
-        reader = GpmReader(nvml, handle, catalog.GPM_COUNTERS)
-    except Exception as exc:  # the NVMLError's code is the reason for the summary
-        refused.append(f"{GPM} on GPU {device}: {error_words(exc)}")
+    if os.environ.get(GPM_SWITCH) == "off":
+        refused.append(f"{GPM} on GPU {device}: off ({GPM_SWITCH}=off)")
+    else:
+        try:
+            reader = GpmReader(nvml, handle, catalog.GPM_COUNTERS)
+        except Exception as exc:  # the NVMLError's code is the reason for the summary
+            refused.append(f"{GPM} on GPU {device}: {error_words(exc)}")
     instant = InstantReader(nvml, handle, utilization=reader is None)
     return DeviceSource(device, name, GPM if reader else NVML, reader, instant)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from collector import model
+from collector.gpu_metrics import catalog
 from collector.recording.credentials import share_with_target
 from collector.recording.libraries import loadable_by_target
 from collector.recording.options import KINDS
@@ -19,6 +20,16 @@ from collector.recording.program_profiler import ProgramProfilerPlan, notes, sum
 from collector.recording.size_limit import directory_bytes
 from collector.recording.windows import NVTX_PREFIX, CapturePlan
 from collector.sources.cupti import CuptiSource, stream_paths
+from collector.sources.cupti_pm_sampling import PmSampling
+
+
+def pm_sampling_env(rate_hz: float) -> dict[str, str]:
+    """What asks the injection library for PM sampling: the metric list (the catalog, its
+    one place) and the sampling interval."""
+    return {
+        "XPU_PERF_PM_METRICS": ",".join(c.metric for c in catalog.PM_COUNTERS),
+        "XPU_PERF_PM_INTERVAL_NS": str(round(1e9 / rate_hz)),
+    }
 
 
 class CuptiRecording:
@@ -38,6 +49,7 @@ class CuptiRecording:
         directory: Path | None = None,
         process_hooks: Path | None = None,
         program_profiler: ProgramProfilerPlan | None = None,
+        pm_sampling_hz: float | None = None,
     ) -> None:
         """directory: where the streams go (record's kept_streams.StreamsDir, which removes
         it once the trace is written); by default a temporary one this source removes.
@@ -46,7 +58,8 @@ class CuptiRecording:
         _exit or a signal it sends itself, or execs (cupti_inject/src/process_hooks.h); it
         also hands the program's own CUPTI calls to the injection library
         (cupti_inject/src/cupti_host.h).  program_profiler: what to do with those
-        (collector/recording/program_profiler.py)."""
+        (collector/recording/program_profiler.py).  pm_sampling_hz: CUPTI PM sampling of
+        the GPU counters in the target at this rate (record --gpu-metrics; None: off)."""
         self.library = library
         self.process_hooks = process_hooks
         self.capture = capture or CapturePlan()
@@ -55,6 +68,7 @@ class CuptiRecording:
         self.python_frames = python_frames
         self.kinds = kinds
         self.keep_streams = keep_streams
+        self.pm_sampling_hz = pm_sampling_hz
         self._owns_directory = directory is None
         self.directory = directory or Path(tempfile.mkdtemp(prefix="xpu-perf-cupti-"))
         share_with_target(self.directory)
@@ -81,7 +95,15 @@ class CuptiRecording:
             env["NVTX_INJECTION64_PATH"] = env["CUDA_INJECTION64_PATH"]
         if self.process_hooks is not None:
             env["LD_PRELOAD"] = str(loadable_by_target(self.process_hooks))
+        if self.pm_sampling_hz is not None:
+            env.update(pm_sampling_env(self.pm_sampling_hz))
         return env
+
+    def pm_sampling(self) -> PmSampling | None:
+        """What PM sampling did in the target (None: not asked for, or not read yet)."""
+        if self.pm_sampling_hz is None or self._source is None:
+            return None
+        return self._source.pm_sampling
 
     def start(self) -> None:
         pass

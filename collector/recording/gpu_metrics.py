@@ -1,9 +1,12 @@
-"""The GPU counters of a recording (`record --gpu-metrics[=RATE]`, on by default): the
-source chosen per GPU (collector/gpu_metrics/choice.py) read on a thread of `record` while
-the target runs, written as counter tracks under each GPU's track.  What ran and why a
-better source was refused go into the metadata (`gpu_metrics_source`,
-`gpu_metrics_refused`, `gpu_metrics_missing`) and the summary; a refusal never fails the
-recording."""
+"""The GPU counters of a recording (`record --gpu-metrics[=RATE]`, on by default), as counter
+tracks under each GPU's track, from the best source each GPU permitted: CUPTI PM sampling,
+which the injection library runs in the target (its samples come with the GPU source's
+streams: collector/sources/cupti_pm_sampling.py), else what NVML gives, read on a thread of
+`record` while the target runs (collector/gpu_metrics/choice.py).  NVML is read in any case
+(PM sampling's outcome is known only from the streams); where PM sampling ran on a GPU, its
+tracks replace NVML's of the same name.  What ran and why a better source was refused go
+into the metadata (`gpu_metrics_source`, `gpu_metrics_refused`, `gpu_metrics_missing`) and
+the summary; a refusal never fails the recording."""
 
 from __future__ import annotations
 
@@ -15,14 +18,24 @@ from pathlib import Path
 from typing import Any
 
 from collector import model
-from collector.gpu_metrics import kept
-from collector.gpu_metrics.choice import Choice, choose, load_pynvml
-from collector.gpu_metrics.sampler import CounterSampler
+from collector.gpu_metrics import catalog, kept
+from collector.gpu_metrics.choice import (
+    GPM,
+    NONE,
+    PM_SAMPLING,
+    Choice,
+    choose,
+    load_pynvml,
+    source_names,
+)
+from collector.gpu_metrics.sampler import CounterSampler, DeviceColumns
 from collector.recording.source import FinishedRun
+from collector.sources.cupti_pm_sampling import PmSampling
 from collector.window_control import WindowState
 
 DEFAULT_RATE_HZ = 10.0
-MAX_RATE_HZ = 100.0  # NVML's GPM answers in ~ms; faster is CUPTI PM sampling's range
+MAX_RATE_HZ = 10000.0  # CUPTI PM sampling's range (the hardware samples; we decode)
+NVML_MAX_RATE_HZ = 100.0  # NVML's GPM answers in ~ms: NVML is read at most this often
 
 
 def add_gpu_metrics_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,9 +47,11 @@ def add_gpu_metrics_arguments(p: argparse.ArgumentParser) -> None:
         const=DEFAULT_RATE_HZ,
         default=DEFAULT_RATE_HZ,
         metavar="RATE",
-        help=f"GPU counters per device as counter tracks, RATE reads per second (default "
-        f"{DEFAULT_RATE_HZ:g}, up to {MAX_RATE_HZ:g}): SM active, occupancy, tensor active, "
-        "DRAM bandwidth, PCIe/NVLink (NVML GPM, Hopper and later), else NVML utilisation; "
+        help=f"GPU counters per device as counter tracks, RATE samples per second (default "
+        f"{DEFAULT_RATE_HZ:g}, up to {MAX_RATE_HZ:g}; NVML read at most "
+        f"{NVML_MAX_RATE_HZ:g}/s): SM active, issue, occupancy, tensor active, DRAM bandwidth "
+        "and read/write, PCIe/NVLink (CUPTI PM sampling in the target, CUDA 12.6+, needs "
+        "profiling permission), else NVML GPM (Hopper and later), else NVML utilisation; "
         "memory used, clocks, power; the summary says which source ran and why a better "
         "one was refused",
     )
@@ -44,7 +59,8 @@ def add_gpu_metrics_arguments(p: argparse.ArgumentParser) -> None:
 
 
 class GpuMetricsRecording:
-    """The GPU counter source: NVML read from `record`'s process, nothing in the target."""
+    """The GPU counter source: NVML read from `record`'s process, PM sampling from the
+    target's streams."""
 
     name = "gpu_metrics"
 
@@ -54,10 +70,13 @@ class GpuMetricsRecording:
         load_nvml: Callable[[], Any] = load_pynvml,
         visible_devices: str | None = None,
         directory: Path | None = None,
+        pm_sampling: Callable[[], PmSampling | None] | None = None,
     ) -> None:
         """`visible_devices`: the target's CUDA_VISIBLE_DEVICES (default: record's own,
         which the target inherits).  `directory`: where the counters are kept when the
-        target ends (record's stream directory), for a trace written later."""
+        target ends (record's stream directory), for a trace written later.
+        `pm_sampling`: what PM sampling did in the target, once the GPU source has read
+        its streams (None: no GPU recording, so no PM sampling)."""
         self.rate_hz = rate_hz
         self.directory = directory
         self._load_nvml = load_nvml
@@ -70,6 +89,9 @@ class GpuMetricsRecording:
         self._sampler: CounterSampler | None = None
         self._windows: WindowState | None = None
         self._outside_windows = 0
+        self._pm_sampling = pm_sampling
+        self._spans: list[tuple[int, int]] | None = None  # keep_only's windows
+        self._superseded = 0  # NVML tracks replaced by PM sampling's
 
     # RecordSource
     def target_env(self) -> Mapping[str, str]:
@@ -78,7 +100,8 @@ class GpuMetricsRecording:
     def start(self) -> None:
         self._choice = choose(self._visible, self._load_nvml)
         if self._choice.devices:
-            self._sampler = CounterSampler(self._choice.devices, round(1e9 / self.rate_hz))
+            nvml_hz = min(self.rate_hz, NVML_MAX_RATE_HZ)
+            self._sampler = CounterSampler(self._choice.devices, round(1e9 / nvml_hz))
             self._sampler.windows = self._windows
             self._sampler.start()
 
@@ -90,46 +113,92 @@ class GpuMetricsRecording:
             self._sampler.stop()
         if self._choice is not None:
             self._choice.close()
-        if self.directory is not None and self._sampler is not None:
-            # Best effort, as the manifest's end: the trace is written from memory.
+        if self.directory is not None and self._choice is not None:
+            # Best effort, as the manifest's end: the trace is written from memory.  Kept
+            # without NVML too: PM sampling's samples come from the kept streams.
             with contextlib.suppress(OSError):
-                self._keep(self.directory, self._sampler)
+                self._keep(self.directory)
 
-    def _keep(self, directory: Path, sampler: CounterSampler) -> None:
+    def _keep(self, directory: Path) -> None:
         """The counters beside the streams, for a trace written later (--from-streams)."""
-        devices = [model.GpuDevice(c.source.device, c.source.name) for c in sampler.devices]
-        series = [s for c in sampler.devices for s in c.series()]
+        columns = self._sampler.devices if self._sampler else []
+        devices = [model.GpuDevice(c.source.device, c.source.name) for c in columns]
+        series = [s for c in columns for s in c.series()]
         kept.save(directory, devices, series, self.stats(), self.metadata(), self.summary_lines())
 
+    def _pm(self) -> PmSampling | None:
+        return self._pm_sampling() if self._pm_sampling is not None else None
+
     def events(self) -> Iterable[model.Event]:
-        if self._sampler is None:
-            return
-        for columns in self._sampler.devices:
+        pm = self._pm()
+        pm_series = list(pm.series(self._spans)) if pm is not None else []
+        self._superseded = 0
+        for columns in self._sampler.devices if self._sampler else ():
             yield model.GpuDevice(columns.source.device, columns.source.name)
-            yield from columns.series()
+            for series in columns.series():
+                if replaced_by_pm(series, pm):
+                    self._superseded += 1
+                    continue
+                yield series
+        yield from pm_series
 
     def stats(self) -> Mapping[str, int]:
         sampler = self._sampler
-        if sampler is None:
-            return {"devices": 0}
-        return {
-            "devices": len(sampler.devices),
-            "reads": sampler.ticks,
-            "late_reads": sampler.late_ticks,
-            "read_errors": sum(c.read_errors for c in sampler.devices),
-            "samples_outside_window": self._outside_windows,
-        }
+        pm = self._pm()
+        out = {"devices": len(sampler.devices) if sampler else 0}
+        if sampler is not None:
+            out |= {
+                "reads": sampler.ticks,
+                "late_reads": sampler.late_ticks,
+                "read_errors": sum(c.read_errors for c in sampler.devices),
+                "samples_outside_window": self._outside_windows,
+            }
+        if pm is not None and pm.wanted:
+            out["pm_devices"] = len(pm.started)
+            out |= pm.counts
+            out["nvml_tracks_replaced"] = self._superseded
+        return out
+
+    def _sources(self) -> str:
+        """The source of each GPU's counters, as one name."""
+        pm = self._pm()
+        started = pm.started if pm is not None else set()
+        devices = self._choice.devices if self._choice else []
+        sources = {PM_SAMPLING if d.device in started else d.source for d in devices}
+        return source_names(sources | ({PM_SAMPLING} if started else set()))
+
+    def _refused(self) -> list[str]:
+        """Why a better source did not run: PM sampling's reasons first, then NVML's."""
+        pm = self._pm()
+        out = []
+        if self._pm_sampling is None:
+            out.append(f"{PM_SAMPLING}: needs the GPU recording (CUDA injection)")
+        elif pm is not None and not pm.wanted:
+            out.append(f"{PM_SAMPLING}: no process of the target initialised CUDA")
+        elif pm is not None:
+            for device, d in sorted(pm.devices.items()):
+                if not d.started:  # (another process may have had its counters: it ran)
+                    out += [f"{PM_SAMPLING} on GPU {device}: {why}" for why in d.refused]
+        started = pm.started if pm is not None else set()
+        for why in self._choice.refused if self._choice else []:
+            if not any(why.startswith(f"{GPM} on GPU {d}:") for d in started):
+                out.append(why)  # a GPU where PM sampling ran did not need GPM
+        return out
 
     # What the summary and the metadata say beyond counts.
     def metadata(self) -> Mapping[str, model.ArgValue]:
         choice = self._choice
         if choice is None:
             return {}
-        out: dict[str, model.ArgValue] = {"gpu_metrics_source": choice.source}
-        if self._sampler is not None:
+        out: dict[str, model.ArgValue] = {"gpu_metrics_source": self._sources()}
+        pm = self._pm()
+        if self._sampler is not None or (pm is not None and pm.started):
             out["gpu_metrics_rate_hz"] = self.rate_hz
-        if choice.refused:
-            out["gpu_metrics_refused"] = "; ".join(choice.refused)
+        refused = self._refused()
+        if refused:
+            out["gpu_metrics_refused"] = "; ".join(refused)
+        if pm is not None and pm.clock:
+            out["gpu_metrics_pm_clock"] = pm.clock
         missing = self.missing()
         if missing:
             out["gpu_metrics_missing"] = "; ".join(missing)
@@ -139,29 +208,63 @@ class GpuMetricsRecording:
         """`GPU D: counter (why)` for each counter that never had a value, and GPM reads
         that stopped mid-run."""
         out = []
+        pm = self._pm()
+        for device, d in sorted(pm.devices.items()) if pm is not None else ():
+            if not d.started:
+                continue  # refused: what it lacked does not matter
+            out += [
+                f"GPU {device}: {m} (not in {d.chip}'s PM sampling tables, or past one pass)"
+                for m in d.missing
+            ]
         for columns in self._sampler.devices if self._sampler else ():
             device = columns.source.device
-            for name, why in columns.missing().items():
+            for name, why in self._nvml_missing(columns).items():
                 out.append(f"GPU {device}: {name} ({why})")
             if columns.gpm_stopped:
                 out.append(f"GPU {device}: GPM reads stopped mid-run ({columns.gpm_stopped})")
         return out
 
+    def _nvml_missing(self, columns: DeviceColumns) -> dict[str, str]:
+        """NVML's counters without a value, but those PM sampling replaced."""
+        pm = self._pm()
+        return {
+            name: why
+            for name, why in columns.missing().items()
+            if not replaced_by_pm(
+                model.GpuCounterSeries(columns.source.device, name, "", (), ()), pm
+            )
+        }
+
     def summary_lines(self) -> list[str]:
         choice = self._choice
         if choice is None:
             return []
-        if not choice.devices:
-            why = "; ".join(r for r in choice.refused if not r.startswith("cupti"))
+        pm = self._pm()
+        started = pm.started if pm is not None else set()
+        if not choice.devices and not started:
+            why = "; ".join(self._refused())
             return [f"GPU metrics: none ({why or 'no GPU visible'})"]
-        devices = ", ".join(f"GPU {d.device} {d.source}" for d in choice.devices)
+        sources = {d.device: d.source for d in choice.devices}
+        sources |= {device: PM_SAMPLING for device in started}
+        devices = ", ".join(f"GPU {d} {source}" for d, source in sorted(sources.items()))
         lines = [f"GPU metrics at {self.rate_hz:g} Hz: {devices}"]
-        lines += [f"GPU metrics refused: {why}" for why in choice.refused]
+        if pm is not None and started:
+            c = pm.counts
+            lines.append(
+                f"GPU metrics: PM sampling {c['pm_samples']} samples, "
+                f"{c['pm_samples_dropped']} dropped (hardware buffer overflowed "
+                f"{c['pm_buffer_overflows']} times)"
+            )
+        lines += [f"GPU metrics refused: {why}" for why in self._refused()]
         # One line per device and reason: a short capture window leaves every interval
         # metric without a value, which would otherwise be a dozen lines.
         grouped: dict[tuple[object, str], list[str]] = {}
+        for device, d in sorted(pm.devices.items()) if pm is not None else ():
+            why = f"not in {d.chip}'s PM sampling tables, or past one pass"
+            if d.missing and d.started:
+                grouped[(device, why)] = list(d.missing)
         for columns in self._sampler.devices if self._sampler else ():
-            for name, why in columns.missing().items():
+            for name, why in self._nvml_missing(columns).items():
                 grouped.setdefault((columns.source.device, why), []).append(name)
             if columns.gpm_stopped:
                 lines.append(
@@ -179,30 +282,70 @@ class GpuMetricsRecording:
         self._windows = windows
 
     def keep_only(self, windows: Sequence[model.CaptureWindow]) -> None:
+        spans = [(w.start, w.end) for w in windows]
+        self._spans = spans  # PM sampling's samples, when the streams are read
         if self._sampler is None:
             return
-        spans = [(w.start, w.end) for w in windows]
         for columns in self._sampler.devices:
             self._outside_windows += columns.keep_only(spans)
 
 
+def replaced_by_pm(series: model.GpuCounterSeries, pm: PmSampling | None) -> bool:
+    """An NVML track not written: its GPU ran PM sampling and it is an interval counter (GPM's
+    or utilisation's).  One source of interval counters per GPU: xpu_kernel_metrics places
+    kernels on the times of a GPU's interval counters, which two sources would mix."""
+    if pm is None or series.device not in pm.started:
+        return False
+    interval = {*catalog.INTERVAL_COUNTER_NAMES, *(c.name for c in catalog.UTILIZATION_COUNTERS)}
+    return series.name in interval
+
+
 class KeptGpuMetrics(FinishedRun):
     """The counters a recording kept beside its streams, as a source for
-    `record --from-streams` (the same events, metadata and summary lines)."""
+    `record --from-streams` (the same events, metadata and summary lines), with PM
+    sampling's from the kept streams (`pm_sampling`: the kept GPU source's, read before)."""
 
     name = "gpu_metrics"
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, pm_sampling: Callable[[], PmSampling | None] | None = None
+    ) -> None:
         self._kept = kept.load(directory)
+        self._pm_sampling = pm_sampling
+
+    def _pm(self) -> PmSampling | None:
+        pm = self._pm_sampling() if self._pm_sampling is not None else None
+        return pm if pm is not None and pm.started else None
 
     def events(self) -> Iterable[model.Event]:
-        return kept.events(self._kept)
+        pm = self._pm()
+        if pm is None:
+            yield from kept.events(self._kept)
+            return
+        for event in kept.events(self._kept):
+            if not (isinstance(event, model.GpuCounterSeries) and replaced_by_pm(event, pm)):
+                yield event
+        yield from pm.series()
 
     def stats(self) -> Mapping[str, int]:
-        return self._kept.stats
+        pm = self._pm()
+        return {**self._kept.stats, **(pm.counts if pm is not None else {})}
 
     def metadata(self) -> Mapping[str, model.ArgValue]:
-        return self._kept.metadata
+        pm = self._pm()
+        out = dict(self._kept.metadata)
+        if pm is not None:
+            # What record knew when the target ended lacked PM sampling's outcome.
+            before = str(out.get("gpu_metrics_source", NONE)).split(",")
+            out["gpu_metrics_source"] = source_names({PM_SAMPLING, *before} - {NONE})
+        return out
 
     def summary_lines(self) -> list[str]:
-        return self._kept.summary_lines
+        pm = self._pm()
+        lines = list(self._kept.summary_lines)
+        if pm is not None:
+            lines.append(
+                f"GPU metrics: PM sampling on GPU {', '.join(map(str, sorted(pm.started)))}: "
+                f"{pm.counts['pm_samples']} samples, {pm.counts['pm_samples_dropped']} dropped"
+            )
+        return lines

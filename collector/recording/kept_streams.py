@@ -31,6 +31,7 @@ from collector.recording.python_names import PythonNames
 from collector.recording.source import FinishedRun
 from collector.sources.cpu_stream import InprocessCpuSource
 from collector.sources.cupti import CuptiSource
+from collector.sources.cupti_pm_sampling import PmSampling
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -144,6 +145,10 @@ class KeptSource(FinishedRun):
             return list(self._source.windows)
         return []
 
+    def pm_sampling(self) -> PmSampling | None:
+        """What PM sampling did in the target (its rows are in the GPU streams)."""
+        return self._source.pm_sampling if isinstance(self._source, CuptiSource) else None
+
     def _program_profilers(self) -> list[str]:
         return self._source.program_profilers if isinstance(self._source, CuptiSource) else []
 
@@ -163,7 +168,9 @@ def kept_sources(directory: Path) -> list[KeptSource | KeptGpuMetrics | PythonNa
     for name in (GPU_STREAMS, GPU_METRICS, CPU_STREAMS):
         if name == GPU_METRICS:
             if (directory / name / INDEX).is_file():
-                sources.append(KeptGpuMetrics(directory / name))
+                gpu = next((s for s in sources if isinstance(s, KeptSource)), None)
+                pm = gpu.pm_sampling if gpu is not None else None
+                sources.append(KeptGpuMetrics(directory / name, pm))
         elif (directory / name).is_dir():
             sources.append(KeptSource(name, directory / name))
     if sources and (directory / PYTHON_NAMES).is_dir():

@@ -55,9 +55,28 @@ def select_sources(options: RecordOptions, streams: StreamsDir | None = None) ->
         say(note)
     sources = gpu_sources(options, stacks, streams)
     if options.gpu_metrics_hz is not None:
-        # After the GPU recording: it gets that source's capture windows to keep to.
+        # After the GPU recording: it gets that source's capture windows to keep to, and
+        # what PM sampling did in the target (the preferred source where it ran).
         metrics_dir = streams.subdir(GPU_METRICS) if streams is not None else None
-        sources.append(GpuMetricsRecording(options.gpu_metrics_hz, directory=metrics_dir))
+        cupti = next((s for s in sources if isinstance(s, CuptiRecording)), None)
+        if cupti is None:
+            cupti = next(
+                (
+                    s.gpu
+                    for s in sources
+                    if isinstance(s, EbpfLaunchStacks) and isinstance(s.gpu, CuptiRecording)
+                ),
+                None,
+            )
+        if cupti is not None:
+            cupti.pm_sampling_hz = options.gpu_metrics_hz
+        sources.append(
+            GpuMetricsRecording(
+                options.gpu_metrics_hz,
+                directory=metrics_dir,
+                pm_sampling=cupti.pm_sampling if cupti is not None else None,
+            )
+        )
     freq = 0
     if options.cpu:
         cpu, freq = cpu_source(options, ebpf_problems, streams)

@@ -28,6 +28,7 @@ from collector.sources.cupti_flows import link
 from collector.sources.cupti_gpu_ops import gpu_op_rows
 from collector.sources.cupti_memory import DeviceMemory
 from collector.sources.cupti_nvtx import nvtx_rows
+from collector.sources.cupti_pm_sampling import PmSampling
 from collector.sources.cupti_program import program_client_line
 from collector.sources.cupti_stream import Stream, process_events, read_streams
 from collector.sources.cupti_windows import outside_windows
@@ -139,6 +140,8 @@ class CuptiSource:
         # 'pid N (name): <caller>: <calls>; <what it got>' of each process whose program
         # used CUPTI while we held it (its own profiler).
         self.program_profilers: list[str] = []
+        # CUPTI PM sampling's devices and samples (the GPU counter source writes them).
+        self.pm_sampling = PmSampling()
 
     def events(self) -> Iterator[model.Event]:
         for stream in read_streams(stream_paths(self.directory), self.counts):
@@ -170,6 +173,7 @@ class CuptiSource:
         if program is not None:
             self.program_profilers.append(program)
         self._keep_windows(stream, pid)
+        self.pm_sampling.add(stream)
         cpu = api_rows(stream, strings, self.symbolizer, counts)
         self._memory.add_process(stream, cpu, counts)
         gpu = gpu_op_rows(stream, strings, counts)

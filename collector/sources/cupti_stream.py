@@ -23,7 +23,7 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent.parent / "protos" / "cupti_
 MAGIC = b"XPUPERF\0"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<III")
-_FIXED = {"U32": "I", "I32": "i", "U64": "Q"}
+_FIXED = {"U32": "I", "I32": "i", "U64": "Q", "F64": "d"}
 
 
 class StreamError(Exception):
@@ -91,7 +91,7 @@ def _decode_chunk(schema: ChunkSchema, rows: int, payload: memoryview, table: Ta
     pos = 0
     for column, kind in schema.columns:
         if kind in _FIXED:
-            width = 8 if kind == "U64" else 4
+            width = 8 if kind in ("U64", "F64") else 4
             values = _array(_FIXED[kind], payload[pos : pos + width * rows].tobytes())
             pos += width * rows
             dest = table.columns.setdefault(column, array.array(_FIXED[kind]))

@@ -35,6 +35,11 @@ void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
         nvtx_window_callback(cbid, data); /* subscribed only for --capture-range nvtx:NAME */
         return;
     }
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+        /* on only for PM sampling (pm_sampling.c) */
+        if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) pm_sampling_context_created(data);
+        return;
+    }
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const CUpti_CallbackData *cb = data;
     uint8_t f = domain == CUPTI_CB_DOMAIN_RUNTIME_API
@@ -234,6 +239,9 @@ int api_callback_needed(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
                     : 0;
     if (f & (PROFILER_START | PROFILER_STOP)) return 1;
     if (f & TRACED) return api_callbacks_on;
+    /* PM sampling hears of devices from their contexts' creation (pm_sampling.c). */
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED)
+        return pm_sampling_on;
     return domain == CUPTI_CB_DOMAIN_NVTX && window_mode == WINDOW_NVTX;
 }
 

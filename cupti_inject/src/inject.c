@@ -32,11 +32,13 @@ EXPORT int InitializeInjection(void) {
     cupti_ready = 1;
     if (nvtx_used) enable_markers_once();
 
+    int subscribed = 0;
     if (xp_exp.callbacks) { /* 0: activity only (overhead measurements) */
         CUptiResult r = cuptiSubscribe(&subscriber, on_callback, NULL);
         if (r == CUPTI_SUCCESS) {
             program_profiler_attach(subscriber);
             enable_api_callbacks(subscriber);
+            subscribed = 1;
         } else {
             /* The program's own CUPTI client subscribed first (before cuInit loaded us). */
             counters.subscribe_refused = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
@@ -46,6 +48,8 @@ EXPORT int InitializeInjection(void) {
         }
     }
     start_windows();
+    /* GPU counters (XPU_PERF_PM_METRICS): the devices come with their contexts' callbacks. */
+    pm_sampling_start(subscribed ? subscriber : NULL);
 
     lifecycle_start();
     return 1;

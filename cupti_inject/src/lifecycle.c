@@ -34,6 +34,7 @@ static void flush_hook(int final) {
     threads_flush_rows();
     xp_modules_emit_if_changed();
     if (final) end_open_window();
+    if (final) pm_sampling_final(); /* its last samples, before the counters */
     if (final) emit_counters();
     if (final) xp_selftime_report();
 }
@@ -132,6 +133,7 @@ static void fork_child(void) {
     windows_fork_child();
     program_profiler_fork_child();
     program_records_fork_child();
+    pm_sampling_fork_child();
     emit_api_names(); /* the child's stream is new: it needs the names too */
     if (signal_thread_started) start_signal_thread();
 }

@@ -16,6 +16,8 @@
  *   counters.c       the counts written into the stream at the final flush
  *   program_profiler.c  the program's own CUPTI client, served from our session (or refused)
  *   program_records.c   its activity records: copied into its buffers, in its clock
+ *   pm_sampling.c    CUPTI PM sampling: GPU counters per device, decoded on a thread of ours
+ *   pm_config.c      its config image: the metric list for a chip, in one pass (pm_sampling.h)
  *   experiments.c    measurement-only switches (only with XPU_PERF_EXPERIMENTS) */
 #ifndef XP_STATE_H
 #define XP_STATE_H
@@ -226,6 +228,20 @@ void program_records_hold_buffer(void);
 void program_records_epoch_start(void);
 void emit_program_record_counters(void);
 void program_records_fork_child(void);
+
+/* ---- pm_sampling.c ---- */
+/* PM sampling when record asked for it (XPU_PERF_PM_METRICS): the metric names written, the
+ * context-created callback on for our subscriber (NULL: none, the refusal said), our thread
+ * started. */
+void pm_sampling_start(CUpti_SubscriberHandle subscriber);
+/* Set by pm_sampling_start when it turned the context-created callback on (the program's
+ * own CUPTI client turning it off must leave ours on: program_profiler.c). */
+extern int pm_sampling_on;
+/* CUPTI_CBID_RESOURCE_CONTEXT_CREATED: sampling of the context's device wanted. */
+void pm_sampling_context_created(const void *resource_data);
+/* At the final flush: sampling stopped, the rest decoded, its counters written. */
+void pm_sampling_final(void);
+void pm_sampling_fork_child(void);
 
 /* ---- counters.c ---- */
 struct xp_counters {

@@ -68,6 +68,7 @@ int xp_stream_enabled(void) { return enabled; }
 static size_t col_size_U32(const uint32_t *c, uint32_t n) { (void)c; return 4u * n; }
 static size_t col_size_I32(const int32_t *c, uint32_t n) { (void)c; return 4u * n; }
 static size_t col_size_U64(const uint64_t *c, uint32_t n) { (void)c; return 8u * n; }
+static size_t col_size_F64(const double *c, uint32_t n) { (void)c; return 8u * n; }
 static size_t col_size_STR(const struct xp_str *c, uint32_t n) {
     size_t s = 4u * n;
     for (uint32_t i = 0; i < n; i++) s += c[i].len;
@@ -86,6 +87,7 @@ static size_t col_size_U32LIST(const struct xp_u32list *c, uint32_t n) {
 static uint8_t *col_put_U32(uint8_t *o, const uint32_t *c, uint32_t n) { memcpy(o, c, 4u * n); return o + 4u * n; }
 static uint8_t *col_put_I32(uint8_t *o, const int32_t *c, uint32_t n) { memcpy(o, c, 4u * n); return o + 4u * n; }
 static uint8_t *col_put_U64(uint8_t *o, const uint64_t *c, uint32_t n) { memcpy(o, c, 8u * n); return o + 8u * n; }
+static uint8_t *col_put_F64(uint8_t *o, const double *c, uint32_t n) { memcpy(o, c, 8u * n); return o + 8u * n; }
 static uint8_t *col_put_STR(uint8_t *o, const struct xp_str *c, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) { memcpy(o, &c[i].len, 4); o += 4; }
     for (uint32_t i = 0; i < n; i++) { memcpy(o, c[i].ptr, c[i].len); o += c[i].len; }
@@ -123,7 +125,7 @@ static int is_event_chunk(int type) {
     switch (type) {
     case XP_CHUNK_API: case XP_CHUNK_API_ALIAS: case XP_CHUNK_KERNEL: case XP_CHUNK_MEMCPY:
     case XP_CHUNK_MEMSET: case XP_CHUNK_SYNC: case XP_CHUNK_MARKER: case XP_CHUNK_CPU_SAMPLE:
-    case XP_CHUNK_WINDOW:
+    case XP_CHUNK_WINDOW: case XP_CHUNK_PM_SAMPLE:
         return 1;
     default:
         return 0;

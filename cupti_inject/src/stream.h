@@ -16,6 +16,7 @@ struct xp_u32list { const uint32_t *ptr; uint32_t count; };
 #define XP_CTYPE_U32 uint32_t
 #define XP_CTYPE_I32 int32_t
 #define XP_CTYPE_U64 uint64_t
+#define XP_CTYPE_F64 double
 #define XP_CTYPE_STR struct xp_str
 #define XP_CTYPE_U64LIST struct xp_u64list
 #define XP_CTYPE_U32LIST struct xp_u32list

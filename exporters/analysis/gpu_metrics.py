@@ -29,7 +29,7 @@ def load(trace: Trace) -> None:
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_gpu_counter'"):
         trace.execute(_sql("gpu_metrics.sql"))
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_kernel_metrics'"):
-        names = ", ".join(f"'{c.name}'" for c in catalog.GPM_COUNTERS)
+        names = ", ".join(f"'{name}'" for name in catalog.INTERVAL_COUNTER_NAMES)
         trace.execute(_sql("kernel_metrics.sql").replace("{interval_metrics}", names))
 
 

@@ -1,4 +1,4 @@
--- GPU counters per kernel: each interval counter (GPM: {interval_metrics}) averaged over
+-- GPU counters per kernel: each interval counter (GPM, PM sampling: {interval_metrics}) averaged over
 -- each kernel's interval, weighted by time.  Needs: gpu_metrics.sql.
 -- The counters of one device are read together, so their values share times: the grid.
 -- Each kernel is placed on its device's grid by one sweep (its start and end merged in

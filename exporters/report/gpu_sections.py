@@ -167,5 +167,6 @@ _UNITS = {
         *catalog.DEVICE_COUNTERS,
         *catalog.UTILIZATION_COUNTERS,
         catalog.Counter(catalog.MEMORY_IN_USE, "bytes"),
+        *(catalog.Counter(c.name, c.unit) for c in catalog.PM_COUNTERS),
     )
 }

@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.inject_build import BuildError, Cupti, build, find_cupti
+from collector.inject_build import C_SHIM, BuildError, Cupti, build, find_cupti
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,7 +50,9 @@ def build_fake(out: Path) -> FakeCupti:
             "-fvisibility=hidden",
             "-pthread",
             *incs,
+            f"-I{C_SHIM}",
             str(HERE / "fake_cupti.c"),
+            str(HERE / "fake_pm_sampling.c"),
             "-Wl,-soname,libcupti.so.13",
             "-o",
             str(fake),

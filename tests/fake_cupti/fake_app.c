@@ -40,7 +40,11 @@
  * it (device 1's peak: 8 MiB, at its end).
  * "program_profiler": LAUNCHES "before_kernel" launches, then the program's own profiler
  * (fake_profiler_client.c) runs two traces of LAUNCHES "active_kernel" launches each.
- * "profiler_first": the same profiler, started before the program initialises CUDA. */
+ * "profiler_first": the same profiler, started before the program initialises CUDA.
+ * "pm_phases" (PM sampling, fake_pm_sampling.c): one "warmup_kernel" (the context: sampling
+ * starts), 300 ms idle, then the tensor-bound phase with a 200 ms "tensor_kernel" 50 ms into
+ * it, then the DRAM-bound phase with a 200 ms "dram_kernel" likewise, each phase 400 ms, then
+ * idle 200 ms; prints the samples the fake's hardware buffer lost. */
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -78,6 +82,8 @@ extern void *fake_nvtx_domain_register_string(void *domain, const char *string);
 extern int fake_nvtx_domain_range_push(void *domain, const char *message, void *registered);
 extern int fake_nvtx_domain_range_pop(void *domain);
 extern void fake_profiler_client_run(int launches, int cycles);
+extern void fake_pm_phase(int phase);
+extern uint64_t fake_pm_lost(void);
 
 static int launches = 100;
 
@@ -95,6 +101,11 @@ __attribute__((noinline)) void model_forward_layer(int i) {
 __attribute__((noinline)) void triton_style_launch(void) {
     fake_launch_kernel("triton_fused_kernel", 7, 1);
     __asm__ volatile("");
+}
+
+static void sleep_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000 * 1000};
+    while (nanosleep(&t, &t) != 0) {}
 }
 
 static void *worker(void *arg) {
@@ -150,6 +161,22 @@ int main(int argc, char **argv) {
         return exit_code;
     }
     fake_cuInit();
+    if (argc > 3 && strcmp(argv[3], "pm_phases") == 0) {
+        fake_launch_kernel("warmup_kernel", 7, 0);
+        sleep_ms(300);
+        fake_pm_phase(1);
+        sleep_ms(50);
+        fake_launch_kernel_for("tensor_kernel", 7, 200 * 1000 * 1000);
+        sleep_ms(350);
+        fake_pm_phase(2);
+        sleep_ms(50);
+        fake_launch_kernel_for("dram_kernel", 7, 200 * 1000 * 1000);
+        sleep_ms(350);
+        fake_pm_phase(0);
+        sleep_ms(200);
+        printf("fake_app: pm samples lost %llu\n", (unsigned long long)fake_pm_lost());
+        return exit_code;
+    }
     if (argc > 3 && strcmp(argv[3], "memory") == 0) {
         memory_scenario();
         return exit_code;

@@ -47,6 +47,8 @@ static void refuse_forked_child(const char *call) {
     abort();
 }
 #define FORK_CHECK() refuse_forked_child(__func__)
+/* fake_pm_sampling.c's calls check the same. */
+void fake_fork_check(const char *call) { refuse_forked_child(call); }
 
 static CUpti_CallbackFunc subscriber_cb;
 static void *subscriber_data;
@@ -58,6 +60,7 @@ static CUpti_BuffersCallbackRequestFunc request_cb;
 static CUpti_BuffersCallbackCompleteFunc complete_cb;
 static CUpti_TimestampCallbackFunc timestamp_cb;
 static _Atomic uint32_t next_correlation = 1;
+static uint8_t context_created_on; /* CUPTI_CBID_RESOURCE_CONTEXT_CREATED enabled */
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t pending_dropped;
 
@@ -93,6 +96,12 @@ static uint64_t now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+EXPORT CUptiResult cuptiGetTimestamp(uint64_t *timestamp) {
+    if (!timestamp) return CUPTI_ERROR_INVALID_PARAMETER;
+    *timestamp = now();
+    return CUPTI_SUCCESS;
 }
 
 /* As CUPTI, a buffer is asked for when records start to come and held until it is handed
@@ -255,6 +264,8 @@ EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle s
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE) enabled_runtime[cbid] = (uint8_t)enable;
     else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid < CUPTI_DRIVER_TRACE_CBID_SIZE) enabled_driver[cbid] = (uint8_t)enable;
     else if (domain == CUPTI_CB_DOMAIN_NVTX && cbid < CUPTI_CBID_NVTX_SIZE) enabled_nvtx[cbid] = (uint8_t)enable;
+    else if (domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED)
+        context_created_on = (uint8_t)enable;
     else return CUPTI_ERROR_INVALID_PARAMETER;
     return CUPTI_SUCCESS;
 }
@@ -329,7 +340,8 @@ static void deliver_all(void) {
 
 EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     FORK_CHECK();
-    (void)flag;
+    extern int fake_final_flush_seen; /* fake_pm_sampling.c */
+    if (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) fake_final_flush_seen = 1;
     if (complete_cb) deliver_all();
     return CUPTI_SUCCESS;
 }
@@ -372,10 +384,24 @@ static void run_callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCa
     subscriber_cb(subscriber_data, domain, cbid, &data);
 }
 
+/* As the driver: a device's (primary) context is created at the first call that needs it,
+ * which the subscriber hears of in the resource domain (not counted as an API callback). */
+static _Atomic uint8_t context_made[FAKE_DEVICES];
+static void make_context(void) {
+    if (atomic_exchange(&context_made[current_device], 1)) return;
+    if (!subscriber_cb || !context_created_on) return;
+    CUpti_ResourceData data;
+    memset(&data, 0, sizeof data);
+    data.context = FAKE_CONTEXT_OF(current_device);
+    subscriber_cb(subscriber_data, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED,
+                  &data);
+}
+
 /* One API call: runtime call (with a nested driver call when driver_cbid != 0) or driver only.
  * Returns the correlation id that GPU records carry (the outermost call's). */
 static uint32_t api_call(uint32_t runtime_cbid, uint32_t driver_cbid, uint64_t busy_ns) {
     FORK_CHECK();
+    make_context();
     uint64_t rt_data = 0, drv_data = 0;
     uint32_t outer = 0;
     if (runtime_cbid) {

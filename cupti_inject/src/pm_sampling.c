@@ -1,0 +1,570 @@
+/* CUPTI PM sampling (issue 23): the GPU's performance counters sampled by the hardware at a
+ * fixed GPU-time interval, inside the program, when `record` asks for them
+ * (XPU_PERF_PM_METRICS: the metric names of collector/gpu_metrics/catalog.py's PM_COUNTERS,
+ * XPU_PERF_PM_INTERVAL_NS, XPU_PERF_PM_BUFFER_MB).  For each device the program creates a
+ * context on (the resource callback), our thread: makes the config image of the metrics for
+ * the device's chip (profiler host, pm_config.c), enables, configures and starts PM sampling; then every
+ * 100 ms decodes the hardware buffer into a counter-data image, evaluates each completed
+ * sample into PM_SAMPLE rows and initializes the image again (as NVIDIA's pm_sampling sample
+ * does after every decode: on the H100, CUPTI 13, decoding into an image that already held
+ * samples failed with CUPTI_ERROR_UNKNOWN at 1000 Hz, and where the image filled up its last
+ * sample read over 100% and the next began with a fragment of a microsecond).  The final
+ * flush stops sampling and decodes what is left; it leaves the sampler, the host object and
+ * the images to the process's end (see pm_sampling_final).
+ *
+ * Written without a GPU to try it on, so defensive: every CUPTI status is checked; a device's
+ * first failure ends its sampling, is logged to stderr once (the call and the status) and
+ * written as its refusal (PM_DEVICE), which `record` turns into the fallback to NVML.  The
+ * entry points are looked up in the loaded libcupti at run time: a CUPTI before 12.6 is a
+ * refusal, not a library that fails to load.  Nothing here runs on the application's
+ * threads but the context callback, which only notes the device (no lock: our thread may be
+ * inside CUPTI waiting for a driver lock that application thread holds).  A forked child
+ * never calls CUPTI (cupti_forked). */
+#define _GNU_SOURCE
+#include "pm_sampling.h"
+
+#ifndef PM_SAMPLING_HEADERS
+#include <stdlib.h>
+/* Built against CUPTI headers from before PM sampling (12.6): every device is refused. */
+static int asked;
+int pm_sampling_on;
+void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
+    asked = getenv("XPU_PERF_PM_METRICS") != NULL;
+}
+void pm_sampling_context_created(const void *resource_data) {}
+void pm_sampling_final(void) {
+    if (!asked || atomic_load(&cupti_forked)) return;
+    static struct xp_batch_PM_DEVICE row;
+    static const char reason[] = "built with CUPTI headers before 12.6 (no PM sampling)";
+    row.rows = 1;
+    row.chip[0] = (struct xp_str){"", 0};
+    row.status[0] = (struct xp_str){"refused", 7};
+    row.reason[0] = (struct xp_str){reason, sizeof reason - 1};
+    xp_emit_PM_DEVICE(&row);
+}
+void pm_sampling_fork_child(void) {}
+#else
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PM_DEFINE(name) __typeof__(&name) p_##name;
+PM_ENTRIES(PM_DEFINE)
+#undef PM_DEFINE
+/* libcuda's, to make the device's context current on our thread (absent: left as it is). */
+static CUresult (*p_cuCtxSetCurrent)(CUcontext);
+
+static struct pm_device devices[PM_MAX_DEVICES];
+static char *metric_list;       /* XPU_PERF_PM_METRICS, split in place */
+const char *pm_metrics[PM_MAX_METRICS];
+size_t pm_n_metrics;
+static uint64_t interval_ns = 100000000ull;
+static size_t buffer_bytes = 64u << 20;
+static uint32_t max_samples;
+static int debug;
+
+static pthread_t thread;
+static int thread_running;
+static pthread_mutex_t pm_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pm_cond = PTHREAD_COND_INITIALIZER;
+static int stop_requested;
+static int final_flush;         /* pm_sampling_final has begun: no CUPTI teardown calls */
+static int profiler_initialized;
+static const char *unavailable; /* why no device can sample (the first missing entry point) */
+
+/* How CUPTI's sample times map onto ours (CLOCK_MONOTONIC), decided at the first sample
+ * (the headers do not say which clock they are on): already ours, CLOCK_REALTIME (the GPU's
+ * global timer, which the driver keeps on the host's wall clock), cuptiGetTimestamp's clock,
+ * or unknown (the offset estimated from the first sample's end and now: off by up to a
+ * decode period).  Written as counter pm_sampling_clock. */
+enum { PM_CLOCK_UNSET, PM_CLOCK_SAME, PM_CLOCK_REALTIME, PM_CLOCK_CUPTI, PM_CLOCK_ESTIMATED };
+static int clock_mode;
+static int64_t clock_offset;
+
+static uint64_t n_samples, n_dropped, n_gaps, n_overflows, n_started, n_refused, n_values_failed;
+static uint64_t n_short;        /* fragments and the last sample of a full image: left out */
+static struct xp_batch_PM_SAMPLE batch;
+
+static void log_debug(const char *fmt, unsigned device, const char *what) {
+    if (debug) {
+        fprintf(stderr, "xpu-perf: PM sampling GPU %u: ", device);
+        fprintf(stderr, fmt, what);
+        fputc('\n', stderr);
+    }
+}
+
+void pm_emit_device(unsigned device, const char *chip, const char *status, const char *reason) {
+    static struct xp_batch_PM_DEVICE row; /* under pm_lock */
+    row.rows = 1;
+    row.device[0] = device;
+    row.chip[0] = (struct xp_str){chip, (uint32_t)strlen(chip)};
+    row.status[0] = (struct xp_str){status, (uint32_t)strlen(status)};
+    row.reason[0] = (struct xp_str){reason, (uint32_t)strlen(reason)};
+    xp_emit_PM_DEVICE(&row);
+}
+
+static void release(struct pm_device *d);
+
+int pm_refuse(unsigned device, struct pm_device *d, const char *call, CUptiResult r) {
+    const char *status = NULL;
+    if (r != CUPTI_SUCCESS) cuptiGetResultString(r, &status);
+    char reason[256];
+    /* The status's number too: `record` words the reason by it (collector/sources/
+     * cupti_pm_sampling.py), whatever name this CUPTI gives it. */
+    if (r == CUPTI_SUCCESS)
+        snprintf(reason, sizeof reason, "%s", call);
+    else
+        snprintf(reason, sizeof reason, "%s: %s (%d)", call, status ? status : "?", (int)r);
+    fprintf(stderr, "xpu-perf: PM sampling on GPU %u off: %s\n", device, reason);
+    pm_emit_device(device, d->chip, d->state == PM_RUNNING ? "stopped" : "refused", reason);
+    if (d->state != PM_RUNNING) n_refused++;
+    release(d);
+    d->state = PM_ENDED;
+    return 0;
+}
+
+/* A device's sampling ended mid-run: stopped (once), disabled, its host object and images
+ * freed, in the order of NVIDIA's sample (the H100 run that refused a device mid-run went on
+ * and exited cleanly).  At the final flush nothing is torn down (pm_sampling_final). */
+static void release(struct pm_device *d) {
+    if (final_flush) return;
+    if (d->sampler) {
+        if (d->state == PM_RUNNING && !d->stopped) {
+            PM_PARAMS(CUpti_PmSampling_Stop_Params, sp);
+            sp.pPmSamplingObject = d->sampler;
+            p_cuptiPmSamplingStop(&sp);
+            d->stopped = 1;
+            log_debug("%s", (unsigned)(d - devices), "stopped");
+        }
+        PM_PARAMS(CUpti_PmSampling_Disable_Params, dp);
+        dp.pPmSamplingObject = d->sampler;
+        p_cuptiPmSamplingDisable(&dp);
+        d->sampler = NULL;
+        log_debug("%s", (unsigned)(d - devices), "disabled");
+    }
+    pm_host_close(d->host);
+    d->host = NULL;
+    free(d->availability);
+    free(d->config);
+    free(d->data);
+    d->availability = d->config = d->data = NULL;
+}
+
+/* ---- a device's sampling ---- */
+static CUptiResult set_config(struct pm_device *d, CUpti_PmSampling_TriggerMode trigger,
+                              CUpti_PmSampling_HardwareBuffer_AppendMode append) {
+    PM_PARAMS(CUpti_PmSampling_SetConfig_Params, p);
+    p.pPmSamplingObject = d->sampler;
+    p.configSize = d->config_size;
+    p.pConfig = d->config;
+    p.hardwareBufferSize = buffer_bytes;
+    /* GPU-time trigger (GA10x and later, Hopper included): the interval in ns.  The sysclk
+     * trigger of Turing and GA100 counts clocks; their sys clock is near 1 GHz, so the same
+     * number is about the same interval. */
+    p.samplingInterval = interval_ns;
+    p.triggerMode = trigger;
+    /* Keep the latest (Ampere and later): an overflow loses the oldest samples and is
+     * reported, sampling goes on; Turing keeps only the oldest. */
+    p.hwBufferAppendMode = append;
+    return p_cuptiPmSamplingSetConfig(&p);
+}
+
+static CUptiResult init_image(struct pm_device *d) {
+    PM_PARAMS(CUpti_PmSampling_CounterDataImage_Initialize_Params, p);
+    p.pPmSamplingObject = d->sampler;
+    p.counterDataSize = d->data_size;
+    p.pCounterData = d->data;
+    return p_cuptiPmSamplingCounterDataImageInitialize(&p);
+}
+
+static int start_device(unsigned device, struct pm_device *d) {
+    CUcontext ctx = atomic_load(&d->context);
+    if (p_cuCtxSetCurrent && ctx) p_cuCtxSetCurrent(ctx);
+    CUptiResult r;
+    if (!profiler_initialized) {
+        PM_PARAMS(CUpti_Profiler_Initialize_Params, ip);
+        if ((r = p_cuptiProfilerInitialize(&ip)) != CUPTI_SUCCESS)
+            return pm_refuse(device, d, "cuptiProfilerInitialize", r);
+        profiler_initialized = 1;
+    }
+    PM_PARAMS(CUpti_Device_GetChipName_Params, cp);
+    cp.deviceIndex = device;
+    if ((r = p_cuptiDeviceGetChipName(&cp)) != CUPTI_SUCCESS)
+        return pm_refuse(device, d, "cuptiDeviceGetChipName", r);
+    snprintf(d->chip, sizeof d->chip, "%s", cp.pChipName ? cp.pChipName : "?");
+    log_debug("chip %s", device, d->chip);
+
+    PM_PARAMS(CUpti_PmSampling_GetCounterAvailability_Params, ap);
+    ap.deviceIndex = device;
+    if ((r = p_cuptiPmSamplingGetCounterAvailability(&ap)) != CUPTI_SUCCESS)
+        return pm_refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
+    d->availability = calloc(1, ap.counterAvailabilityImageSize ? ap.counterAvailabilityImageSize : 1);
+    if (!d->availability) return pm_refuse(device, d, "malloc", CUPTI_ERROR_OUT_OF_MEMORY);
+    ap.pCounterAvailabilityImage = d->availability;
+    if ((r = p_cuptiPmSamplingGetCounterAvailability(&ap)) != CUPTI_SUCCESS)
+        return pm_refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
+
+    if (!pm_configure(device, d)) return 0;
+    char what[96];
+    snprintf(what, sizeof what, "%zu of %zu metrics in one pass, config image %zu bytes", d->n,
+             pm_n_metrics, d->config_size);
+    log_debug("%s", device, what);
+
+    PM_PARAMS(CUpti_PmSampling_Enable_Params, ep);
+    ep.deviceIndex = device;
+    if ((r = p_cuptiPmSamplingEnable(&ep)) != CUPTI_SUCCESS)
+        return pm_refuse(device, d, "cuptiPmSamplingEnable", r);
+    d->sampler = ep.pPmSamplingObject;
+
+    d->trigger = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL;
+    r = set_config(d, d->trigger, CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_LATEST);
+    if (r != CUPTI_SUCCESS) {
+        log_debug("%s", device, "time trigger refused, trying the sysclk trigger");
+        d->trigger = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL;
+        r = set_config(d, d->trigger, CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST);
+    }
+    if (r != CUPTI_SUCCESS) return pm_refuse(device, d, "cuptiPmSamplingSetConfig", r);
+
+    PM_PARAMS(CUpti_PmSampling_GetCounterDataSize_Params, sp);
+    sp.pPmSamplingObject = d->sampler;
+    sp.pMetricNames = d->names;
+    sp.numMetrics = d->n;
+    sp.maxSamples = max_samples;
+    if ((r = p_cuptiPmSamplingGetCounterDataSize(&sp)) != CUPTI_SUCCESS)
+        return pm_refuse(device, d, "cuptiPmSamplingGetCounterDataSize", r);
+    d->data_size = sp.counterDataSize;
+    d->data = calloc(1, d->data_size ? d->data_size : 1);
+    if (!d->data) return pm_refuse(device, d, "malloc", CUPTI_ERROR_OUT_OF_MEMORY);
+    if ((r = init_image(d)) != CUPTI_SUCCESS)
+        return pm_refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
+
+    PM_PARAMS(CUpti_PmSampling_Start_Params, stp);
+    stp.pPmSamplingObject = d->sampler;
+    if ((r = p_cuptiPmSamplingStart(&stp)) != CUPTI_SUCCESS)
+        return pm_refuse(device, d, "cuptiPmSamplingStart", r);
+    d->state = PM_RUNNING;
+    d->stopped = 0;
+    d->last_end = 0;
+    n_started++;
+    pm_emit_device(device, d->chip, "started", "");
+    snprintf(what, sizeof what, "started: interval %llu ns, buffer %zu bytes, image %zu bytes",
+             (unsigned long long)interval_ns, buffer_bytes, d->data_size);
+    log_debug("%s", device, what);
+    return 1;
+}
+
+static uint64_t realtime_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t distance(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
+static void decide_clock(uint64_t end) {
+    uint64_t mono = xp_now_ns(), real = realtime_ns(), cupti_now = 0;
+    if (distance(end, mono) < PM_CLOCK_SLACK_NS) {
+        clock_mode = PM_CLOCK_SAME;
+        clock_offset = 0;
+    } else if (distance(end, real) < PM_CLOCK_SLACK_NS) {
+        clock_mode = PM_CLOCK_REALTIME;
+        clock_offset = (int64_t)(mono - real);
+    } else if (cuptiGetTimestamp(&cupti_now) == CUPTI_SUCCESS &&
+               distance(end, cupti_now) < PM_CLOCK_SLACK_NS) {
+        clock_mode = PM_CLOCK_CUPTI;
+        clock_offset = (int64_t)(mono - cupti_now);
+    } else {
+        clock_mode = PM_CLOCK_ESTIMATED;
+        clock_offset = (int64_t)(mono - end);
+    }
+}
+
+static CUptiResult sample_times(struct pm_device *d, size_t i, uint64_t *start, uint64_t *end) {
+    PM_PARAMS(CUpti_PmSampling_CounterData_GetSampleInfo_Params, p);
+    p.pPmSamplingObject = d->sampler;
+    p.pCounterDataImage = d->data;
+    p.counterDataImageSize = d->data_size;
+    p.sampleIndex = i;
+    CUptiResult r = p_cuptiPmSamplingCounterDataGetSampleInfo(&p);
+    *start = p.startTimestamp;
+    *end = p.endTimestamp;
+    return r;
+}
+
+/* The image's completed samples, as rows (the image holds only this decode's: it is
+ * initialized again after each).  A sample much shorter than the interval (a fragment) and,
+ * where the decode filled the image, its last sample are left out (n_short): on the H100 those
+ * two read 155% to 1364% tensor active, where the image filled up. */
+static int emit_samples(unsigned device, struct pm_device *d, int overflowed, int filled) {
+    PM_PARAMS(CUpti_PmSampling_GetCounterDataInfo_Params, ip);
+    ip.pCounterDataImage = d->data;
+    ip.counterDataImageSize = d->data_size;
+    CUptiResult r = p_cuptiPmSamplingGetCounterDataInfo(&ip);
+    if (r != CUPTI_SUCCESS) return pm_refuse(device, d, "cuptiPmSamplingGetCounterDataInfo", r);
+    size_t completed = ip.numCompletedSamples;
+    if (debug && completed) {
+        char what[128];
+        snprintf(what, sizeof what, "decoded %zu samples (%zu populated, image of %zu)%s",
+                 completed, (size_t)ip.numPopulatedSamples, (size_t)ip.numTotalSamples,
+                 filled ? ", image full" : "");
+        log_debug("%s", device, what);
+    }
+    double values[PM_MAX_METRICS];
+    uint64_t start, end;
+    for (size_t i = 0; i < completed; i++) {
+        if ((r = sample_times(d, i, &start, &end)) != CUPTI_SUCCESS)
+            return pm_refuse(device, d, "cuptiPmSamplingCounterDataGetSampleInfo", r);
+        if (end <= d->last_end || end < start) continue;
+        if ((filled && i + 1 == completed) ||
+            (d->trigger == CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL &&
+             end - start < interval_ns / 4)) {
+            n_short++;
+            continue;
+        }
+        PM_PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params, ep);
+        ep.pHostObject = d->host;
+        ep.pCounterDataImage = d->data;
+        ep.counterDataImageSize = d->data_size;
+        ep.rangeIndex = i;
+        ep.ppMetricNames = d->names;
+        ep.numMetrics = d->n;
+        ep.pMetricValues = values;
+        if ((r = p_cuptiProfilerHostEvaluateToGpuValues(&ep)) != CUPTI_SUCCESS) {
+            n_values_failed++; /* one sample lost, not the device */
+            d->last_end = end;
+            continue;
+        }
+        if (clock_mode == PM_CLOCK_UNSET) {
+            decide_clock(end);
+            char what[160];
+            snprintf(what, sizeof what, "first sample [%llu, %llu], clock %d, offset %lld ns",
+                     (unsigned long long)start, (unsigned long long)end, clock_mode,
+                     (long long)clock_offset);
+            log_debug("%s", device, what);
+        }
+        /* Samples follow each other; a gap of whole intervals in a decode that reported an
+         * overflow is samples the hardware buffer lost (keeping the latest, it drops the
+         * oldest); any other gap is counted apart (a trigger that paused?). */
+        if (d->last_end && start > d->last_end + interval_ns / 2) {
+            uint64_t missing = (start - d->last_end + interval_ns / 2) / interval_ns;
+            if (overflowed) n_dropped += missing; else n_gaps += missing;
+        }
+        d->last_end = end;
+        n_samples++;
+        for (size_t m = 0; m < d->n; m++) {
+            if (batch.rows == XP_BATCH_ROWS) xp_emit_PM_SAMPLE(&batch);
+            uint32_t row = batch.rows++;
+            batch.device[row] = device;
+            batch.start[row] = (uint64_t)((int64_t)start + clock_offset);
+            batch.end[row] = (uint64_t)((int64_t)end + clock_offset);
+            batch.metric[row] = d->index[m];
+            batch.value[row] = values[m];
+        }
+    }
+    return 1;
+}
+
+/* Everything the hardware buffer holds, into rows: decode into the fresh image, emit, make it
+ * fresh again; once more while the image filled before the buffer's end. */
+static void decode(unsigned device, struct pm_device *d, int final_round) {
+    for (int round = 0; round < 64 && d->state == PM_RUNNING; round++) {
+        PM_PARAMS(CUpti_PmSampling_DecodeData_Params, p);
+        p.pPmSamplingObject = d->sampler;
+        p.pCounterDataImage = d->data;
+        p.counterDataImageSize = d->data_size;
+        CUptiResult r = p_cuptiPmSamplingDecodeData(&p);
+        if (r != CUPTI_SUCCESS) {
+            /* Not documented whether an empty buffer is an error: a second of failed decodes
+             * in a row ends the device's sampling, fewer wait for the next round.  The image
+             * is made fresh again in case the failed decode left something in it. */
+            char what[96];
+            snprintf(what, sizeof what, "cuptiPmSamplingDecodeData failed (%d)", (int)r);
+            log_debug("%s", device, what);
+            if (++d->decode_failures >= PM_DECODE_FAILURES || final_round)
+                pm_refuse(device, d, "cuptiPmSamplingDecodeData", r);
+            else if ((r = init_image(d)) != CUPTI_SUCCESS)
+                pm_refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
+            break;
+        }
+        d->decode_failures = 0;
+        if (p.overflow) n_overflows++;
+        int filled = p.decodeStopReason == CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL;
+        if (!emit_samples(device, d, p.overflow, filled)) break;
+        if ((r = init_image(d)) != CUPTI_SUCCESS) {
+            pm_refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
+            break;
+        }
+        if (!filled) break;
+    }
+    if (batch.rows) xp_emit_PM_SAMPLE(&batch);
+}
+
+/* One round of our thread (caller holds pm_lock): new devices started, running ones decoded. */
+static void pm_round(void) {
+    for (unsigned i = 0; i < PM_MAX_DEVICES; i++) {
+        struct pm_device *d = &devices[i];
+        if (d->state == PM_IDLE && atomic_load(&d->wanted)) {
+            if (unavailable) {
+                pm_emit_device(i, "", "refused", unavailable);
+                fprintf(stderr, "xpu-perf: PM sampling on GPU %u off: %s\n", i, unavailable);
+                n_refused++;
+                d->state = PM_ENDED;
+            } else {
+                start_device(i, d);
+            }
+        }
+        if (d->state == PM_RUNNING) decode(i, d, 0);
+    }
+}
+
+static void *pm_main(void *arg) {
+    (void)arg;
+    sigset_t all; /* the application's signals are not ours to take */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&pm_lock);
+    while (!stop_requested) {
+        pm_round();
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += PM_DECODE_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+        while (!stop_requested && pthread_cond_timedwait(&pm_cond, &pm_lock, &until) != ETIMEDOUT) {}
+    }
+    pthread_mutex_unlock(&pm_lock);
+    return NULL;
+}
+
+/* ---- entry points (state.h) ---- */
+int pm_sampling_on;
+
+static void resolve(void) {
+    Dl_info info;
+    void *cupti = NULL;
+    if (dladdr((void *)cuptiGetResultString, &info) && info.dli_fname)
+        cupti = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (!cupti) { unavailable = "libcupti not found again by its path"; return; }
+#define PM_LOOKUP(name)                                                                       \
+    if (!unavailable && !(p_##name = (__typeof__(p_##name))dlsym(cupti, #name)))              \
+        unavailable = "CUPTI lacks " #name " (PM sampling needs CUDA 12.6+)";
+    PM_ENTRIES(PM_LOOKUP)
+#undef PM_LOOKUP
+    void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (cuda) p_cuCtxSetCurrent = (CUresult (*)(CUcontext))dlsym(cuda, "cuCtxSetCurrent");
+}
+
+void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
+    const char *list = getenv("XPU_PERF_PM_METRICS");
+    if (!list || !*list) return;
+    debug = getenv("XPU_PERF_PM_DEBUG") != NULL;
+    const char *v = getenv("XPU_PERF_PM_INTERVAL_NS");
+    if (v && strtoull(v, NULL, 10) > 0) interval_ns = strtoull(v, NULL, 10);
+    v = getenv("XPU_PERF_PM_BUFFER_MB");
+    if (v && strtoull(v, NULL, 10) > 0) buffer_bytes = (size_t)strtoull(v, NULL, 10) << 20;
+    /* Room for 2.5 decode periods of samples (a late round, the final one): the image is
+     * made fresh after each decode and should never fill (where it does, the decode goes
+     * on into a fresh one, and the full image's last sample is left out). */
+    uint64_t room = (PM_DECODE_MS * 1000000ull / interval_ns + 1) * 5 / 2 + 8;
+    max_samples = (uint32_t)(room < 32 ? 32 : room > 8192 ? 8192 : room);
+    metric_list = strdup(list);
+    if (!metric_list) return;
+    for (char *save = NULL, *name = strtok_r(metric_list, ",", &save);
+         name && pm_n_metrics < PM_MAX_METRICS; name = strtok_r(NULL, ",", &save))
+        pm_metrics[pm_n_metrics++] = name;
+    static struct xp_batch_PM_METRIC names; /* once: before any sample */
+    for (size_t i = 0; i < pm_n_metrics; i++) {
+        names.metric[i] = (uint32_t)i;
+        names.name[i] = (struct xp_str){pm_metrics[i], (uint32_t)strlen(pm_metrics[i])};
+    }
+    names.rows = (uint32_t)pm_n_metrics;
+    xp_emit_PM_METRIC(&names);
+    resolve();
+    if (!subscriber) {
+        unavailable = "no CUPTI subscriber (the program's own CUPTI client subscribed first)";
+        devices[0].wanted = 1; /* said once, for the device a program uses first */
+    } else {
+        CUptiResult r = cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                            CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+        pm_sampling_on = r == CUPTI_SUCCESS;
+        if (r != CUPTI_SUCCESS) {
+            CHECK(r);
+            unavailable = "cuptiEnableCallback(CONTEXT_CREATED) failed";
+            devices[0].wanted = 1;
+        }
+    }
+    if (pthread_create(&thread, NULL, pm_main, NULL) == 0) thread_running = 1;
+}
+
+void pm_sampling_context_created(const void *data) {
+    const CUpti_ResourceData *rd = data;
+    uint32_t device = 0;
+    if (!pm_sampling_on) return; /* on for the program's own client only */
+    if (!rd || cuptiGetDeviceId(rd->context, &device) != CUPTI_SUCCESS || device >= PM_MAX_DEVICES)
+        return;
+    struct pm_device *d = &devices[device];
+    if (atomic_load(&d->wanted)) return;
+    atomic_store(&d->context, rd->context);
+    atomic_store(&d->wanted, 1);
+    pthread_cond_signal(&pm_cond); /* without the lock: our thread may hold it inside CUPTI */
+}
+
+/* At the final flush (before the counters): our thread ends, sampling stops, the rest of
+ * each hardware buffer is decoded.  Then nothing is torn down: on the H100 (CUPTI 13) the
+ * Disable and host-object teardown here, inside the exit's final flush, ended the process in
+ * glibc's "double free or corruption" before the flush was written (OpenXLA notes that
+ * disabling the PM sampling object finalizes all of CUPTI, and other tools skip Disable at
+ * teardown for a double free); the process is ending, and its end frees all of it. */
+void pm_sampling_final(void) {
+    if (!thread_running || atomic_load(&cupti_forked)) return;
+    pthread_mutex_lock(&pm_lock);
+    stop_requested = 1;
+    pthread_cond_signal(&pm_cond);
+    pthread_mutex_unlock(&pm_lock);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 3;
+    if (pthread_timedjoin_np(thread, NULL, &until) != 0) {
+        fprintf(stderr, "xpu-perf: PM sampling thread did not end; last samples not decoded\n");
+        thread_running = 0;
+        return;
+    }
+    thread_running = 0;
+    pthread_mutex_lock(&pm_lock);
+    final_flush = 1;
+    for (unsigned i = 0; i < PM_MAX_DEVICES; i++) {
+        struct pm_device *d = &devices[i];
+        if (d->state != PM_RUNNING) continue;
+        PM_PARAMS(CUpti_PmSampling_Stop_Params, sp);
+        sp.pPmSamplingObject = d->sampler;
+        CUptiResult r = p_cuptiPmSamplingStop(&sp);
+        d->stopped = 1;
+        if (r != CUPTI_SUCCESS) CHECK(r);
+        log_debug("%s", i, "stopped at the final flush");
+        decode(i, d, 1);
+        d->state = PM_ENDED;
+        log_debug("%s", i, "final decode done; sampler and host object left to the exit");
+    }
+    xp_emit_counter("pm_sampling_devices", n_started);
+    xp_emit_counter("pm_sampling_refused", n_refused);
+    xp_emit_counter("pm_samples", n_samples);
+    xp_emit_counter("pm_samples_dropped", n_dropped);
+    xp_emit_counter("pm_sample_gaps", n_gaps);
+    xp_emit_counter("pm_buffer_overflows", n_overflows);
+    xp_emit_counter("pm_samples_unevaluated", n_values_failed);
+    xp_emit_counter("pm_samples_short", n_short);
+    xp_emit_counter("pm_sampling_clock", (uint64_t)clock_mode);
+    pthread_mutex_unlock(&pm_lock);
+}
+
+/* The child has none of our thread, and must not call CUPTI: its stream says nothing of PM
+ * sampling (the parent's does). */
+void pm_sampling_fork_child(void) {
+    thread_running = 0;
+    pthread_mutex_init(&pm_lock, NULL);
+    pthread_cond_init(&pm_cond, NULL);
+    for (unsigned i = 0; i < PM_MAX_DEVICES; i++) devices[i].state = PM_ENDED;
+}
+#endif

@@ -1,0 +1,242 @@
+"""CUPTI PM sampling (record --gpu-metrics, cupti_inject/src/pm_sampling.c) end to end on the
+fake CUPTI (tests/fake_cupti/fake_pm_sampling.c): `record` runs the fake application's
+`pm_phases` (a tensor-bound phase, then a DRAM-bound one, each with one 200 ms kernel), NVML
+replaced by the scripted GPU of tests/fake_nvml.py.  What is checked is read back from the
+written trace: the counter tracks' values, xpu_kernel_metrics, the metadata; and the
+fallbacks when PM sampling is refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from collector.gpu_metrics import catalog
+from exporters.analysis import gpu_metrics
+from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.views import load_views
+
+from .conftest import REPO
+from .fake_cupti.build import FakeCupti
+from .test_cupti_fake import metadata, record
+
+FAKE_PYNVML = """
+# pynvml for these tests: the scripted GPU of tests/fake_nvml.py, GPM permitted.
+from collector.gpu_metrics.sampler import monotonic_ns
+from tests.fake_nvml import FakeGpu, FakeNvml
+
+_fake = FakeNvml([FakeGpu(name="Fake GPU 9000")], monotonic_ns)
+
+
+def __getattr__(name):
+    return getattr(_fake, name)
+"""
+
+# fake_pm_sampling.c's table: (tensor-bound phase, DRAM-bound phase).
+EXPECTED = {
+    catalog.SM_ACTIVE: (90.0, 60.0),
+    catalog.TENSOR_ACTIVE: (80.0, 0.0),
+    catalog.DRAM_BANDWIDTH: (10.0, 85.0),
+    catalog.SM_OCCUPANCY: (30.0, 70.0),
+    catalog.SM_ISSUE: (45.0, 20.0),
+    catalog.DRAM_READ: (100.0, 2000.0),
+    catalog.DRAM_WRITE: (50.0, 1000.0),
+    catalog.GPC_CLOCK: (1755.0, 1755.0),
+    catalog.PCIE_RX: (8.0, 8.0),
+}
+
+
+def record_phases(
+    fake: FakeCupti, tmp_path: Path, name: str, **env: str
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    bindings = tmp_path / "bindings"
+    bindings.mkdir(exist_ok=True)
+    (bindings / "pynvml.py").write_text(FAKE_PYNVML)
+    out = tmp_path / f"{name}.perfetto-trace"
+    env = {"PYTHONPATH": os.pathsep.join([str(bindings), str(REPO)]), **env}
+    proc = record(
+        fake, out, fake.app, 1, 0, "pm_phases", extra_env=env, flags=("--gpu-metrics", "100")
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def tracks_of(trace, device: int = 0) -> dict[str, list[float]]:
+    """Each counter track of the GPU: its values in time order."""
+    out: dict[str, list[float]] = {}
+    for r in trace.query(
+        "select gc.metric, c.value from counter c join xpu_gpu_counter gc using (track_id) "
+        f"where gc.device GLOB 'GPU {device} (*' order by c.ts"
+    ):
+        out.setdefault(r["metric"], []).append(r["value"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def phases(fake: FakeCupti, tmp_path_factory: pytest.TempPathFactory):
+    return record_phases(fake, tmp_path_factory.mktemp("pm"), "phases")
+
+
+def test_counters_read_back_the_phases_values(phases) -> None:
+    """Every PM counter track holds exactly the fake's values of the two phases (and the
+    idle ones); the source is PM sampling and its tracks replaced GPM's."""
+    out, proc = phases
+    assert "GPU metrics at 100 Hz: GPU 0 cupti_pm_sampling" in proc.stderr
+    with open_trace(out) as t:
+        load_views(t)
+        gpu_metrics.load(t)
+        tracks = tracks_of(t)
+        assert metadata(t, "gpu_metrics_source") == "cupti_pm_sampling"
+        assert metadata(t, "gpu_metrics_pm_clock") == "realtime"
+        samples = metadata(t, "gpu_metrics_pm_samples")
+        assert metadata(t, "gpu_metrics_pm_samples_dropped") == 0
+        # The fake's samples are whole: none is a fragment, no image filled.
+        assert metadata(t, "gpu_metrics_pm_samples_short") == 0
+        assert metadata(t, "gpu_metrics_nvml_tracks_replaced") > 0
+    for name, (tensor_phase, dram_phase) in EXPECTED.items():
+        values = set(tracks[name])
+        assert {tensor_phase, dram_phase} <= values, name
+    # One value per sample, no GPM duplicate of the same track.
+    assert len(tracks[catalog.TENSOR_ACTIVE]) == samples
+    # NVML's instant counters stay (power, memory, clocks); no GPM track (FP32 active, which
+    # PM sampling does not read, neither: one source of interval counters per GPU).
+    assert catalog.POWER in tracks and catalog.MEMORY_USED in tracks
+    assert catalog.FP32_ACTIVE not in tracks
+
+
+def test_kernel_metrics_average_pm_counters_per_kernel(phases) -> None:
+    """xpu_kernel_metrics over PM sampling's tracks: each kernel ran inside one phase, so its
+    means are that phase's values exactly."""
+    out, _ = phases
+    with open_trace(out) as t:
+        load_views(t)
+        gpu_metrics.load(t)
+        _, kernels = gpu_metrics.kernel_table(t, 6)
+    by_name = {k["name"]: k for k in kernels}
+    for i, kernel in enumerate(("tensor_kernel", "dram_kernel")):
+        for name in (catalog.TENSOR_ACTIVE, catalog.DRAM_BANDWIDTH, catalog.SM_ACTIVE):
+            assert by_name[kernel][name] == EXPECTED[name][i], (kernel, name)
+
+
+def test_overflow_counts_the_samples_lost(fake: FakeCupti, tmp_path: Path) -> None:
+    """Samples the hardware buffer lost (the fake drops 3 at every third decode) are counted
+    exactly and said in the summary; the rest still read back."""
+    out, proc = record_phases(fake, tmp_path, "overflow", FAKE_PM="overflow")
+    lost = int(proc.stdout.split("pm samples lost ")[1].split()[0])
+    assert lost > 0
+    assert f"{lost} dropped (hardware buffer overflowed" in proc.stderr
+    with open_trace(out) as t:
+        assert metadata(t, "gpu_metrics_pm_samples_dropped") == lost
+        assert metadata(t, "gpu_metrics_pm_buffer_overflows") == lost // 3
+        assert metadata(t, "gpu_metrics_source") == "cupti_pm_sampling"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "code", "words"),
+    [
+        ("privileges", 35, "restricted to admin users"),  # CUPTI_ERROR_INSUFFICIENT_PRIVILEGES
+        ("busy", 26, "held by another client"),  # CUPTI_ERROR_HARDWARE_BUSY
+    ],
+)
+def test_refusal_falls_back_to_nvml_and_names_the_reason(
+    fake: FakeCupti, tmp_path: Path, scenario: str, code: int, words: str
+) -> None:
+    """PM sampling refused (no permission; counters held by another client): the program
+    runs on, GPM gives the counters, and the summary and metadata say why."""
+    out, proc = record_phases(fake, tmp_path, scenario, FAKE_PM=scenario)
+    assert "GPU metrics at 100 Hz: GPU 0 nvml_gpm" in proc.stderr
+    refused = [line for line in proc.stderr.splitlines() if "refused: cupti_pm_sampling" in line]
+    assert len(refused) == 1 and "cuptiPmSamplingEnable" in refused[0]
+    assert words in refused[0]
+    assert f"({code})" in refused[0]
+    with open_trace(out) as t:
+        load_views(t)
+        gpu_metrics.load(t)
+        assert metadata(t, "gpu_metrics_source") == "nvml_gpm"
+        assert words in metadata(t, "gpu_metrics_refused")
+        tracks = tracks_of(t)
+    assert catalog.TENSOR_ACTIVE in tracks  # from GPM
+    assert catalog.SM_ISSUE not in tracks and catalog.DRAM_READ not in tracks
+
+
+def test_metrics_a_chip_lacks_are_named_missing(fake: FakeCupti, tmp_path: Path) -> None:
+    """A chip without NVLink metrics: PM sampling runs with the rest, the two are named."""
+    out, proc = record_phases(fake, tmp_path, "no_nvlink", FAKE_PM_NO_NVLINK="1")
+    assert "GPU 0 cupti_pm_sampling" in proc.stderr
+    with open_trace(out) as t:
+        load_views(t)
+        gpu_metrics.load(t)
+        missing = metadata(t, "gpu_metrics_missing")
+        tracks = tracks_of(t)
+    assert "nvlrx__bytes.sum.per_second" in missing and "nvltx" in missing
+    assert set(tracks[catalog.TENSOR_ACTIVE]) >= {0.0, 80.0}
+
+
+def test_samples_outside_the_capture_window_are_dropped(fake: FakeCupti, tmp_path: Path) -> None:
+    """--delay/--duration: only samples that start inside the window are kept (counted as
+    outside otherwise), as NVML's are."""
+    bindings = tmp_path / "bindings"
+    bindings.mkdir()
+    (bindings / "pynvml.py").write_text(FAKE_PYNVML)
+    out = tmp_path / "window.perfetto-trace"
+    env = {"PYTHONPATH": os.pathsep.join([str(bindings), str(REPO)])}
+    flags = ("--gpu-metrics", "100", "--delay", "0.75", "--duration", "0.3")
+    proc = record(fake, out, fake.app, 1, 0, "pm_phases", extra_env=env, flags=flags)
+    assert proc.returncode == 0, proc.stderr
+    with open_trace(out) as t:
+        load_views(t)
+        gpu_metrics.load(t)
+        (window,) = t.query(
+            "select ts, ts + dur as end_ts from slice where category = 'xpu_perf_window'"
+        )
+        outside = metadata(t, "gpu_metrics_pm_samples_outside_window")
+        times = [
+            r["ts"]
+            for r in t.query(
+                "select c.ts from counter c join xpu_gpu_counter gc using (track_id) "
+                f"where gc.metric = '{catalog.SM_ISSUE}'"
+            )
+        ]
+    assert outside > 0 and times
+    # The spans kept to are record's window and the library's, which end a few ms apart.
+    margin = 50_000_000
+    assert all(window["ts"] - margin <= ts <= window["end_ts"] + margin for ts in times)
+
+
+def test_samples_counted_from_rows_without_final_flush() -> None:
+    """A process that died at exit never wrote its pm_* counters (the H100's first run): its
+    samples are counted from its PM_SAMPLE rows, one per sample (not per metric)."""
+    from collector.sources.cupti_pm_sampling import PmSampling
+
+    class Table(dict):
+        rows = 0
+
+    def make(rows: int, **columns: object) -> Table:
+        t = Table(columns)
+        t.rows = rows
+        return t
+
+    class Stream:
+        tables: ClassVar[dict[str, Table]] = {
+            "PM_METRIC": make(2, metric=[0, 1], name=["a", "b"]),
+            "PM_DEVICE": make(1, device=[0], chip=["GH100"], status=["started"], reason=[""]),
+            "PM_SAMPLE": make(
+                6,
+                device=np.array([0] * 6, np.uint32).tobytes(),
+                start=np.array([10, 10, 20, 20, 30, 30], np.uint64).tobytes(),
+                metric=np.array([0, 1] * 3, np.uint32).tobytes(),
+                value=np.zeros(6).tobytes(),
+            ),
+            "COUNTER": make(0, name=[], value=[]),
+        }
+
+        def table(self, name: str) -> Table:
+            return self.tables[name]
+
+    pm = PmSampling()
+    pm.add(Stream())  # type: ignore[arg-type]
+    assert pm.counts["pm_samples"] == 3
