@@ -97,15 +97,24 @@ def test_counters_read_back_the_phases_values(phases) -> None:
         # The fake's samples are whole: none is a fragment, no image filled.
         assert metadata(t, "gpu_metrics_pm_samples_short") == 0
         assert metadata(t, "gpu_metrics_nvml_tracks_replaced") > 0
+        assert metadata(t, "gpu_metrics_nvml_tracks_beside_pm") > 0
+        per_kernel = {
+            r["metric"] for r in t.query("select distinct metric from xpu_kernel_metrics")
+        }
     for name, (tensor_phase, dram_phase) in EXPECTED.items():
         values = set(tracks[name])
         assert {tensor_phase, dram_phase} <= values, name
     # One value per sample, no GPM duplicate of the same track.
     assert len(tracks[catalog.TENSOR_ACTIVE]) == samples
-    # NVML's instant counters stay (power, memory, clocks); no GPM track (FP32 active, which
-    # PM sampling does not read, neither: one source of interval counters per GPU).
+    # NVML's instant counters stay (power, memory, clocks). GPM's interval counters go where
+    # PM sampling read the same quantity; one it did not read (FP32 active) stays under its
+    # source's name, off the interval grid xpu_kernel_metrics uses (one source per GPU).
     assert catalog.POWER in tracks and catalog.MEMORY_USED in tracks
     assert catalog.FP32_ACTIVE not in tracks
+    assert f"{catalog.TENSOR_ACTIVE} (NVML)" not in tracks
+    beside = f"{catalog.FP32_ACTIVE} (NVML)"
+    assert tracks.get(beside), sorted(tracks)
+    assert beside not in per_kernel and catalog.TENSOR_ACTIVE in per_kernel
 
 
 def test_kernel_metrics_average_pm_counters_per_kernel(phases) -> None:

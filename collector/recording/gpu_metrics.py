@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -92,6 +93,7 @@ class GpuMetricsRecording:
         self._pm_sampling = pm_sampling
         self._spans: list[tuple[int, int]] | None = None  # keep_only's windows
         self._superseded = 0  # NVML tracks replaced by PM sampling's
+        self._kept_beside = 0  # NVML tracks of quantities PM sampling did not read
 
     # RecordSource
     def target_env(self) -> Mapping[str, str]:
@@ -132,14 +134,17 @@ class GpuMetricsRecording:
     def events(self) -> Iterable[model.Event]:
         pm = self._pm()
         pm_series = list(pm.series(self._spans)) if pm is not None else []
-        self._superseded = 0
+        from_pm = {(s.device, s.name) for s in pm_series}
+        self._superseded = self._kept_beside = 0
         for columns in self._sampler.devices if self._sampler else ():
             yield model.GpuDevice(columns.source.device, columns.source.name)
             for series in columns.series():
-                if replaced_by_pm(series, pm):
+                track = nvml_track(series, pm, from_pm)
+                if track is None:
                     self._superseded += 1
                     continue
-                yield series
+                self._kept_beside += track is not series
+                yield track
         yield from pm_series
 
     def stats(self) -> Mapping[str, int]:
@@ -157,6 +162,7 @@ class GpuMetricsRecording:
             out["pm_devices"] = len(pm.started)
             out |= pm.counts
             out["nvml_tracks_replaced"] = self._superseded
+            out["nvml_tracks_beside_pm"] = self._kept_beside
         return out
 
     def _sources(self) -> str:
@@ -290,10 +296,27 @@ class GpuMetricsRecording:
             self._outside_windows += columns.keep_only(spans)
 
 
+def nvml_track(
+    series: model.GpuCounterSeries, pm: PmSampling | None, from_pm: set[tuple[int, str]]
+) -> model.GpuCounterSeries | None:
+    """An NVML track as written beside PM sampling's (`from_pm`: their (device, name)):
+    unchanged where PM sampling did not run on its GPU or it is an instant counter; None
+    where PM sampling read the same quantity; else (a quantity PM sampling did not read
+    there: one pass holds only so many, on an H100 occupancy, PCIe, NVLink) under its
+    source's name, `SM occupancy % (NVML)`, off the GPU's interval grid that
+    xpu_kernel_metrics places kernels on."""
+    if not replaced_by_pm(series, pm):
+        return series
+    if (series.device, series.name) in from_pm:
+        return None
+    return dataclasses.replace(series, name=f"{series.name} (NVML)")
+
+
 def replaced_by_pm(series: model.GpuCounterSeries, pm: PmSampling | None) -> bool:
-    """An NVML track not written: its GPU ran PM sampling and it is an interval counter (GPM's
-    or utilisation's).  One source of interval counters per GPU: xpu_kernel_metrics places
-    kernels on the times of a GPU's interval counters, which two sources would mix."""
+    """An NVML track PM sampling stands for: its GPU ran PM sampling and it is an interval
+    counter (GPM's or utilisation's).  One source of interval counters per GPU:
+    xpu_kernel_metrics places kernels on the times of a GPU's interval counters, which two
+    sources would mix (see nvml_track)."""
     if pm is None or series.device not in pm.started:
         return False
     interval = {*catalog.INTERVAL_COUNTER_NAMES, *(c.name for c in catalog.UTILIZATION_COUNTERS)}
@@ -322,10 +345,16 @@ class KeptGpuMetrics(FinishedRun):
         if pm is None:
             yield from kept.events(self._kept)
             return
+        pm_series = list(pm.series())
+        from_pm = {(s.device, s.name) for s in pm_series}
         for event in kept.events(self._kept):
-            if not (isinstance(event, model.GpuCounterSeries) and replaced_by_pm(event, pm)):
+            if isinstance(event, model.GpuCounterSeries):
+                track = nvml_track(event, pm, from_pm)
+                if track is not None:
+                    yield track
+            else:
                 yield event
-        yield from pm.series()
+        yield from pm_series
 
     def stats(self) -> Mapping[str, int]:
         pm = self._pm()
