@@ -208,7 +208,8 @@ def hide_startup_above_python(stack: Sequence[FrameRef]) -> list[FrameRef]:
     `thread_run`) and `python -m`'s runner (`_run_module_as_main;_run_code`).  They are in
     every sample of the process, so they only push the program down the flamegraph and to
     the top of a ranking by total.  The thread root stays, and so does the frame of an
-    embedding program (its own code calling into Python)."""
+    embedding program (its own code calling into Python).  Without Python frames, the C
+    runtime's frames right under the root go (`_without_thread_entry`)."""
     first = next(
         (
             i
@@ -218,7 +219,7 @@ def hide_startup_above_python(stack: Sequence[FrameRef]) -> list[FrameRef]:
         None,
     )
     if first is None:
-        return list(stack)
+        return _without_thread_entry(stack)
     return [
         frame
         for i, frame in enumerate(stack)
@@ -228,6 +229,19 @@ def hide_startup_above_python(stack: Sequence[FrameRef]) -> list[FrameRef]:
             is_interpreter_frame(*frame) or is_c_runtime_entry(*frame) or is_runner_frame(*frame)
         )
     ]
+
+
+def _without_thread_entry(stack: Sequence[FrameRef]) -> list[FrameRef]:
+    """A stack without Python frames loses the C runtime's frames right under its root
+    (`clone3;start_thread` of a native thread such as PyTorch's autograd or an OpenBLAS
+    worker, often unnamed `libc.so.6+0x...`): they are in every sample of that thread.  A
+    stack of nothing else keeps them (the time is theirs)."""
+    end = 1
+    while end < len(stack) and is_c_runtime_entry(*stack[end]):
+        end += 1
+    if end >= len(stack):
+        return list(stack)
+    return [stack[0], *stack[end:]]
 
 
 def collapse_import_machinery(stack: Sequence[FrameRef]) -> list[FrameRef]:

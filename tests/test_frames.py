@@ -123,7 +123,28 @@ def test_startup_above_python_goes() -> None:
     ]
     embedded = [("t", ""), ("_start", "/bin/server"), ("serve", "/bin/server"), *IMPORT_STACK[3:]]
     assert names(hide_startup_above_python(embedded))[:3] == ["t", "_start", "serve"]
-    assert hide_startup_above_python(NATIVE_ONLY) == NATIVE_ONLY  # no Python: all stays
+    # No Python: the thread's entry in the C runtime goes, by module or by name (the
+    # eBPF sampler's unnamed libc addresses too); a program's own _start stays.
+    assert names(hide_startup_above_python(NATIVE_ONLY)) == ["worker", "run"]
+    autograd = [
+        ("pt_autograd_0", ""),
+        ("libc.so.6+0x129ecc", ""),
+        ("libc.so.6+0x9cb84", ""),
+        ("torch::autograd::Engine::thread_main", "/venv/torch/lib/libtorch_cpu.so"),
+    ]
+    assert names(hide_startup_above_python(autograd)) == [
+        "pt_autograd_0",
+        "torch::autograd::Engine::thread_main",
+    ]
+    program = [
+        ("main", ""),
+        ("_start", "/bin/app"),
+        ("__libc_start_main", LIBC),
+        ("main", "/bin/app"),
+    ]
+    assert hide_startup_above_python(program) == program
+    only_libc = [("t", ""), ("clone3", LIBC), ("start_thread", LIBC)]
+    assert hide_startup_above_python(only_libc) == only_libc  # nothing else: their time
 
 
 def test_interpreter_frames_between_python_frames_go() -> None:
