@@ -43,13 +43,16 @@ def interpreter_between_python(frames: list[str]) -> bool:
 
 def python_paths(lines: list[tuple[list[str], int]]) -> Counter[tuple[str, ...]]:
     """Samples per sequence of the program's Python frames (the import system's are
-    collapsed by default, one frame per import)."""
+    collapsed by default, one frame per import; record's startup hook, sitecustomize.py,
+    is hidden as the recorder's: a sample can land in it while Python starts)."""
     out: Counter[tuple[str, ...]] = Counter()
     for frames, n in lines:
         program = (
             f
             for f in frames
-            if predicates.is_python_frame(f) and not predicates.is_import_machinery_frame(f)
+            if predicates.is_python_frame(f)
+            and not predicates.is_import_machinery_frame(f)
+            and "(sitecustomize.py:" not in f
         )
         out[tuple(program)] += n
     return out
