@@ -82,6 +82,20 @@ def memory(path: Path) -> list[dict[str, Any]]:
         ]
 
 
+def print_phases(res: dict[str, Any], shown: tuple[str, ...], name_width: int) -> None:
+    """A phase_means result as text: each phase's means of the `shown` counters, then each
+    kernel's counters."""
+    print("  phase       " + " | ".join(f"{m[:16]:>16s}" for m in shown))
+    for phase, values in res["phases"].items():
+        cells = " | ".join(
+            f"{values[m]:16.1f}" if values.get(m) is not None else f"{'-':>16s}" for m in shown
+        )
+        print(f"  {phase:11s} {cells}")
+    for k in res["kernels"]:
+        vals = ", ".join(f"{m} {k[m]:.1f}" for m in res["kernel_metrics"] if k[m] is not None)
+        print(f"  kernel {k['name'][:name_width]}: {k['kernels']} x, {vals}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("dir", type=Path)
@@ -108,15 +122,7 @@ def main() -> None:
             continue
         print(f"\n{name}: source {res['metadata'].get('gpu_metrics_source')}")
         print(f"  refused: {res['metadata'].get('gpu_metrics_refused')}")
-        print("  phase       " + " | ".join(f"{m:>16s}" for m in SHOWN))
-        for phase, values in res["phases"].items():
-            cells = " | ".join(
-                f"{values[m]:16.1f}" if values.get(m) is not None else f"{'-':>16s}" for m in SHOWN
-            )
-            print(f"  {phase:11s} {cells}")
-        for k in res["kernels"]:
-            vals = ", ".join(f"{m} {k[m]:.1f}" for m in res["kernel_metrics"] if k[m] is not None)
-            print(f"  kernel {k['name'][:60]}: {k['kernels']} x, {vals}")
+        print_phases(res, SHOWN, 60)
     for peak in out.get("memory", []):
         print(f"\nmemory {peak['device']}: peak {peak['peak_mib']:.0f} MiB")
         for site in peak["sites"]:

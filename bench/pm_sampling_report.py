@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gpu_metrics_report import phase_means
+from bench.gpu_metrics_report import phase_means, print_phases
 from collector.gpu_metrics import catalog
 from exporters.perfetto.trace_processor import open_trace
 
@@ -103,15 +103,7 @@ def main() -> None:
         print(f"  missing: {meta.get('gpu_metrics_missing')}")
         pm = {k: v for k, v in meta.items() if k.startswith("gpu_metrics_pm")}
         print(f"  PM sampling: {pm}")
-        print("  phase       " + " | ".join(f"{m[:16]:>16s}" for m in SHOWN))
-        for phase, values in res["phases"].items():
-            cells = " | ".join(
-                f"{values[m]:16.1f}" if values.get(m) is not None else f"{'-':>16s}" for m in SHOWN
-            )
-            print(f"  {phase:11s} {cells}")
-        for k in res["kernels"]:
-            vals = ", ".join(f"{m} {k[m]:.1f}" for m in res["kernel_metrics"] if k[m] is not None)
-            print(f"  kernel {k['name'][:50]}: {k['kernels']} x, {vals}")
+        print_phases(res, SHOWN, 50)
     root = out.get("pm_root")
     if root:
         print("\nchecks (pm_root):")
