@@ -256,10 +256,11 @@ class GpuMetricsRecording:
         lines = [f"GPU metrics at {self.rate_hz:g} Hz: {devices}"]
         if pm is not None and started:
             c = pm.counts
+            cost = pm.cost_words()
             lines.append(
                 f"GPU metrics: PM sampling {c['pm_samples']} samples, "
                 f"{c['pm_samples_dropped']} dropped (hardware buffer overflowed "
-                f"{c['pm_buffer_overflows']} times)"
+                f"{c['pm_buffer_overflows']} times)" + (f"; {cost}" if cost else "")
             )
         lines += [f"GPU metrics refused: {why}" for why in self._refused()]
         # One line per device and reason: a short capture window leaves every interval
@@ -376,5 +377,6 @@ class KeptGpuMetrics(FinishedRun):
             lines.append(
                 f"GPU metrics: PM sampling on GPU {', '.join(map(str, sorted(pm.started)))}: "
                 f"{pm.counts['pm_samples']} samples, {pm.counts['pm_samples_dropped']} dropped"
+                + (f"; {pm.cost_words()}" if pm.cost_words() else "")
             )
         return lines

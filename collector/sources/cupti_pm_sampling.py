@@ -26,6 +26,11 @@ COUNTERS = (
     "pm_buffer_overflows",
     "pm_samples_unevaluated",
     "pm_samples_short",
+    # What it cost the program's processes: its thread's wall time in CUPTI calls, that
+    # thread's CPU time, and the time sampling ran (the busy time's share of it).
+    "pm_thread_busy_ns",
+    "pm_thread_cpu_ns",
+    "pm_sampling_span_ns",
 )
 # How the library mapped CUPTI's sample times onto CLOCK_MONOTONIC (pm_sampling_clock).
 CLOCKS = {1: "monotonic", 2: "realtime", 3: "cupti", 4: "estimated"}
@@ -117,6 +122,16 @@ class PmSampling:
         clock = int(last.get("pm_sampling_clock", 0))
         if clock in CLOCKS:
             self.clock = CLOCKS[clock]
+
+    def cost_words(self) -> str:
+        """What PM sampling's thread took from the program, in the summary's words."""
+        busy, span = self.counts["pm_thread_busy_ns"], self.counts["pm_sampling_span_ns"]
+        if not span:
+            return ""
+        return (
+            f"its thread busy {busy / 1e6:.1f} ms of {span / 1e9:.1f} s sampled "
+            f"({100 * busy / span:.2f}%), {self.counts['pm_thread_cpu_ns'] / 1e6:.1f} ms CPU"
+        )
 
     @property
     def started(self) -> set[int]:

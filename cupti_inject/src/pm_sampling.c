@@ -86,6 +86,11 @@ static int64_t clock_offset;
 
 static uint64_t n_samples, n_dropped, n_gaps, n_overflows, n_started, n_refused, n_values_failed;
 static uint64_t n_short;        /* fragments and the last sample of a full image: left out */
+/* What PM sampling costs the program, said in the summary: the wall time our thread spent
+ * in its rounds (starting devices, decoding: CUPTI calls that may take driver locks the
+ * program's launches need), its CPU time, and the time from the first device started to
+ * the final flush, which the busy time is a share of. */
+static uint64_t busy_ns, thread_cpu_ns, first_start_ns;
 static struct xp_batch_PM_SAMPLE batch;
 
 static void log_debug(const char *fmt, unsigned device, const char *what) {
@@ -249,6 +254,7 @@ static int start_device(unsigned device, struct pm_device *d) {
     d->stopped = 0;
     d->last_end = 0;
     n_started++;
+    if (!first_start_ns) first_start_ns = xp_now_ns();
     pm_emit_device(device, d->chip, "started", "");
     snprintf(what, sizeof what, "started: interval %llu ns, buffer %zu bytes, image %zu bytes",
              (unsigned long long)interval_ns, buffer_bytes, d->data_size);
@@ -427,13 +433,18 @@ static void *pm_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_mutex_lock(&pm_lock);
     while (!stop_requested) {
+        uint64_t round_start = xp_now_ns();
         pm_round();
+        busy_ns += xp_now_ns() - round_start;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += PM_DECODE_MS * 1000000L;
         if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
         while (!stop_requested && pthread_cond_timedwait(&pm_cond, &pm_lock, &until) != ETIMEDOUT) {}
     }
+    struct timespec cpu;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+        thread_cpu_ns = (uint64_t)cpu.tv_sec * 1000000000ull + (uint64_t)cpu.tv_nsec;
     pthread_mutex_unlock(&pm_lock);
     return NULL;
 }
@@ -534,6 +545,7 @@ void pm_sampling_final(void) {
     thread_running = 0;
     pthread_mutex_lock(&pm_lock);
     final_flush = 1;
+    uint64_t final_start = xp_now_ns();
     for (unsigned i = 0; i < PM_MAX_DEVICES; i++) {
         struct pm_device *d = &devices[i];
         if (d->state != PM_RUNNING) continue;
@@ -547,6 +559,11 @@ void pm_sampling_final(void) {
         d->state = PM_ENDED;
         log_debug("%s", i, "final decode done; sampler and host object left to the exit");
     }
+    uint64_t end = xp_now_ns();
+    busy_ns += end - final_start; /* the final decode runs on the exiting thread, counted too */
+    xp_emit_counter("pm_thread_busy_ns", busy_ns);
+    xp_emit_counter("pm_thread_cpu_ns", thread_cpu_ns);
+    xp_emit_counter("pm_sampling_span_ns", first_start_ns ? end - first_start_ns : 0);
     xp_emit_counter("pm_sampling_devices", n_started);
     xp_emit_counter("pm_sampling_refused", n_refused);
     xp_emit_counter("pm_samples", n_samples);
