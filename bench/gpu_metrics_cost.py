@@ -52,7 +52,7 @@ def run_once(flags: str, steps: int, trace: Path, prefix: list[str]) -> tuple[fl
     if not found:
         print(f"run failed ({flags or 'default'}): {proc.stderr[-600:]}", file=sys.stderr)
         return float("nan"), None
-    busy = re.search(r"its thread busy .* sampled \(([0-9.]+)%\)", proc.stderr)
+    busy = re.search(r"its thread: .* sampled \(([0-9.]+)%\)", proc.stderr)
     return float(found.group(1)), float(busy.group(1)) if busy else None
 
 

@@ -26,8 +26,10 @@ COUNTERS = (
     "pm_buffer_overflows",
     "pm_samples_unevaluated",
     "pm_samples_short",
-    # What it cost the program's processes: its thread's wall time in CUPTI calls, that
-    # thread's CPU time, and the time sampling ran (the busy time's share of it).
+    # What it cost the program's processes: its thread's wall time starting devices (once)
+    # and then in its rounds (CUPTI calls), that thread's CPU time, and the time sampling
+    # ran (the rounds' share of it).
+    "pm_start_ns",
     "pm_thread_busy_ns",
     "pm_thread_cpu_ns",
     "pm_sampling_span_ns",
@@ -125,12 +127,14 @@ class PmSampling:
 
     def cost_words(self) -> str:
         """What PM sampling's thread took from the program, in the summary's words."""
-        busy, span = self.counts["pm_thread_busy_ns"], self.counts["pm_sampling_span_ns"]
+        c = self.counts
+        busy, span = c["pm_thread_busy_ns"], c["pm_sampling_span_ns"]
         if not span:
             return ""
         return (
-            f"its thread busy {busy / 1e6:.1f} ms of {span / 1e9:.1f} s sampled "
-            f"({100 * busy / span:.2f}%), {self.counts['pm_thread_cpu_ns'] / 1e6:.1f} ms CPU"
+            f"its thread: {c['pm_start_ns'] / 1e6:.0f} ms to start, then busy "
+            f"{busy / 1e6:.1f} ms of {span / 1e9:.1f} s sampled ({100 * busy / span:.2f}%); "
+            f"{c['pm_thread_cpu_ns'] / 1e6:.0f} ms CPU in all"
         )
 
     @property

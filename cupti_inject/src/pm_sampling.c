@@ -62,6 +62,7 @@ static char *metric_list;       /* XPU_PERF_PM_METRICS, split in place */
 const char *pm_metrics[PM_MAX_METRICS];
 size_t pm_n_metrics;
 static uint64_t interval_ns = 100000000ull;
+static uint64_t decode_ms; /* from the interval at the start, or XPU_PERF_PM_DECODE_MS */
 static size_t buffer_bytes = 64u << 20;
 static uint32_t max_samples;
 static int debug;
@@ -87,10 +88,14 @@ static int64_t clock_offset;
 static uint64_t n_samples, n_dropped, n_gaps, n_overflows, n_started, n_refused, n_values_failed;
 static uint64_t n_short;        /* fragments and the last sample of a full image: left out */
 /* What PM sampling costs the program, said in the summary: the wall time our thread spent
- * in its rounds (starting devices, decoding: CUPTI calls that may take driver locks the
- * program's launches need), its CPU time, and the time from the first device started to
- * the final flush, which the busy time is a share of. */
-static uint64_t busy_ns, thread_cpu_ns, first_start_ns;
+ * starting devices (once, ~0.5 s on the H200, while the program sets CUDA up) and then in
+ * its rounds (decoding: CUPTI calls that may take driver locks the program's launches
+ * need), its CPU time, and the time from the first device started to the final flush,
+ * which the busy time is a share of. */
+static uint64_t busy_ns, start_ns, thread_cpu_ns, first_start_ns;
+/* Where the rounds' time goes (said with XPU_PERF_PM_DEBUG at the final flush):
+ * cuptiPmSamplingDecodeData, evaluating samples, initialising the image again. */
+static uint64_t decode_data_ns, evaluate_ns, image_ns, n_decode_calls;
 static struct xp_batch_PM_SAMPLE batch;
 
 static void log_debug(const char *fmt, unsigned device, const char *what) {
@@ -381,10 +386,14 @@ static void decode(unsigned device, struct pm_device *d, int final_round) {
         p.pPmSamplingObject = d->sampler;
         p.pCounterDataImage = d->data;
         p.counterDataImageSize = d->data_size;
+        uint64_t t0 = xp_now_ns();
         CUptiResult r = p_cuptiPmSamplingDecodeData(&p);
+        uint64_t t1 = xp_now_ns();
+        decode_data_ns += t1 - t0;
+        n_decode_calls++;
         if (r != CUPTI_SUCCESS) {
-            /* Not documented whether an empty buffer is an error: a second of failed decodes
-             * in a row ends the device's sampling, fewer wait for the next round.  The image
+            /* Not documented whether an empty buffer is an error: PM_DECODE_FAILURES failed
+             * decodes in a row end the device's sampling, fewer wait for the next round.  The image
              * is made fresh again in case the failed decode left something in it. */
             char what[96];
             snprintf(what, sizeof what, "cuptiPmSamplingDecodeData failed (%d)", (int)r);
@@ -398,8 +407,13 @@ static void decode(unsigned device, struct pm_device *d, int final_round) {
         d->decode_failures = 0;
         if (p.overflow) n_overflows++;
         int filled = p.decodeStopReason == CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL;
-        if (!emit_samples(device, d, p.overflow, filled)) break;
-        if ((r = init_image(d)) != CUPTI_SUCCESS) {
+        int emitted = emit_samples(device, d, p.overflow, filled);
+        uint64_t t2 = xp_now_ns();
+        evaluate_ns += t2 - t1;
+        if (!emitted) break;
+        r = init_image(d);
+        image_ns += xp_now_ns() - t2;
+        if (r != CUPTI_SUCCESS) {
             pm_refuse(device, d, "cuptiPmSamplingCounterDataImageInitialize", r);
             break;
         }
@@ -419,7 +433,9 @@ static void pm_round(void) {
                 n_refused++;
                 d->state = PM_ENDED;
             } else {
+                uint64_t t0 = xp_now_ns();
                 start_device(i, d);
+                start_ns += xp_now_ns() - t0;
             }
         }
         if (d->state == PM_RUNNING) decode(i, d, 0);
@@ -438,7 +454,8 @@ static void *pm_main(void *arg) {
         busy_ns += xp_now_ns() - round_start;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += PM_DECODE_MS * 1000000L;
+        until.tv_sec += (time_t)(decode_ms / 1000);
+        until.tv_nsec += (long)(decode_ms % 1000) * 1000000L;
         if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
         while (!stop_requested && pthread_cond_timedwait(&pm_cond, &pm_lock, &until) != ETIMEDOUT) {}
     }
@@ -473,12 +490,17 @@ void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
     debug = getenv("XPU_PERF_PM_DEBUG") != NULL;
     const char *v = getenv("XPU_PERF_PM_INTERVAL_NS");
     if (v && strtoull(v, NULL, 10) > 0) interval_ns = strtoull(v, NULL, 10);
+    decode_ms = PM_SAMPLES_PER_DECODE * interval_ns / 1000000ull;
+    if (decode_ms < PM_DECODE_MS_MIN) decode_ms = PM_DECODE_MS_MIN;
+    if (decode_ms > PM_DECODE_MS_MAX) decode_ms = PM_DECODE_MS_MAX;
+    v = getenv("XPU_PERF_PM_DECODE_MS");
+    if (v && strtoull(v, NULL, 10) > 0) decode_ms = strtoull(v, NULL, 10);
     v = getenv("XPU_PERF_PM_BUFFER_MB");
     if (v && strtoull(v, NULL, 10) > 0) buffer_bytes = (size_t)strtoull(v, NULL, 10) << 20;
     /* Room for 2.5 decode periods of samples (a late round, the final one): the image is
      * made fresh after each decode and should never fill (where it does, the decode goes
      * on into a fresh one, and the full image's last sample is left out). */
-    uint64_t room = (PM_DECODE_MS * 1000000ull / interval_ns + 1) * 5 / 2 + 8;
+    uint64_t room = (decode_ms * 1000000ull / interval_ns + 1) * 5 / 2 + 8;
     max_samples = (uint32_t)(room < 32 ? 32 : room > 8192 ? 8192 : room);
     metric_list = strdup(list);
     if (!metric_list) return;
@@ -561,6 +583,18 @@ void pm_sampling_final(void) {
     }
     uint64_t end = xp_now_ns();
     busy_ns += end - final_start; /* the final decode runs on the exiting thread, counted too */
+    busy_ns -= start_ns < busy_ns ? start_ns : busy_ns; /* the rounds' time: start said apart */
+    if (debug) {
+        char what[224];
+        snprintf(what, sizeof what,
+                 "start %.1f ms, then busy %.1f ms: DecodeData %.1f ms in %llu calls, evaluate "
+                 "%.1f ms for %llu samples, image init %.1f ms",
+                 start_ns / 1e6, busy_ns / 1e6, decode_data_ns / 1e6,
+                 (unsigned long long)n_decode_calls, evaluate_ns / 1e6,
+                 (unsigned long long)n_samples, image_ns / 1e6);
+        log_debug("%s", 0, what);
+    }
+    xp_emit_counter("pm_start_ns", start_ns);
     xp_emit_counter("pm_thread_busy_ns", busy_ns);
     xp_emit_counter("pm_thread_cpu_ns", thread_cpu_ns);
     xp_emit_counter("pm_sampling_span_ns", first_start_ns ? end - first_start_ns : 0);
