@@ -62,7 +62,7 @@ static char *metric_list;       /* XPU_PERF_PM_METRICS, split in place */
 const char *pm_metrics[PM_MAX_METRICS];
 size_t pm_n_metrics;
 static uint64_t interval_ns = 100000000ull;
-static uint64_t decode_ms; /* from the interval at the start, or XPU_PERF_PM_DECODE_MS */
+static uint64_t decode_ms; /* PM_DECODE_MS, or XPU_PERF_PM_DECODE_MS */
 static size_t buffer_bytes = 64u << 20;
 static uint32_t max_samples;
 static int debug;
@@ -490,9 +490,7 @@ void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
     debug = getenv("XPU_PERF_PM_DEBUG") != NULL;
     const char *v = getenv("XPU_PERF_PM_INTERVAL_NS");
     if (v && strtoull(v, NULL, 10) > 0) interval_ns = strtoull(v, NULL, 10);
-    decode_ms = PM_SAMPLES_PER_DECODE * interval_ns / 1000000ull;
-    if (decode_ms < PM_DECODE_MS_MIN) decode_ms = PM_DECODE_MS_MIN;
-    if (decode_ms > PM_DECODE_MS_MAX) decode_ms = PM_DECODE_MS_MAX;
+    decode_ms = PM_DECODE_MS;
     v = getenv("XPU_PERF_PM_DECODE_MS");
     if (v && strtoull(v, NULL, 10) > 0) decode_ms = strtoull(v, NULL, 10);
     v = getenv("XPU_PERF_PM_BUFFER_MB");
