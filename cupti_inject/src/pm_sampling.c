@@ -4,7 +4,7 @@
  * XPU_PERF_PM_INTERVAL_NS, XPU_PERF_PM_BUFFER_MB).  For each device the program creates a
  * context on (the resource callback), our thread: makes the config image of the metrics for
  * the device's chip (profiler host, pm_config.c), enables, configures and starts PM sampling; then every
- * 100 ms decodes the hardware buffer into a counter-data image, evaluates each completed
+ * PM_DECODE_MS (200 ms) decodes the hardware buffer into a counter-data image, evaluates each completed
  * sample into PM_SAMPLE rows and initializes the image again (as NVIDIA's pm_sampling sample
  * does after every decode: on the H100, CUPTI 13, decoding into an image that already held
  * samples failed with CUPTI_ERROR_UNKNOWN at 1000 Hz, and where the image filled up its last

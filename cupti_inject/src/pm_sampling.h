@@ -16,12 +16,14 @@
 #define PM_MAX_DEVICES 64
 #define PM_MAX_METRICS 64
 /* How often our thread decodes the hardware buffer.  A decode costs about the same whether
- * it holds one sample or ten (H200, CUPTI 13: DecodeData ~0.9 ms, image init ~0.3 ms, then
- * 0.05-0.1 ms a sample evaluated: the rounds take ~1.4% of a core at 10 Hz), but decoding
- * every second at 10 Hz lost samples: 21 gaps among 55 samples in a GPU-saturating GEMM
- * phase on the H200 (tensor active read 65% where 100 ms decodes read 91%), none on a
- * launch-bound step.  XPU_PERF_PM_DECODE_MS changes it, to look into that. */
-#define PM_DECODE_MS 100
+ * it holds one sample or ten (H200, CUPTI 13, launch-bound step: DecodeData ~0.9 ms, image
+ * init ~0.3 ms, then 0.05-0.1 ms a sample evaluated), so fewer decodes cost the program
+ * less: its rounds took 1.37% of the time sampled at 10 Hz with a decode every 100 ms,
+ * 0.98% every 200 ms.  Not longer: every second at 10 Hz lost samples in a GPU-saturating
+ * GEMM phase (21 gaps among 55 samples, tensor active 65% where shorter periods read
+ * 91-92%; each decode took ~70 ms there), every 200 ms lost none (91 of 91).
+ * XPU_PERF_PM_DECODE_MS changes it. */
+#define PM_DECODE_MS 200
 #define PM_DECODE_FAILURES 10
 #define PM_CLOCK_SLACK_NS (10ull * 1000000000ull)
 /* A CUPTI parameter struct, zeroed but for its size (pPriv NULL, as the headers ask). */
