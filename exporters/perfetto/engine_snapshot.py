@@ -36,7 +36,7 @@ first; `--no-cache` / `XPU_PERF_NO_CACHE=1` bypass it with the result store.
 from __future__ import annotations
 
 import contextlib
-import functools
+import errno
 import hashlib
 import os
 import stat
@@ -44,6 +44,7 @@ import struct
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,6 +65,7 @@ _HEAD = struct.Struct("<8sI40sQII5I")
 _RUN = struct.Struct("<II")  # first page, pages
 _CRC = struct.Struct("<I")
 _ALIGN = 4096  # the pages start here in the file
+_PART = 32 * 1024**2  # what one reader or writer thread copies at a time
 # A snapshot is not written where it would leave less than this free on the file system.
 _KEEP_FREE = 1024**3
 # A temporary file older than this is what a killed process left.
@@ -83,20 +85,11 @@ def cap_bytes() -> int:
     return (int(value) if value.isdigit() else DEFAULT_CAP_MB) * 1024**2
 
 
-@functools.lru_cache(maxsize=4)
-def _engine_identity(wasm: Path, size: int, mtime_ns: int) -> str:
-    from exporters.perfetto.wasm_engine import engine_identity
-
-    return engine_identity(wasm)
-
-
 def engine_identity() -> str:
     """The embedded engine's build: a snapshot from another one is never restored."""
-    from exporters.perfetto.wasm_engine import find_wasm
+    from exporters.perfetto.wasm_engine import engine_identity
 
-    wasm = find_wasm()
-    st = wasm.stat()
-    return _engine_identity(wasm, st.st_size, st.st_mtime_ns)
+    return engine_identity()
 
 
 def snapshot_name(trace_key: str) -> str:
@@ -115,11 +108,11 @@ def _crc32(data: memoryview) -> int:
 
 def _runs(heap: memoryview) -> list[tuple[int, int]]:
     """The heap's pages that are not all zeros, as (first page, pages) runs."""
-    zero = bytes(PAGE)
+    import numpy as np  # 0.03 s for a 627 MB heap, a loop over its pages 0.3 s
+
+    words = np.frombuffer(heap, dtype=np.uint64).reshape(-1, PAGE // 8)
     runs: list[tuple[int, int]] = []
-    for page in range(len(heap) // PAGE):
-        if heap[page * PAGE : (page + 1) * PAGE] == zero:
-            continue
+    for page in np.flatnonzero(words.any(axis=1)).tolist():
         if runs and sum(runs[-1]) == page:
             runs[-1] = (runs[-1][0], runs[-1][1] + 1)
         else:
@@ -178,8 +171,9 @@ class EngineSnapshots:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
-        except OSError as exc:  # a symlink (ELOOP), not ours to read (EACCES)
-            cache_trust.refuse("engine snapshot", f"{self.path}: {exc.strerror}", "loading it")
+        except OSError as exc:  # a symlink (O_NOFOLLOW: ELOOP), not ours to read (EACCES)
+            why = "is a symlink" if exc.errno == errno.ELOOP else exc.strerror
+            cache_trust.refuse("engine snapshot", f"{self.path} {why}", "loading the trace")
             return None
         with os.fdopen(fd, "rb", buffering=0) as f:
             try:
@@ -250,9 +244,7 @@ class EngineSnapshots:
             if transport.outside_state() != outside:
                 raise Refused("was taken from an engine in another state")
             heap = transport.clear_heap(heap_bytes)
-            f.seek(_data_offset(len(runs)))
-            for first, pages in runs:
-                _read_exactly(f, heap[first * PAGE : (first + pages) * PAGE])
+            _read_pages(f.fileno(), heap, runs)
             if _crc32(heap) != heap_crc:
                 raise Refused("does not match its checksum (damaged)")
             del heap
@@ -317,13 +309,41 @@ def _note(why: str) -> None:
     )
 
 
-def _read_exactly(f: os.FileIO, into: memoryview) -> None:
-    done = 0
-    while done < len(into):
-        n = f.readinto(into[done:])
-        if not n:
-            raise Refused("is truncated")
-        done += n
+def _parts(runs: list[tuple[int, int]], data_offset: int) -> Iterator[tuple[int, int, int]]:
+    """(heap offset, file offset, bytes) of the runs, cut into `_PART` pieces."""
+    at = data_offset
+    for first, pages in runs:
+        start, end = first * PAGE, (first + pages) * PAGE
+        for part in range(start, end, _PART):
+            size = min(_PART, end - part)
+            yield part, at, size
+            at += size
+
+
+def _read_pages(fd: int, heap: memoryview, runs: list[tuple[int, int]]) -> None:
+    """The snapshot's pages into the heap, a few parts at once: each reader faults its part
+    in and copies into it, which the kernel does on both cores (0.15 s instead of 0.27 s
+    for a 627 MB heap)."""
+    from exporters.perfetto.wasm_engine import prefault
+
+    def read(part: tuple[int, int, int]) -> None:
+        at, offset, size = part
+        into = heap[at : at + size]
+        prefault(into)
+        done = 0
+        while done < size:
+            n = os.preadv(fd, [into[done:]], offset + done)
+            if not n:
+                raise Refused("is truncated")
+            done += n
+
+    with ThreadPoolExecutor(_readers()) as pool:
+        for _ in pool.map(read, _parts(runs, _data_offset(len(runs)))):
+            pass
+
+
+def _readers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 def _entries(root: Path) -> Iterator[tuple[int, int, str, str]]:
