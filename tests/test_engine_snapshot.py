@@ -349,3 +349,19 @@ def test_too_little_free_space_keeps_no_snapshot(
     _look(trace, tmp_path / "results", FIRST)
     assert not _snapshots(tmp_path)
     assert "under 1 GB free" in capsys.readouterr().err
+
+
+def test_a_report_from_a_restored_engine_is_a_loaded_ones(trace: Path, tmp_path: Path) -> None:
+    """All of report's statements, new to the result store, on a restored engine."""
+    from exporters.report.queries import collect
+
+    root = tmp_path / "results"
+    _look(trace, root, FIRST)
+    with open_cached(trace, root=root) as t:
+        assert isinstance(t, CachedTrace)
+        report = collect(t, trace.name, stacks=True)
+        assert t.snapshots is not None and t.snapshots.restored
+    with open_trace(trace) as t:
+        expected = collect(t, trace.name, stacks=True)
+    assert report == expected
+    assert report.sections  # something was compared
