@@ -149,12 +149,15 @@ class EngineSnapshots:
         """Whether the directory may be used; if not, say why and turn snapshots off."""
         if not self.enabled:
             return False
-        reason = cache_trust.untrusted_reason(self.root, cache_trust.cache_root())
-        if reason is None:
-            with contextlib.suppress(FileNotFoundError):
-                mode = os.lstat(self.root).st_mode
-                if mode & _PRIVATE:
-                    reason = f"{self.root} is open to group or others (mode {mode & 0o777:o})"
+        try:
+            reason = cache_trust.untrusted_reason(self.root, cache_trust.cache_root())
+            if reason is None:
+                with contextlib.suppress(FileNotFoundError):
+                    mode = os.lstat(self.root).st_mode
+                    if mode & _PRIVATE:
+                        reason = f"{self.root} is open to group or others (mode {mode & 0o777:o})"
+        except OSError as exc:  # a directory on the way this user cannot search
+            reason = f"{exc.filename}: {exc.strerror}"
         if reason is not None:
             self.enabled = False
             cache_trust.refuse("engine snapshots", reason, "loading the trace")
@@ -168,7 +171,11 @@ class EngineSnapshots:
         if not self._check_dirs():
             return None
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            path = self.path
+        except RuntimeError:
+            return None  # no engine to name (WasmEngineError): the load says why
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
         except OSError as exc:  # a symlink (O_NOFOLLOW: ELOOP), not ours to read (EACCES)
@@ -296,6 +303,9 @@ class EngineSnapshots:
                     out.file.write(heap[first * PAGE : (first + pages) * PAGE])
         except OSError as exc:
             _note(exc.strerror or str(exc))
+            return
+        except (ValueError, struct.error) as exc:  # never the command's failure
+            _note(str(exc))
             return
         finally:
             del heap
