@@ -35,8 +35,8 @@ def add_cache_flag(p: argparse.ArgumentParser) -> None:
         "--no-cache",
         action="store_true",
         help="load the trace and run every query again instead of answering from the "
-        "results kept from an earlier look (~/.cache/xpu-perf/results; or set "
-        "XPU_PERF_NO_CACHE=1)",
+        "results and the engine snapshot kept from an earlier look "
+        "(~/.cache/xpu-perf/results and engine; or set XPU_PERF_NO_CACHE=1)",
     )
 
 

@@ -8,7 +8,9 @@ that asks what it asked last time, on the same bytes, gets every answer from
 `result_cache.py` and never starts the engine.  At the first statement the store cannot
 answer, the engine loads the trace, runs the statements asked so far again for their
 effects (in order, errors included: they failed the same way the first time) and from then
-on answers directly, keeping each new answer.
+on answers directly, keeping each new answer.  The embedded engine is not loaded where a
+snapshot of it right after an earlier load is kept (`engine_snapshot.py`): restored, it
+answers new SQL on a looked-at trace in a fraction of a second.
 
 The answers are what the engine gave: the rows go through JSON, which keeps ints, floats,
 strings and NULLs as they were (a blob column is not kept), so the output of a command is
@@ -21,10 +23,12 @@ import contextlib
 import hashlib
 import importlib.metadata
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from exporters.perfetto.engine_snapshot import EngineSnapshots
 from exporters.perfetto.result_cache import (
     ENV_DISABLE,
     FORMAT,
@@ -80,11 +84,14 @@ class CachedTrace(Trace):
         store: ResultStore,
         key: str,
         engine: str,
+        snapshots: EngineSnapshots | None = None,
     ) -> None:
         # No Trace.__init__: there is no engine until a statement needs one.
         self.path = path
         self.store = store
-        self.engine_loaded = False  # for tests and the bench: did this look load the trace?
+        self.snapshots = snapshots  # the embedded engine's, None with a native shell
+        # For tests and the bench: did this look start the engine (loaded or restored)?
+        self.engine_loaded = False
         self._shell = shell
         self._key = key
         self._state = _chain(f"format {FORMAT}", key, engine)
@@ -93,17 +100,24 @@ class CachedTrace(Trace):
 
     def _open_engine(self) -> Trace:
         if self._engine is None:
-            engine = open_trace(self.path, self._shell)
+            engine = self.snapshots.restore() if self.snapshots is not None else None
+            if engine is None:
+                start = time.perf_counter()
+                engine = open_trace(self.path, self._shell)
+                load_s = time.perf_counter() - start
+                if trace_key(self.path) != self._key:
+                    # Changed while it loaded: what the engine says now is not about the
+                    # bytes the key names, so nothing more is kept.
+                    self.store.enabled = False
+                elif self.snapshots is not None:
+                    # Before the statements below: a snapshot holds only the trace.
+                    self.snapshots.save(engine, load_s)
             self.engine_loaded = True
             # The statements answered so far made views and tables the next one may use.
             for sql in self._asked:
                 # A failure here failed the same way when its answer was kept.
                 with contextlib.suppress(QueryError):
                     engine.execute(sql)
-            if trace_key(self.path) != self._key:
-                # Changed while it loaded: what the engine says now is not about the bytes
-                # the key names, so nothing more is kept.
-                self.store.enabled = False
             self._engine = engine
         return self._engine
 
@@ -161,10 +175,13 @@ def open_cached(
     path: str | os.PathLike[str],
     shell: str | os.PathLike[str] | None = None,
     root: Path | None = None,
+    snapshots: Path | None = None,
 ) -> Trace:
     """A trace for looking at: answered from the result store (under `root`, default
-    `result_cache.results_root()`) where it can be, loaded into trace_processor where it
-    cannot.  `XPU_PERF_NO_CACHE=1` (`--no-cache`) loads it always."""
+    `result_cache.results_root()`) where it can be; where it cannot, the embedded engine
+    restored from its snapshot (under `snapshots`, default `engine` beside `root`), else
+    the trace loaded into trace_processor.  `XPU_PERF_NO_CACHE=1` (`--no-cache`) loads it
+    always."""
     trace_path = check_trace_file(path)
     shell_path = resolve_shell(shell)
     if os.environ.get(ENV_DISABLE):
@@ -176,4 +193,8 @@ def open_cached(
     store = ResultStore(key, root)
     if not store.check():
         return open_trace(trace_path, shell)
-    return CachedTrace(trace_path, shell, store, key, engine_key(shell_path))
+    engine_snapshots = None
+    if shell_path is None:
+        where = snapshots or (root.parent / "engine" if root is not None else None)
+        engine_snapshots = EngineSnapshots(key, where)
+    return CachedTrace(trace_path, shell, store, key, engine_key(shell_path), engine_snapshots)

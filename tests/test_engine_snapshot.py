@@ -1,0 +1,367 @@
+"""New SQL on a looked-at trace (issue 24): the embedded engine restored from a snapshot of
+its heap answers like a freshly loaded one, never for changed bytes, never from a file
+someone else could have put there or a damaged one, and within its disk cap."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporters.analysis.idle_stacks import fold_mode
+from exporters.perfetto import engine_snapshot, result_cache
+from exporters.perfetto.cached_trace import CachedTrace, open_cached
+from exporters.perfetto.trace_processor import QueryError, Trace, open_trace
+from exporters.perfetto.views import load_views
+
+from .conftest import REPO, run_cli
+
+OTHER = REPO / "tests" / "data" / "kineto_outside" / "cuda_event_sync.json.gz"
+OTHER_UID = 12345
+REFUSED = "not using the cached engine snapshot"
+
+# What the first look asks (and leaves behind: a table a fresh engine does not have).
+FIRST = [
+    "select count(*) as n from slice",
+    "create perfetto table first_look_leftover as select 1 as x",
+]
+# What the second look asks: nothing the first asked, so the result store cannot answer.
+NEW = [
+    "select name, count(*) as n, sum(dur) as total from slice group by 1 order by 3 desc, 1",
+    "select utid, tid, name from thread order by utid",
+    "select max(depth) as depth, min(ts) as ts, max(ts + dur) as end_ts from slice",
+    "select key, count(*) as n from args group by 1 order by 1",
+    "select * from first_look_leftover",
+]
+
+
+@pytest.fixture(autouse=True)
+def _snapshot_small_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The test traces load in well under the threshold that keeps real ones.
+    monkeypatch.setattr(engine_snapshot, "MIN_LOAD_S", 0.0)
+    monkeypatch.delenv(engine_snapshot.ENV_CAP_MB, raising=False)
+    monkeypatch.delenv(result_cache.ENV_DISABLE, raising=False)
+
+
+@pytest.fixture()
+def trace(example_trace: Path, tmp_path: Path) -> Path:
+    """A copy of the converted example: each test changes its own file."""
+    path = tmp_path / "t.perfetto-trace"
+    shutil.copy(example_trace, path)
+    return path
+
+
+def _answers(t: Trace, statements: list[str]) -> list[Any]:
+    out: list[Any] = []
+    for sql in statements:
+        try:
+            out.append(t.query(sql))
+        except QueryError as exc:
+            out.append(f"error: {exc}")
+    load_views(t)
+    out.append(t.query("select name, count(*) as n from xpu_gpu_op group by 1 order by 2, 1"))
+    out.append(fold_mode(t, "gpu", "ns", None).render())
+    return out
+
+
+def _look(path: Path, root: Path, statements: list[str]) -> tuple[list[Any], bool, bool]:
+    """(answers, engine started, engine restored) of one look as the commands make it."""
+    with open_cached(path, root=root) as t:
+        assert isinstance(t, CachedTrace)
+        answers = _answers(t, statements)
+        assert t.snapshots is not None
+        return answers, t.engine_loaded, t.snapshots.restored
+
+
+def _fresh(path: Path, statements: list[str]) -> list[Any]:
+    with open_trace(path) as t:
+        return _answers(t, statements)
+
+
+def _snapshots(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "engine").glob("*.heap"))
+
+
+def test_restored_engine_answers_new_sql_like_a_fresh_load(trace: Path, tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    _, loaded, restored = _look(trace, root, FIRST)
+    assert loaded and not restored
+    assert len(_snapshots(tmp_path)) == 1
+    second, loaded, restored = _look(trace, root, NEW)
+    assert loaded and restored  # the engine answered, restored rather than loaded
+    expected = _fresh(trace, NEW)
+    assert second == expected
+    # Taken before the first look's own tables: the second look does not see them.
+    assert expected[-3].startswith("error:") and "first_look_leftover" in expected[-3]
+    assert expected[0] and expected[1] and expected[-1]  # something was compared
+
+
+def test_a_restored_engine_is_snapshotted_as_it_was(trace: Path, tmp_path: Path) -> None:
+    """A restore rewrites nothing; each later look restores the same heap again."""
+    root = tmp_path / "results"
+    _look(trace, root, FIRST)
+    kept = _snapshots(tmp_path)[0].read_bytes()
+    for i in range(2):
+        _, _, restored = _look(trace, root, [f"select {i} as i, count(*) from thread"])
+        assert restored
+    assert _snapshots(tmp_path)[0].read_bytes() == kept
+
+
+def test_a_changed_trace_never_gets_its_old_snapshot(trace: Path, tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    _look(trace, root, FIRST)
+    before = _fresh(trace, NEW)
+    other = tmp_path / "other.perfetto-trace"
+    run_cli("convert", OTHER, "-o", other, check=True)
+    st = trace.stat()
+    # Same inode, same mtime: rewritten in place, its time set back.
+    with trace.open("r+b") as f:
+        f.truncate(0)
+        f.write(other.read_bytes())
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert trace.stat().st_ino == st.st_ino
+    answers, loaded, restored = _look(trace, root, NEW)
+    assert loaded and not restored
+    assert answers == _fresh(other, NEW)
+    assert answers[0] != before[0]  # the two traces answer differently
+    assert len(_snapshots(tmp_path)) == 2  # one per bytes; the old one is never named again
+
+
+def _rewrite_header(path: Path, **fields: int) -> None:
+    """A snapshot whose header says something else, its header checksum made right again:
+    what only a deliberate edit could make."""
+    data = bytearray(path.read_bytes())
+    head = engine_snapshot._HEAD
+    values = list(head.unpack_from(data, 0))
+    names = ["magic", "format", "name", "heap", "crc", "runs", "sp", "base", "end", "buf", "slot"]
+    for name, value in fields.items():
+        values[names.index(name)] = value
+    head.pack_into(data, 0, *values)
+    table_end = head.size + values[5] * engine_snapshot._RUN.size
+    crc = engine_snapshot._crc32(memoryview(bytes(data[:table_end])))
+    struct.pack_into("<I", data, table_end, crc)
+    path.write_bytes(bytes(data))
+
+
+def _damage(snapshot: Path, how: str, tmp_path: Path) -> None:
+    if how == "symlink":
+        planted = tmp_path / "planted.heap"
+        shutil.copy(snapshot, planted)
+        snapshot.unlink()
+        snapshot.symlink_to(planted)
+    elif how == "group readable":
+        snapshot.chmod(0o640)
+    elif how == "other owner":
+        os.chown(snapshot, OTHER_UID, -1)
+    elif how == "truncated":
+        with snapshot.open("r+b") as f:
+            f.truncate(snapshot.stat().st_size - engine_snapshot.PAGE)
+    elif how == "damaged page":
+        with snapshot.open("r+b") as f:
+            f.seek(-1000, os.SEEK_END)
+            byte = f.read(1)
+            f.seek(-1000, os.SEEK_END)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    elif how == "damaged header":
+        with snapshot.open("r+b") as f:
+            f.seek(engine_snapshot._HEAD.size - 4)
+            f.write(b"\xff\xff\xff\xff")
+    elif how == "another trace's":
+        other = tmp_path / "other.perfetto-trace"
+        run_cli("convert", OTHER, "-o", other, check=True)
+        with open_cached(other, root=tmp_path / "results") as t:
+            t.query("select 1")
+        theirs = next(p for p in _snapshots(tmp_path) if p != snapshot)
+        os.replace(theirs, snapshot)
+    elif how == "another engine state":
+        sp = engine_snapshot._HEAD.unpack_from(snapshot.read_bytes(), 0)[6]
+        _rewrite_header(snapshot, sp=sp - 16)
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "symlink",
+        "group readable",
+        "other owner",
+        "truncated",
+        "damaged page",
+        "damaged header",
+        "another trace's",
+        "another engine state",
+    ],
+)
+def test_a_planted_loose_or_damaged_snapshot_is_refused(
+    trace: Path, tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if how == "other owner" and os.geteuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    root = tmp_path / "results"
+    _look(trace, root, FIRST)
+    snapshot = _snapshots(tmp_path)[0]
+    _damage(snapshot, how, tmp_path)
+    planted = {p: p.read_bytes() for p in tmp_path.glob("planted*")}
+    capsys.readouterr()
+    answers, loaded, restored = _look(trace, root, NEW)
+    err = capsys.readouterr().err
+    assert loaded and not restored
+    assert [line for line in err.splitlines() if REFUSED in line] == [
+        line for line in err.splitlines() if line
+    ]
+    assert len(err.strip().splitlines()) == 1, err
+    assert answers == _fresh(trace, NEW)
+    # The load kept a good snapshot in its place (never written through a symlink).
+    assert not snapshot.is_symlink() and snapshot.stat().st_uid == os.geteuid()
+    assert {p: p.read_bytes() for p in planted} == planted
+    assert _look(trace, root, ["select 2 as two"])[2] is True
+
+
+def test_a_directory_open_to_others_turns_snapshots_off(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "results"
+    _look(trace, root, FIRST)
+    (tmp_path / "engine").chmod(0o755)
+    capsys.readouterr()
+    answers, loaded, restored = _look(trace, root, NEW)
+    assert loaded and not restored
+    assert "not using the cached engine snapshots" in capsys.readouterr().err
+    assert answers == _fresh(trace, NEW)
+
+
+def test_no_cache_bypasses_snapshots(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _look(trace, tmp_path / "results", FIRST)
+    monkeypatch.setenv(result_cache.ENV_DISABLE, "1")
+    with open_cached(trace, root=tmp_path / "results") as t:
+        assert type(t) is Trace  # loaded, not restored
+        with pytest.raises(QueryError):
+            t.query("select * from first_look_leftover")
+    other = tmp_path / "fresh"
+    with open_cached(trace, root=other / "results") as t:
+        t.query("select 1")
+    assert not (other / "engine").exists()
+
+
+def test_cap_zero_keeps_no_snapshot(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(engine_snapshot.ENV_CAP_MB, "0")
+    _, loaded, restored = _look(trace, tmp_path / "results", FIRST)
+    assert loaded and not restored
+    assert not (tmp_path / "engine").exists()
+
+
+def test_a_snapshot_over_the_cap_is_not_kept(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(engine_snapshot.ENV_CAP_MB, "1")
+    _look(trace, tmp_path / "results", FIRST)
+    assert not _snapshots(tmp_path)
+    assert "engine snapshot not kept" in capsys.readouterr().err
+
+
+def test_the_cap_removes_the_least_recently_used(tmp_path: Path) -> None:
+    mb = 1024**2
+    for i in range(5):
+        path = tmp_path / f"s{i}.heap"
+        path.write_bytes(b"x" * mb)
+        os.utime(path, ns=(i * 10**9, i * 10**9))
+    (tmp_path / "unrelated").write_bytes(b"x" * 4 * mb)  # not a snapshot: never removed
+    engine_snapshot.prune(tmp_path, 2 * mb)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s3.heap", "s4.heap", "unrelated"]
+
+
+def test_looks_within_the_cap_keep_the_last_used(
+    example_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "results"
+    traces = []
+    for i in range(3):
+        path = tmp_path / f"t{i}.perfetto-trace"
+        shutil.copy(example_trace, path)
+        traces.append(path)
+    _look(traces[0], root, FIRST)
+    size = _snapshots(tmp_path)[0].stat().st_size
+    # Room for two snapshots (MiB rounded up)
+    monkeypatch.setenv(engine_snapshot.ENV_CAP_MB, str(-(-2 * size // 1024**2)))
+    _look(traces[1], root, FIRST)
+    assert _look(traces[0], root, ["select 1 as one"])[2]  # t0 used last now
+    _look(traces[2], root, FIRST)  # a third: t1, used longest ago, goes
+    assert len(_snapshots(tmp_path)) == 2
+    assert _look(traces[0], root, ["select 2 as two"])[2]
+    assert not _look(traces[1], root, ["select 3 as three"])[2]
+
+
+class _FullDisk:
+    """A file that takes the header and then reports a full disk."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.writes = 0
+
+    def write(self, data: Any) -> int:
+        self.writes += 1
+        if self.writes > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return int(self.real.write(data))
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_a_full_disk_leaves_no_file_and_fails_nothing(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real_output_file = engine_snapshot.OutputFile
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        out = real_output_file(*args, **kwargs)
+        out.file = _FullDisk(out.file)
+        return out
+
+    monkeypatch.setattr(engine_snapshot, "OutputFile", full)
+    answers, _, _ = _look(trace, tmp_path / "results", NEW)
+    assert answers == _fresh(trace, NEW)
+    assert "engine snapshot not kept (No space left on device)" in capsys.readouterr().err
+    assert list((tmp_path / "engine").iterdir()) == []  # nor a temporary file
+
+
+def test_too_little_free_space_keeps_no_snapshot(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = os.statvfs
+
+    class Small:
+        def __init__(self, st: os.statvfs_result) -> None:
+            self.f_frsize = st.f_frsize
+            self.f_bavail = 10
+
+    monkeypatch.setattr(engine_snapshot.os, "statvfs", lambda p: Small(real(p)))
+    _look(trace, tmp_path / "results", FIRST)
+    assert not _snapshots(tmp_path)
+    assert "under 1 GB free" in capsys.readouterr().err
+
+
+def test_a_report_from_a_restored_engine_is_a_loaded_ones(trace: Path, tmp_path: Path) -> None:
+    """All of report's statements, new to the result store, on a restored engine."""
+    from exporters.report.queries import collect
+
+    root = tmp_path / "results"
+    _look(trace, root, FIRST)
+    with open_cached(trace, root=root) as t:
+        assert isinstance(t, CachedTrace)
+        report = collect(t, trace.name, stacks=True)
+        assert t.snapshots is not None and t.snapshots.restored
+    with open_trace(trace) as t:
+        expected = collect(t, trace.name, stacks=True)
+    assert report == expected
+    assert report.sections  # something was compared
