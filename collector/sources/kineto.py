@@ -38,6 +38,7 @@ from collector.sources.kineto_flows import (
     FlowLinker,
     Slot,
 )
+from collector.sources.kineto_json import trace_events
 
 # Kineto category -> contract category for ops on device stream tracks.
 GPU_CATEGORIES = {
@@ -241,28 +242,23 @@ class _Ids:
 
 
 def _events(path: Path, progress: Callable[[int], None] | None) -> Iterator[dict[str, Any]]:
-    """Stream `traceEvents` items; report compressed-bytes progress as we go."""
-    stream = _open(path)
-    raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else stream  # type: ignore[attr-defined]
+    """Stream `traceEvents` items (kineto_json.py); report stored-bytes progress."""
+
+    def open_file() -> tuple[IO[bytes], IO[bytes]]:
+        stream = _open(path)
+        raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else stream  # type: ignore[attr-defined]
+        return stream, raw  # type: ignore[return-value]
+
     try:
-        last = 0
-        for n, event in enumerate(ijson.items(stream, "traceEvents.item", use_float=True)):
-            if progress is not None and n % 4096 == 0:
-                pos = raw.tell()  # type: ignore[union-attr]
-                progress(pos - last)
-                last = pos
-            if isinstance(event, dict):
+        for event in trace_events(open_file, progress):
+            if type(event) is dict:
                 yield event
-        if progress is not None:
-            progress(raw.tell() - last)  # type: ignore[union-attr]
     except (ijson.JSONError, ijson.IncompleteJSONError) as exc:
         raise KinetoFormatError(f"{path}: not valid JSON ({_short(exc)})") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise KinetoFormatError(f"{path}: truncated or corrupt gzip data ({_short(exc)})") from None
     except UnicodeDecodeError:
         raise KinetoFormatError(f"{path}: not a text JSON file") from None
-    finally:
-        stream.close()
 
 
 def _short(exc: BaseException) -> str:
