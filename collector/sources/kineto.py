@@ -103,10 +103,15 @@ _GPU_LABEL = re.compile(r"^\s*((GPU|MTIA|XPU|HPU) \d+|stream \d+)\s*$", re.IGNOR
 _MAX_NS = 1 << 62
 _FLOAT_EXACT_US = (1 << 53) / 1000  # below it, us * 1000.0 rounds to the exact ns
 _INT32 = range(-(1 << 31), 1 << 31)
+_INT32_MIN, _INT32_END = -(1 << 31), 1 << 31
 _CORRELATIONS = range(0, 1 << 32)
 _STREAMS = range(-(1 << 31), 1 << 32)  # int32 or uint32 (CUDA's no-stream 2**32-1)
 _NO_STREAM = 0xFFFFFFFF
 _SCALARS = frozenset((int, float, str, bool))  # arg values kept as they are
+
+
+# Categories that are no plain CPU slice (device ops, API calls).
+_DEVICE_OR_API = frozenset(GPU_CATEGORIES) | frozenset(API_CATEGORIES)
 
 
 class KinetoFormatError(Exception):
@@ -368,14 +373,19 @@ def _cpu_args(args: Any) -> dict[str, model.ArgValue]:
     if not isinstance(args, dict):
         return {}
     out: dict[str, model.ArgValue] = {}
+    texts = _JSON_TEXTS
     for key, value in args.items():
-        if key in DROPPED_ARGS:
-            continue
         if type(value) in _SCALARS:  # JSON gives these exact types, never subclasses
             out[key] = value
         elif value is not None:
-            out[key] = _json_text(value)
-    _ids_last(out, _ID_ARGS)
+            # _json_text(value), its cache looked up in line (shapes: 3 args an op)
+            text = texts.get(repr(value))
+            out[key] = text if text is not None else _json_text(value)
+    for key in DROPPED_ARGS:
+        out.pop(key, None)
+    for key in _ID_ARGS:  # _ids_last(out, _ID_ARGS)
+        if key in out:
+            out[key] = out.pop(key)
     return out
 
 
@@ -400,6 +410,8 @@ def convert_events(
         return None if done is None else _finish(done, stats)
 
     names = ids.names  # synthetic pids/tids (text in the input) -> their text
+    push = linker.push
+    cpu_slice = model.CpuSlice
     for ev in _events(path, progress):
         stats.events_in += 1
         ph = ev.get("ph")
@@ -407,6 +419,43 @@ def convert_events(
         if type(cat) is not str:
             cat = ""
         if ph == "X":
+            # The common event in line: a CPU slice (no device op, no API call) with float
+            # times and int32 ids that stand for no name; the general path below gives it
+            # the same slice.
+            ts = ev.get("ts")
+            dur = ev.get("dur")
+            pid = ev.get("pid")
+            tid = ev.get("tid")
+            name = ev.get("name")
+            if (
+                cat not in _DEVICE_OR_API
+                and type(ts) is float
+                and type(dur) is float
+                and 0.0 <= ts < _FLOAT_EXACT_US
+                and 0.0 <= dur < _FLOAT_EXACT_US
+                and type(pid) is int
+                and type(tid) is int
+                and _INT32_MIN <= pid < _INT32_END
+                and _INT32_MIN <= tid < _INT32_END
+                and type(name) is str
+                and (not names or (pid not in names and tid not in names))
+            ):
+                ts = round(ts * 1000.0)
+                stats.cpu_slices += 1
+                slot = Slot(
+                    cpu_slice(
+                        pid, tid, ts, round(dur * 1000.0), name, cat, _cpu_args(ev.get("args"))
+                    )
+                )
+                done = push(slot, (pid, tid, ts))
+                if done is not None:
+                    item = done.item
+                    if type(item) is cpu_slice and done.out is None and done.into is None:
+                        yield item  # what _finish returns for it
+                    elif (event := _finish(done, stats)) is not None:
+                        yield event
+                stats.events_out += 1
+                continue
             if "ts" not in ev:
                 stats.skipped["complete event without ts"] += 1
                 continue
