@@ -43,6 +43,8 @@ Opener = Callable[[], tuple[IO[bytes], IO[bytes]]]
 # Bytes of events per orjson parse: 64 KiB parses at 1.2 us an event on the bench input,
 # 256 KiB at 1.4 us, 1 MiB at 1.7 us (the objects of a smaller run stay in the caches).
 _RUN = 1 << 16
+# Bytes read at a time (each read moves the unparsed rest of the buffer once).
+_READ = 1 << 20
 # A run, head or tail larger than this (no boundary found: events of another layout, or
 # something that is not JSON) is left to ijson, so memory stays bounded.
 _MAX_RUN = 1 << 24
@@ -112,7 +114,8 @@ class _FastReader:
     def runs(self) -> Iterator[list[Any]]:
         head = self._head()
         while True:
-            self._fill(2 * _RUN)
+            if len(self._buf) - self._pos < 2 * _RUN:
+                self._fill(_READ)
             buf, pos = self._buf, self._pos
             search_from = pos + _RUN
             while True:
@@ -130,7 +133,7 @@ class _FastReader:
                     search_from = max(_RUN, kept - 64)
                     continue
                 end = cut.start() + 1
-                items = _parse_run(buf[pos:end])
+                items = _parse_run(memoryview(buf)[pos:end])
                 if items is not None:
                     self._pos = cut.end() - 1  # at the next event's `{`
                     yield items
@@ -145,7 +148,7 @@ class _FastReader:
         have = len(buf)
         while have < need and not self._eof:
             try:
-                block = self._stream.read(max(_RUN, need - have))
+                block = self._stream.read(max(_READ, need - have))
             except Exception as exc:  # a truncated or corrupt file: ijson reports it
                 raise _NotSure from exc
             if not block:
@@ -188,11 +191,11 @@ class _FastReader:
         return items
 
 
-def _parse_run(text: bytes) -> list[Any] | None:
+def _parse_run(text: memoryview) -> list[Any] | None:
     """The items of `text`, elements of the array from one of its elements on, if it ends
     at an element boundary (else None); _NotSure where only ijson can say."""
     try:
-        return _loads(b"[" + text + b"]")
+        return _loads(b"".join((b"[", text, b"]")))
     except orjson.JSONDecodeError as exc:
         if exc.pos <= len(text):  # the text itself fails, not its end
             raise _NotSure from None
