@@ -158,8 +158,9 @@ def test_progress_counts_the_file_once() -> None:
 
 
 def test_ijson_reads_again_only_where_needed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fast reader's runs are taken (no second read) for a file with tricky strings
-    and args; a long integer sends ijson to its run alone; a lone surrogate to the file."""
+    """The fast reader's runs are taken (no second read) for a file with tricky strings,
+    args and tail; a long integer sends ijson to its run alone; a lone surrogate to the
+    file."""
     prefixes: list[str] = []
     items = ijson.items
 
@@ -172,9 +173,21 @@ def test_ijson_reads_again_only_where_needed(monkeypatch: pytest.MonkeyPatch) ->
     _same_as_ijson(_document(events))
     assert prefixes == ["traceEvents.item"]  # _same_as_ijson's own reading
     prefixes.clear()
+    _same_as_ijson(_document(events, tail=', "ranks": [{"a": 1}, {"b": [{"c": 2}, {}]}]'))
+    assert prefixes == ["traceEvents.item"]  # a `}, {` after the array: its end found
+    prefixes.clear()
     events[10]["args"]["big"] = 2**62  # 19 digits: ijson reads that run, the rest is fast
     _same_as_ijson(_document(events))
     assert prefixes == ["traceEvents.item", "item"]
     prefixes.clear()
     _same_as_ijson(_document(_events(3000)).replace(b'"op5"', b'"op\\ud800"', 1))
     assert prefixes == ["traceEvents.item", "traceEvents.item"]
+
+
+def test_a_long_head_and_tail() -> None:
+    """Metadata of several MiB before and after the events (read past one block)."""
+    info = json.dumps([f"line {i} }}, {{" for i in range(100_000)])
+    items = _same_as_ijson(
+        _document(_events(3000), head=f'"INFO": {info}, ', tail=f', "ERROR": {info}')
+    )
+    assert len(items) == 3000

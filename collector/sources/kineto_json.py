@@ -13,17 +13,21 @@ decides.  The run starts at an element of the array; so if the candidate is insi
 string, the parse ends inside that string, and if it closes an object nested in an event,
 the parse ends inside the event: either way it fails, at or past the run's end, and the
 next candidate is tried.  A parse that succeeds ends at an element boundary of the array,
-and its items are the array's.  The document around the array (its head, up to
-`"traceEvents": [`, and its tail after the `]`) is checked by ijson itself: one top-level
-`traceEvents` key, the rest valid.
+and its items are the array's.  A parse that fails inside the run may have met the
+array's end (a `}, {` in the document's tail): the rest of the file is then read as its
+last run.  The document around the array (its head, up to `"traceEvents": [`, and its
+tail after the `]`) is checked by ijson itself: one top-level `traceEvents` key, the rest
+valid.
 
 What orjson reads otherwise than ijson is left to ijson: integers of 19 digits or more
 (orjson reads past int64 as uint64 or float, ijson rejects them), anything orjson rejects
 (lone surrogates, which ijson replaces; invalid JSON, which ijson reports), a run or a
 head or tail larger than _MAX_RUN, an error of the file (truncated gzip).  Then ijson reads
 the file again from its start and the items already yielded are skipped: the consumer
-sees ijson's items and ijson's error at ijson's place.  A run with a long digit string
-(in a name, say) is read by ijson alone, from its text.
+sees ijson's items and ijson's error (before the error of a file ijson rejects, maybe a
+few items more than ijson gives, from whole runs orjson read: convert fails all the same
+and keeps nothing).  A run with a long digit string (in a name, say) is read by ijson
+alone, from its text.
 """
 
 from __future__ import annotations
@@ -59,6 +63,11 @@ _PROGRESS_EVERY = 4096
 
 class _NotSure(Exception):
     """The fast reader cannot vouch for the rest: ijson reads it."""
+
+
+class _ArrayMayEnd(Exception):
+    """A run's parse failed inside the run: the array ends there, or the events are
+    something only ijson can read."""
 
 
 def trace_events(open_file: Opener, progress: Callable[[int], None] | None = None) -> Iterator[Any]:
@@ -133,7 +142,17 @@ class _FastReader:
                     search_from = max(_RUN, kept - 64)
                     continue
                 end = cut.start() + 1
-                items = _parse_run(memoryview(buf)[pos:end])
+                try:
+                    items = _parse_run(memoryview(buf)[pos:end])
+                except _ArrayMayEnd:
+                    # The array may end in this run (a `}, {` in the document's tail):
+                    # the rest of the file, bounded, read as its end.
+                    while not self._eof and len(self._buf) - self._pos <= _MAX_RUN:
+                        self._fill(len(self._buf) - self._pos + _READ)
+                    if not self._eof:
+                        raise _NotSure from None
+                    yield self._last(head)
+                    return
                 if items is not None:
                     self._pos = cut.end() - 1  # at the next event's `{`
                     yield items
@@ -193,12 +212,13 @@ class _FastReader:
 
 def _parse_run(text: memoryview) -> list[Any] | None:
     """The items of `text`, elements of the array from one of its elements on, if it ends
-    at an element boundary (else None); _NotSure where only ijson can say."""
+    at an element boundary (else None); _ArrayMayEnd where it fails inside, _NotSure where
+    only ijson can say."""
     try:
         return _loads(b"".join((b"[", text, b"]")))
     except orjson.JSONDecodeError as exc:
         if exc.pos <= len(text):  # the text itself fails, not its end
-            raise _NotSure from None
+            raise _ArrayMayEnd from None
         return None
 
 
