@@ -7,8 +7,10 @@ For each size: a Kineto trace of that many complete events built from real outsi
 (bench/scale_input.py; kept in --work for the next run), then, each step a subprocess of
 its own (peak RSS from wait4):
 - parse: the trace streamed through ijson alone (`ijson.items(f, "traceEvents.item")`,
-  the C backend, what convert's one pass reads it with): the floor convert is held to;
-- convert: `xpu-perf convert`; with --rounds N, parse and convert alternate N times (this
+  the C backend): the floor the issue holds convert to;
+- convert's reader: the trace streamed through what convert reads it with
+  (collector/sources/kineto_json.py: orjson a run of events at a time) alone;
+- convert: `xpu-perf convert`; with --rounds N, the parses and convert alternate N times (this
   VM is shared and noisy: a ratio is only worth something within one round) and the
   medians, each round's ratio and the median ratio are kept;
 - with --convert-only, nothing after convert (the looks below need minutes per size);
@@ -48,6 +50,21 @@ n = 0
 with open(sys.argv[1], "rb") as f:
     for _ in ijson.items(f, "traceEvents.item", use_float=True):
         n += 1
+print(n)
+"""
+
+
+# What convert reads the file with (collector/sources/kineto_json.py: orjson a run of
+# events at a time, ijson where it must decide), alone.
+PARSE_FAST = """
+import sys
+from collector.sources import kineto_json
+def open_file():
+    f = open(sys.argv[1], "rb")
+    return f, f
+n = 0
+for _ in kineto_json.trace_events(open_file):
+    n += 1
 print(n)
 """
 
@@ -130,24 +147,30 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
 
 
 def parse_and_convert(kineto: Path, trace: Path, rounds: int) -> dict[str, Any]:
-    """Parse and convert of one input, alternating, `rounds` times; medians and ratios."""
+    """Parse (ijson alone, then convert's own reader alone) and convert of one input,
+    alternating, `rounds` times; medians and ratios."""
     mb = kineto.stat().st_size / 1e6
-    parses, converts = [], []
+    parses, fast_parses, converts = [], [], []
     for n in range(rounds):
         parse = run([sys.executable, "-c", PARSE, str(kineto)])
+        fast = run([sys.executable, "-c", PARSE_FAST, str(kineto)])
         convert = run(cli("convert", kineto, "-o", trace, "-q", "--no-progress"))
         parses.append(parse)
+        fast_parses.append(fast)
         converts.append(convert)
         print(
-            f"  round {n + 1}: parse {parse['s']} s ({mb / parse['s']:.1f} MB/s), convert "
-            f"{convert['s']} s ({mb / convert['s']:.1f} MB/s, {convert['s'] / parse['s']:.2f}x "
-            f"parse; CPU {parse['cpu_s']} s / {convert['cpu_s']} s), convert peak RSS "
-            f"{convert['rss_mb']} MB",
+            f"  round {n + 1}: parse {parse['s']} s ({mb / parse['s']:.1f} MB/s), convert's "
+            f"reader {fast['s']} s, convert {convert['s']} s ({mb / convert['s']:.1f} MB/s, "
+            f"{convert['s'] / parse['s']:.2f}x parse, {convert['s'] / fast['s']:.2f}x the "
+            f"reader; CPU {parse['cpu_s']} / {fast['cpu_s']} / {convert['cpu_s']} s), "
+            f"convert peak RSS {convert['rss_mb']} MB",
             flush=True,
         )
     parse_s = round(statistics.median(p["s"] for p in parses), 2)
+    fast_s = round(statistics.median(p["s"] for p in fast_parses), 2)
     convert_s = round(statistics.median(c["s"] for c in converts), 2)
     ratios = [round(c["s"] / p["s"], 2) for p, c in zip(parses, converts, strict=True)]
+    fast_ratios = [round(c["s"] / p["s"], 2) for p, c in zip(fast_parses, converts, strict=True)]
     return {
         "json_mb": round(mb, 1),
         "parse": {
@@ -157,6 +180,13 @@ def parse_and_convert(kineto: Path, trace: Path, rounds: int) -> dict[str, Any]:
             "rounds_s": [p["s"] for p in parses],
             "rounds_cpu_s": [p["cpu_s"] for p in parses],
         },
+        "parse_fast": {
+            "s": fast_s,
+            "rss_mb": max(p["rss_mb"] for p in fast_parses),
+            "mb_s": round(mb / fast_s, 1),
+            "rounds_s": [p["s"] for p in fast_parses],
+            "rounds_cpu_s": [p["cpu_s"] for p in fast_parses],
+        },
         "convert": {
             "s": convert_s,
             "rss_mb": max(c["rss_mb"] for c in converts),
@@ -164,6 +194,8 @@ def parse_and_convert(kineto: Path, trace: Path, rounds: int) -> dict[str, Any]:
             "x_parse": round(statistics.median(ratios), 2),
             "rounds_s": [c["s"] for c in converts],
             "rounds_x_parse": ratios,
+            "x_parse_fast": round(statistics.median(fast_ratios), 2),
+            "rounds_x_parse_fast": fast_ratios,
             "rounds_cpu_s": [c["cpu_s"] for c in converts],
         },
     }
@@ -191,9 +223,10 @@ def measure(
         row |= parse_and_convert(kineto, trace, rounds)
         parse, convert = row["parse"], row["convert"]
         print(
-            f"  parse {parse['s']} s ({parse['mb_s']} MB/s), convert {convert['s']} s "
-            f"({convert['mb_s']} MB/s, {convert['x_parse']}x parse), convert peak RSS "
-            f"{convert['rss_mb']} MB (medians of {rounds})",
+            f"  parse {parse['s']} s ({parse['mb_s']} MB/s), convert's reader "
+            f"{row['parse_fast']['s']} s, convert {convert['s']} s ({convert['mb_s']} MB/s, "
+            f"{convert['x_parse']}x parse, {convert['x_parse_fast']}x the reader), convert "
+            f"peak RSS {convert['rss_mb']} MB (medians of {rounds})",
             flush=True,
         )
     row["trace_mb"] = round(trace.stat().st_size / 1e6, 1)
@@ -224,28 +257,17 @@ def measure(
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| slices | JSON MB | parse s (MB/s) | convert s (MB/s, x parse) | convert RSS MB | "
-        "trace MB | load s (RSS MB) | folded s (x load on top) | report s (x load on top) | "
-        "folded 2nd look s | report 2nd look s | query 2nd look s |",
-        "|" + "---|" * 12,
+        "| slices | JSON MB | parse s (MB/s) | convert's reader s (MB/s) | convert s (MB/s, "
+        "x parse, x reader) | convert RSS MB | trace MB | load s (RSS MB) | folded s (x load "
+        "on top) | report s (x load on top) | folded 2nd look s | report 2nd look s | query "
+        "2nd look s |",
+        "|" + "---|" * 13,
     ]
     for r in rows:
         if "load" not in r:  # --convert-only
-            parse, convert = r["parse"], r["convert"]
-            lines.append(
-                f"| {r['slices']:,} | {r['json_mb']} | {parse['s']} ({parse['mb_s']}) | "
-                f"{convert['s']} ({convert['mb_s']}, {convert['x_parse']}x) | "
-                f"{convert['rss_mb']} | {r['trace_mb']} |" + " - |" * 6
-            )
+            lines.append(f"| {r['slices']:,} | {_converted(r)} | {r['trace_mb']} |" + " - |" * 6)
             continue
-        if "convert" in r:
-            parse, convert = r["parse"], r["convert"]
-            converted = (
-                f"{r['json_mb']} | {parse['s']} ({parse['mb_s']}) | "
-                f"{convert['s']} ({convert['mb_s']}, {convert['x_parse']}x) | {convert['rss_mb']}"
-            )
-        else:
-            converted = "- | - | - | -"
+        converted = _converted(r) if "convert" in r else "- | - | - | - | -"
         lines.append(
             f"| {r['slices']:,} | {converted} | {r['trace_mb']} | {r['load']['s']} "
             f"({r['load']['rss_mb']}) | {r['folded']['s']} ({r['folded']['on_top_of_load']}) | "
@@ -254,6 +276,18 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['query_second_look']['s']} |"
         )
     return "\n".join(lines)
+
+
+def _converted(r: dict[str, Any]) -> str:
+    """The JSON, parse, reader, convert and RSS cells of a row."""
+    parse, convert = r["parse"], r["convert"]
+    fast = r.get("parse_fast")  # rows of runs before convert's own reader: none
+    reader = f"{fast['s']} ({fast['mb_s']})" if fast else "-"
+    fast_x = f", {convert['x_parse_fast']}x" if fast else ""
+    return (
+        f"{r['json_mb']} | {parse['s']} ({parse['mb_s']}) | {reader} | "
+        f"{convert['s']} ({convert['mb_s']}, {convert['x_parse']}x{fast_x}) | {convert['rss_mb']}"
+    )
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ packet).
 from __future__ import annotations
 
 from heapq import heappop, heappush
+from operator import itemgetter
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -45,6 +46,7 @@ _FLOAT_OR_BOOL = frozenset((float, bool))
 _SMALL = wire.SMALL
 _ANNOTATION = wire.ANNOTATION_PREFIX
 _ANNOTATION_INT_TAG = wire.ANNOTATION_INT_TAG
+_VALUE = itemgetter(1)
 _VARINT3_LIMIT = 1 << 21
 _varint3 = wire.varint3
 _FLOW = wire.FLOW
@@ -300,7 +302,7 @@ def _begin_with_varying_args(
     stable = [item for item in items if item[0] not in varying_keys]
     key = (uuid, ev.name, ev.category, *stable)
     cached = prod.begin_cache.get(key)
-    if cached is not None and all(type(value) in CACHED_TYPES for _, value in stable):
+    if cached is not None and CACHED_TYPES.issuperset(map(type, map(_VALUE, stable))):
         parts = [cached]
         varying = []
     else:
@@ -314,8 +316,21 @@ def _begin_with_varying_args(
             varying = []
             if len(prod.begin_cache) < _BEGIN_CACHE_SIZE:
                 prod.begin_cache[key] = b"".join(parts)
-    varying_annotation = seq.varying_annotation
-    varying += [varying_annotation(k, v) for k, v in items if k in varying_keys]
+    # seq.varying_annotation(k, v) for each varying arg, ints (ids) in line.
+    names = seq.annotation_name_fields
+    for k, v in items:
+        if k in varying_keys:
+            if type(v) is int and 0 <= v < _SMALL_LIMIT and k in names:
+                name = names[k]
+                value = _SMALL[v]
+                varying += (
+                    _ANNOTATION[len(name) + 1 + len(value)],
+                    name,
+                    _ANNOTATION_INT_TAG,
+                    value,
+                )
+            else:
+                varying.append(seq.varying_annotation(k, v))
     return parts, varying
 
 

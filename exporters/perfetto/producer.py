@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import replace
-from itertools import islice
+from itertools import compress, count, islice
 from operator import attrgetter, eq
 
 from collector import model
@@ -31,6 +31,7 @@ LATE_SLICES = 256
 _GpuOp = model.GpuOp
 _CpuSlice = model.CpuSlice
 _BY_TS = attrgetter("ts")
+_BY_DUR = attrgetter("dur")
 
 
 def with_launch_stack_arg(event: model.CpuSlice) -> model.CpuSlice:
@@ -101,12 +102,14 @@ class Producer(ProducerState):
             return
         self._pending = []
         # Start order, the longer of two slices starting together first (it becomes the
-        # parent).  Sorting by start alone is a C-level key; only when two slices do start
-        # together is the full key needed.
+        # parent).  Sorting by start alone is a C-level key; only the runs of slices that
+        # start together are sorted again, longest first (stable sorts: the order of the
+        # key (ts, -dur), without a Python key call per slice).
         pending.sort(key=_BY_TS)
         starts = [e.ts for e in pending]
-        if any(map(eq, starts, islice(starts, 1, None))):
-            pending.sort(key=_start_order)
+        together = list(compress(count(), map(eq, starts, islice(starts, 1, None))))
+        if together:
+            _longest_first(pending, together)
         if bisect_left(starts, self.latest) > LATE_SLICES:
             # This window goes back in time (sources that write in no time order, such as
             # Kineto's JSON): rather than absolute timestamps for its slices, a new
@@ -125,5 +128,13 @@ class Producer(ProducerState):
         object_path.end_until(self, None)
 
 
-def _start_order(ev: model.CpuSlice | model.GpuOp) -> tuple[int, int]:
-    return ev.ts, -ev.dur
+def _longest_first(pending: list[model.CpuSlice | model.GpuOp], together: list[int]) -> None:
+    """Sort each run of slices with one start by duration, longest first; `together`
+    holds every i (ascending) where slice i starts with slice i + 1."""
+    first = last = together[0]
+    for i in together[1:]:
+        if i != last + 1:
+            pending[first : last + 2] = sorted(pending[first : last + 2], key=_BY_DUR, reverse=True)
+            first = i
+        last = i
+    pending[first : last + 2] = sorted(pending[first : last + 2], key=_BY_DUR, reverse=True)
