@@ -245,7 +245,6 @@ class EngineSnapshots:
             tp = EmbeddedTraceProcessor()
         except WasmEngineError:
             return None  # the load says what is wrong with the engine
-        tp._metadata = {}  # what a trace loaded from bytes has
         try:
             transport: WasmTransport = tp.http.transport
             if transport.outside_state() != outside:
@@ -265,8 +264,8 @@ class EngineSnapshots:
         """Keep the engine's heap as it is now (right after a load that took `load_s`).
         Never fails the command: a full disk or a read-only home costs only the next look
         its speed, and leaves no file behind."""
-        transport = getattr(getattr(trace._tp, "http", None), "transport", None)
-        if transport is None or not hasattr(transport, "heap_view"):
+        transport = trace.embedded_transport()
+        if transport is None:
             return  # a native shell: nothing to keep
         if load_s < MIN_LOAD_S:
             return

@@ -20,6 +20,8 @@ from exporters.perfetto.engine_limit import EngineMemoryError, too_big
 if TYPE_CHECKING:
     from perfetto.trace_processor import TraceProcessor
 
+    from exporters.perfetto.wasm_engine import WasmTransport
+
 # The perfetto package (and numpy, which it imports) is imported where a trace is loaded,
 # not here: a second look answered from the result cache (cached_trace.py) loads nothing,
 # and importing it was ~0.2 s of such a look.
@@ -141,12 +143,18 @@ class Trace:
         rows = self.query(sql)
         return next(iter(rows[0].values())) if rows else None
 
+    def embedded_transport(self) -> WasmTransport | None:
+        """The embedded engine under this trace, None with a native shell."""
+        from exporters.perfetto.wasm_engine import WasmTransport
+
+        transport = getattr(getattr(self._tp, "http", None), "transport", None)
+        return transport if isinstance(transport, WasmTransport) else None
+
     def engine_heap_bytes(self) -> int | None:
         """The embedded engine's heap now, None with a native shell: what a loaded trace
         costs the engine (bench/scale.py measures engine_limit.py's numbers with it)."""
-        transport = getattr(getattr(self._tp, "http", None), "transport", None)
-        heap = getattr(transport, "heap_bytes", None)
-        return heap() if heap is not None else None
+        transport = self.embedded_transport()
+        return transport.heap_bytes() if transport is not None else None
 
     def close(self) -> None:
         self._tp.close()

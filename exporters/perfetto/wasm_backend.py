@@ -46,5 +46,12 @@ class WasmRpcBackend(TraceProcessorRpc):
 
 
 class EmbeddedTraceProcessor(TraceProcessor):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # What the package leaves unset without a trace to load, and a trace loaded from
+        # bytes has: an engine that gets a snapshot's heap (engine_snapshot.py) needs it.
+        if not hasattr(self, "_metadata"):
+            self._metadata: dict[str, Any] = {}
+
     def _create_backend(self, remote: str | None, addr: str | None) -> TraceProcessorBackend:
         return WasmRpcBackend(self.protos)
