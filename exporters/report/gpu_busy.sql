@@ -4,27 +4,28 @@
 -- added: overlapping intervals are first merged ("islands").  Needs xpu_views.sql and the
 -- analysis's span.sql.
 
--- GPU ops that occupy the device; a stream is (device track, stream track name).
+-- GPU ops that occupy the device; a stream is (device track, stream track name): the
+-- analysis's ops (span.sql: kernels, copies, sets of dur > 0), sorted the way the islands
+-- below walk them.  (Sorted first, the running maximum takes 0.1 s on 62k ops; over the
+-- unsorted ops 0.3 s.)
 CREATE PERFETTO TABLE xpu_report_gpu_op AS
-SELECT s.ts, s.dur, s.category, t.parent_id AS device_track_id, t.name AS stream
-FROM xpu_gpu_op s
-JOIN track t ON s.track_id = t.id
-WHERE s.category IN ('kernel', 'memcpy', 'memset') AND s.dur > 0;
+SELECT ts, dur, end_ts, category, device_track_id, stream
+FROM xpu_analysis_op
+ORDER BY device_track_id, stream, ts, end_ts;
+
+-- prev_end: the furthest end of the stream's earlier ops, from which span.sql's
+-- _xpu_islands makes the islands.
+CREATE PERFETTO TABLE _xpu_report_stream_reach AS
+SELECT device_track_id, stream, ts, max(end_ts) OVER (
+         PARTITION BY device_track_id, stream ORDER BY ts, end_ts
+         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+FROM xpu_report_gpu_op;
 
 -- Busy islands per stream (stream set) and per device (stream NULL: the analysis's islands
--- of all ops, exporters/analysis/span.sql, the same ops).  prev_end: the furthest end of the
--- stream's earlier ops, from which span.sql's _xpu_islands makes the islands.
+-- of all ops, exporters/analysis/span.sql, the same ops).
 CREATE PERFETTO TABLE xpu_report_busy AS
-WITH reach AS (
-  SELECT device_track_id, stream, ts, max(ts + dur) OVER (
-           PARTITION BY device_track_id, stream ORDER BY ts, ts + dur
-           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM xpu_report_gpu_op
-)
 SELECT device_track_id, key AS stream, ts, end_ts
-FROM _xpu_islands!(
-  reach, stream,
-  (SELECT device_track_id, stream, ts + dur AS end_ts FROM xpu_report_gpu_op))
+FROM _xpu_islands!(_xpu_report_stream_reach, stream, xpu_report_gpu_op)
 UNION ALL
 SELECT device_track_id, NULL, ts, end_ts FROM xpu_busy_island_all WHERE kind = 'any';
 
