@@ -175,7 +175,7 @@ def sql_text(name: str, **params: int) -> str:
 
 def _load_tables(trace: Trace, window: int | None, scope: Scope = DEFAULT_SCOPE) -> Analysis:
     try:
-        load_views(trace, window)
+        load_views(trace, window, gpu_op_table=True)
     except WindowError as exc:
         raise FoldedError(str(exc)) from None
     analysis = analyze(trace, scope, window)
@@ -351,14 +351,16 @@ def _facts(trace: Trace, window: int | None) -> list[tuple[str, str]]:
         )
     }
     dur = trace.scalar("select dur from xpu_report_window")
+    # Two queries: one GROUP BY over the union of both sorted 260k rows (0.25 s at 1M
+    # slices), each on its own takes 0.03-0.05 s.
     counts = {
         r["category"]: (r["n"], r["total"])
-        for r in trace.query(
-            "select category, count(*) as n, sum(dur) as total from ("
-            "select category, dur from xpu_gpu_op union all "
-            "select category, dur from xpu_thread_slice where category = 'cuda_api') "
-            "group by category"
+        for sql in (
+            "select category, count(*) as n, sum(dur) as total from xpu_gpu_op group by category",
+            "select category, count(*) as n, sum(dur) as total from xpu_thread_slice "
+            "where category = 'cuda_api' group by category",
         )
+        for r in trace.query(sql)
     }
     devices = [r["name"] for r in trace.query(_DEVICES_SQL)]
     samples = trace.scalar("select count(*) from xpu_cpu_sample")
