@@ -73,7 +73,9 @@ def cli(*args: str | Path) -> list[str]:
 
 
 def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
-    """Each statement report and folded run, timed on a loaded engine (one per command)."""
+    """Each statement report and folded run, timed on a loaded engine (one per command),
+    in CPU seconds of this process (the engine runs in it, on this thread): on the shared
+    VM the neighbours move wall time by tens of percent, the CPU time by a few."""
     from exporters.analysis.idle_stacks import fold_mode
     from exporters.perfetto.trace_processor import Trace, open_trace
     from exporters.report.queries import collect
@@ -83,13 +85,13 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
 
     def timed(method: Any) -> Any:
         def call(self: Trace, sql: str) -> Any:
-            start = time.perf_counter()
+            start = time.process_time()
             try:
                 return method(self, sql)
             finally:
                 code = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
                 first = " ".join(" ".join(code).split())[:110]
-                took = round(time.perf_counter() - start, 3)
+                took = round(time.process_time() - start, 3)
                 timings.append({"what": command[0], "s": took, "sql": first})
 
         return call
@@ -104,9 +106,9 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
     # Trace.query and execute go through query_columns: every statement is timed once.
     Trace.query_columns = timed(Trace.query_columns)  # type: ignore[method-assign]
     Trace.execute = one_by_one  # type: ignore[method-assign]
-    start = time.perf_counter()
+    start = time.process_time()
     with open_trace(trace) as t:
-        load = time.perf_counter() - start
+        load = time.process_time() - start
         slices = t.scalar("select count(*) from slice")
         heap = {"slices": slices, "after_load_mb": round((t.engine_heap_bytes() or 0) / 2**20)}
         collect(t, trace.name)
@@ -119,7 +121,7 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
         fold_mode(t, "gpu", "ns", None)
     spent = {c: sum(x["s"] for x in timings if x["what"] == c) for c in ("report", "folded")}
     print(
-        f"  in-process: load {load:.1f} s, report SQL {spent['report']:.1f} s "
+        f"  in-process (CPU): load {load:.1f} s, report SQL {spent['report']:.1f} s "
         f"({sum(x['what'] == 'report' for x in timings)} statements), "
         f"folded SQL {spent['folded']:.1f} s"
     )
@@ -212,11 +214,16 @@ def measure(
     }
     for name, cmd in steps.items():
         result = run(cmd)
-        row[name] = {k: result[k] for k in ("s", "rss_mb")}
-        print(f"  {name}: {result['s']} s, {result['rss_mb']} MB", flush=True)
-    load = row["load"]["s"]
+        row[name] = {k: result[k] for k in ("s", "cpu_s", "rss_mb")}
+        print(
+            f"  {name}: {result['s']} s (CPU {result['cpu_s']} s), {result['rss_mb']} MB",
+            flush=True,
+        )
+    load, load_cpu = row["load"]["s"], row["load"]["cpu_s"]
     for name in ("folded", "report"):
         row[name]["on_top_of_load"] = round((row[name]["s"] - load) / load, 2)
+        # The same by CPU time: on this shared VM the neighbours move wall time.
+        row[name]["cpu_on_top_of_load"] = round((row[name]["cpu_s"] - load_cpu) / load_cpu, 2)
     if profile:
         row["sql_profile"] = sql_profile(trace)
     return row
@@ -286,6 +293,9 @@ def main() -> None:
     if args.convert_only and args.out.exists():
         # Only parse and convert were measured: the looks of an earlier run stay.
         doc = merge_convert_rows(json.loads(args.out.read_text()), rows, doc["date"])
+    elif args.trace is not None and args.out.exists():
+        # Only the looks were measured: the parse and convert numbers of an earlier run stay.
+        doc = merge_look_rows(json.loads(args.out.read_text()), rows, doc["date"])
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -302,6 +312,21 @@ def merge_convert_rows(
         else:
             old.update(row)
         (old or row)["convert_date"] = date
+    doc["rows"].sort(key=lambda r: r["slices"])
+    return doc
+
+
+def merge_look_rows(doc: dict[str, Any], rows: list[dict[str, Any]], date: str) -> dict[str, Any]:
+    """`doc` (an earlier run's results) with these rows' looks (load, folded, report, the
+    second looks, the SQL profile): into its row of the same size, or as new rows."""
+    by_size = {r["slices"]: r for r in doc["rows"]}
+    for row in rows:
+        old = by_size.get(row["slices"])
+        if old is None:
+            doc["rows"].append(row)
+        else:
+            old.update(row)
+        (old or row)["looks_date"] = date
     doc["rows"].sort(key=lambda r: r["slices"])
     return doc
 
