@@ -35,13 +35,23 @@ SELECT t.utid,
        replace(coalesce(t.name, p.name, 'pid ' || p.pid, 'tid ' || t.tid), ';', ':') AS root
 FROM thread t LEFT JOIN process p USING (upid);
 
--- The API calls that launched a GPU op, with their thread and parent slice.  Built in
--- steps, each a table: trace_processor plans one statement over the slice and flow views
--- badly (`api.id IN (SELECT ...)` scanned the slices once per op: 53 s for 84k ops on a
--- 1M-slice trace; the distinct ids joined in the same statement still took 0.4 s, the
--- table of ids first then the join by id 0.08 s).
+-- GPU time per launching call and op name first (integers and a name to group: 16k rows
+-- from 62k ops at 1M slices), then per stack: grouping every op by its whole stack text
+-- took 0.27 s there, the two steps 0.19 s.
+CREATE PERFETTO TABLE _xpu_folded_gpu_call AS
+SELECT api_id, category, name, sum(dur) AS weight_ns, count(*) AS ops
+FROM xpu_gpu_op
+WHERE category IN ('kernel', 'memcpy', 'memset')
+GROUP BY api_id, category, name;
+
+-- The API calls that launched a kernel, copy or set (what the stacks and the report's
+-- launch contexts weigh; not the sync ops': 22k of the 84k GPU ops of a 1M-slice trace),
+-- with their thread and parent slice.  Built in steps, each a table: trace_processor plans
+-- one statement over the slice and flow views badly (`api.id IN (SELECT ...)` scanned the
+-- slices once per op: 53 s for 84k ops on a 1M-slice trace; the distinct ids joined in the
+-- same statement still took 0.4 s, the table of ids first then the join by id 0.08 s).
 CREATE PERFETTO TABLE _xpu_launched_id AS
-SELECT DISTINCT api_id FROM xpu_gpu_op WHERE api_id IS NOT NULL ORDER BY api_id;
+SELECT DISTINCT api_id FROM _xpu_folded_gpu_call WHERE api_id IS NOT NULL ORDER BY api_id;
 
 CREATE PERFETTO TABLE _xpu_launched_api AS
 SELECT api.id, api.name, api.ts, api.utid, s.parent_id
@@ -75,8 +85,9 @@ ORDER BY ls.utid, ls.ts;
 
 CREATE PERFETTO INDEX _xpu_launch_stack_path_at ON _xpu_launch_stack_path(utid, ts);
 
--- CPU context of each API call: its launch stack when the trace has one, else the names
--- of the CPU slices enclosing it (python functions, aten ops) -- what Kineto traces give.
+-- CPU context of each API call that launched a kernel, copy or set: its launch stack when
+-- the trace has one, else the names of the CPU slices enclosing it (python functions, aten
+-- ops) -- what Kineto traces give.
 -- context_modules: the launch stack's modules (NULL for enclosing slices).
 CREATE PERFETTO TABLE xpu_api_context AS
 SELECT api.id AS api_id, api.name AS api_name, r.root,
@@ -87,15 +98,6 @@ LEFT JOIN _xpu_enclosing e ON e.parent_id = api.parent_id
 LEFT JOIN _xpu_launch_stack_path ls ON ls.utid = api.utid AND ls.ts = api.ts
 JOIN xpu_thread_root r ON r.utid = api.utid
 ORDER BY api.id;
-
--- GPU time per launching call and op name first (integers and a name to group: 16k rows
--- from 62k ops at 1M slices), then per stack: grouping every op by its whole stack text
--- took 0.27 s there, the two steps 0.19 s.
-CREATE PERFETTO TABLE _xpu_folded_gpu_call AS
-SELECT api_id, category, name, sum(dur) AS weight_ns, count(*) AS ops
-FROM xpu_gpu_op
-WHERE category IN ('kernel', 'memcpy', 'memset')
-GROUP BY api_id, category, name;
 
 CREATE PERFETTO TABLE xpu_folded_gpu AS
 SELECT
