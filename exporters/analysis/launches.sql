@@ -51,7 +51,7 @@ FROM (
 -- bytes and bandwidth.
 CREATE PERFETTO TABLE xpu_copy AS
 WITH c AS (
-  SELECT o.id, o.ts, o.dur, o.name, o.api_id,
+  SELECT o.id, o.ts, o.dur, o.name, o.api_id, o.api_name, o.api_dur,
          coalesce(extract_arg(g.arg_set_id, 'debug.copy_kind'),
                   CASE WHEN o.name GLOB 'Memcpy *' THEN substr(o.name, 8, 4) END) AS direction,
          coalesce(extract_arg(g.arg_set_id, 'debug.host_memory'),
@@ -62,9 +62,10 @@ WITH c AS (
   FROM xpu_analysis_op o JOIN slice g ON g.id = o.id
   WHERE o.category = 'memcpy'
 )
-SELECT c.*, CASE WHEN c.bytes > 0 THEN c.bytes * 1.0 / c.dur END AS gb_per_s,
-       a.name AS api_name, a.dur AS api_dur
-FROM c LEFT JOIN slice a ON a.id = c.api_id;
+SELECT c.id, c.ts, c.dur, c.name, c.api_id, c.direction, c.host_memory, c.bytes,
+       CASE WHEN c.bytes > 0 THEN c.bytes * 1.0 / c.dur END AS gb_per_s,
+       c.api_name, c.api_dur  -- the launching call's, as span.sql joined it
+FROM c;
 
 -- Kernel-type overlap per device: time compute kernels overlap NCCL kernels, copies, sets.
 -- overlap_ns = the sum over (compute island, other island) pairs of their common time.
@@ -78,14 +79,14 @@ FROM c LEFT JOIN slice a ON a.id = c.api_id;
 INCLUDE PERFETTO MODULE intervals.intersect;
 
 CREATE PERFETTO TABLE _xpu_overlap_other AS
-SELECT row_number() OVER (ORDER BY device_track_id, kind, ts) AS id, device_track_id, kind,
+SELECT row_number() OVER () AS id, device_track_id, kind,
        CASE kind WHEN 'nccl' THEN 1 WHEN 'memcpy' THEN 2 ELSE 3 END AS kind_no,
        ts, end_ts - ts AS dur
 FROM xpu_analysis_busy_island
 WHERE kind IN ('nccl', 'memcpy', 'memset');
 
 CREATE PERFETTO TABLE _xpu_overlap_compute AS
-SELECT row_number() OVER (ORDER BY c.device_track_id, k.kind_no, c.ts) AS id,
+SELECT row_number() OVER () AS id,
        c.device_track_id, k.kind_no, c.ts, c.end_ts - c.ts AS dur
 FROM xpu_analysis_busy_island c
 JOIN (SELECT DISTINCT device_track_id, kind_no FROM _xpu_overlap_other) k
@@ -93,8 +94,10 @@ JOIN (SELECT DISTINCT device_track_id, kind_no FROM _xpu_overlap_other) k
 WHERE c.kind = 'compute';
 
 CREATE PERFETTO TABLE xpu_kernel_overlap AS
-SELECT o.device_track_id, o.kind, sum(x.dur) AS overlap_ns
+SELECT x.device_track_id,
+       CASE x.kind_no WHEN 1 THEN 'nccl' WHEN 2 THEN 'memcpy' ELSE 'memset' END AS kind,
+       sum(x.dur) AS overlap_ns
 FROM _interval_intersect!((_xpu_overlap_compute, _xpu_overlap_other), (device_track_id, kind_no)) x
-JOIN _xpu_overlap_other o ON o.id = x.id_1
-GROUP BY o.device_track_id, o.kind
-HAVING overlap_ns > 0;
+GROUP BY x.device_track_id, x.kind_no
+HAVING overlap_ns > 0
+ORDER BY x.device_track_id, kind;
