@@ -24,13 +24,14 @@
 CREATE PERFETTO TABLE _xpu_gap_raw AS
 SELECT g.device_track_id, max(g.prev_end, r.ts) AS ts, min(g.ts, r.end_ts) AS end_ts,
        CASE WHEN g.ts <= r.end_ts THEN g.id END AS next_op_id,
-       CASE WHEN g.ts <= r.end_ts THEN g.api_id END AS api_id,
-       CASE WHEN g.ts <= r.end_ts THEN g.name END AS next_op,
-       CASE WHEN g.ts <= r.end_ts THEN g.api_name END AS api_name,
-       CASE WHEN g.ts <= r.end_ts THEN g.api_ts END AS api_ts,
-       CASE WHEN g.ts <= r.end_ts THEN g.utid END AS utid
+       CASE WHEN g.ts <= r.end_ts THEN o.api_id END AS api_id,
+       CASE WHEN g.ts <= r.end_ts THEN o.name END AS next_op,
+       CASE WHEN g.ts <= r.end_ts THEN o.api_name END AS api_name,
+       CASE WHEN g.ts <= r.end_ts THEN o.api_ts END AS api_ts,
+       CASE WHEN g.ts <= r.end_ts THEN o.utid END AS utid
 FROM _xpu_op_reach g
 JOIN xpu_analysis_region r ON g.prev_end < r.end_ts AND g.ts > r.ts
+JOIN xpu_analysis_op o ON o.id = g.id
 WHERE g.ts > g.prev_end;
 
 -- The gaps with their next op and its launching call; ids in (thread, time) order, which
