@@ -18,11 +18,15 @@ ORDER BY o.device_track_id, o.stream, o.ts, o.end_ts;
 -- level deeper, so the ops of a stream of one lane, all at depth 0, never overlap: they
 -- are their own islands (the sums below are the same whether touching ops are merged or
 -- not), and only these streams need the running maximum (0.25 s for 62k ops at 1M slices).
-CREATE PERFETTO TABLE _xpu_report_lane_stream AS
-SELECT device_track_id, stream
+-- _xpu_report_stream: every stream with its ops (gpu_streams.sql counts them here).
+CREATE PERFETTO TABLE _xpu_report_stream AS
+SELECT device_track_id, stream, count(*) AS ops,
+       count(DISTINCT track_id) > 1 OR max(depth) > 0 AS lanes
 FROM xpu_report_gpu_op
-GROUP BY device_track_id, stream
-HAVING count(DISTINCT track_id) > 1 OR max(depth) > 0;
+GROUP BY device_track_id, stream;
+
+CREATE PERFETTO TABLE _xpu_report_lane_stream AS
+SELECT device_track_id, stream FROM _xpu_report_stream WHERE lanes;
 
 -- prev_end: the furthest end of the stream's earlier ops, from which span.sql's
 -- _xpu_islands makes the islands.
