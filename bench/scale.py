@@ -16,8 +16,10 @@ its own (peak RSS from wait4):
 - folded / report, --no-cache: every statement on the engine;
 - first look / second look: `folded --mode gpu` and `report -o page.html` with the result
   cache, the second answered from it;
-- with --sql-profile: report's and folded's statements timed one by one in-process, the
-  costliest printed (what to make cheaper).
+- with --sql-profile: report's and folded's statements timed one by one in-process (CPU
+  seconds), the costliest printed (what to make cheaper).
+With --trace, only the looks are measured and merged into the results' row of that size.
+Before/after tables of two checkouts: bench/scale_ab.py.
 Results: a table on stdout and bench/results/scale.json.
 """
 
