@@ -81,7 +81,7 @@ def main() -> int:
             located = where.startswith(func) or f".{func} (" in where
         else:
             located = any(f"(answers.py:{line})" in loc for loc in (top.locations if top else []))
-        steps_ok = abs(len(a.steps.steps) - STEPS[mode]) <= 1
+        steps_ok = abs(a.steps.count - STEPS[mode]) <= 1
         ok = (
             (top.code if top else None) == code
             if code is not None and code not in ("FP32_GEMM", "PAGEABLE_COPY")
@@ -98,7 +98,7 @@ def main() -> int:
                 "expected_where": f"{func or 'line'} (answers.py:{line})" if code else "",
                 "located": located,
                 "steps_true": STEPS[mode],
-                "steps_found": len(a.steps.steps),
+                "steps_found": a.steps.count,
                 "step_source": a.steps.source,
                 "gpu_busy_pct": round(100 * a.span.busy_ns / max(1, a.span.dur), 1),
                 "span_ms": round(a.span.dur / 1e6, 1),

@@ -18,8 +18,10 @@ its own (peak RSS from wait4):
 - folded / report, --no-cache: every statement on the engine;
 - first look / second look: `folded --mode gpu` and `report -o page.html` with the result
   cache, the second answered from it;
-- with --sql-profile: report's and folded's statements timed one by one in-process, the
-  costliest printed (what to make cheaper).
+- with --sql-profile: report's and folded's statements timed one by one in-process (CPU
+  seconds), the costliest printed (what to make cheaper).
+With --trace, only the looks are measured and merged into the results' row of that size.
+Before/after tables of two checkouts: bench/scale_ab.py.
 Results: a table on stdout and bench/results/scale.json.
 """
 
@@ -90,7 +92,9 @@ def cli(*args: str | Path) -> list[str]:
 
 
 def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
-    """Each statement report and folded run, timed on a loaded engine (one per command)."""
+    """Each statement report and folded run, timed on a loaded engine (one per command),
+    in CPU seconds of this process (the engine runs in it, on this thread): on the shared
+    VM the neighbours move wall time by tens of percent, the CPU time by a few."""
     from exporters.analysis.idle_stacks import fold_mode
     from exporters.perfetto.trace_processor import Trace, open_trace
     from exporters.report.queries import collect
@@ -100,13 +104,13 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
 
     def timed(method: Any) -> Any:
         def call(self: Trace, sql: str) -> Any:
-            start = time.perf_counter()
+            start = time.process_time()
             try:
                 return method(self, sql)
             finally:
                 code = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
                 first = " ".join(" ".join(code).split())[:110]
-                took = round(time.perf_counter() - start, 3)
+                took = round(time.process_time() - start, 3)
                 timings.append({"what": command[0], "s": took, "sql": first})
 
         return call
@@ -121,9 +125,9 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
     # Trace.query and execute go through query_columns: every statement is timed once.
     Trace.query_columns = timed(Trace.query_columns)  # type: ignore[method-assign]
     Trace.execute = one_by_one  # type: ignore[method-assign]
-    start = time.perf_counter()
+    start = time.process_time()
     with open_trace(trace) as t:
-        load = time.perf_counter() - start
+        load = time.process_time() - start
         slices = t.scalar("select count(*) from slice")
         heap = {"slices": slices, "after_load_mb": round((t.engine_heap_bytes() or 0) / 2**20)}
         collect(t, trace.name)
@@ -136,7 +140,7 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
         fold_mode(t, "gpu", "ns", None)
     spent = {c: sum(x["s"] for x in timings if x["what"] == c) for c in ("report", "folded")}
     print(
-        f"  in-process: load {load:.1f} s, report SQL {spent['report']:.1f} s "
+        f"  in-process (CPU): load {load:.1f} s, report SQL {spent['report']:.1f} s "
         f"({sum(x['what'] == 'report' for x in timings)} statements), "
         f"folded SQL {spent['folded']:.1f} s"
     )
@@ -245,11 +249,16 @@ def measure(
     }
     for name, cmd in steps.items():
         result = run(cmd)
-        row[name] = {k: result[k] for k in ("s", "rss_mb")}
-        print(f"  {name}: {result['s']} s, {result['rss_mb']} MB", flush=True)
-    load = row["load"]["s"]
+        row[name] = {k: result[k] for k in ("s", "cpu_s", "rss_mb")}
+        print(
+            f"  {name}: {result['s']} s (CPU {result['cpu_s']} s), {result['rss_mb']} MB",
+            flush=True,
+        )
+    load, load_cpu = row["load"]["s"], row["load"]["cpu_s"]
     for name in ("folded", "report"):
         row[name]["on_top_of_load"] = round((row[name]["s"] - load) / load, 2)
+        # The same by CPU time: on this shared VM the neighbours move wall time.
+        row[name]["cpu_on_top_of_load"] = round((row[name]["cpu_s"] - load_cpu) / load_cpu, 2)
     if profile:
         row["sql_profile"] = sql_profile(trace)
     return row
@@ -320,6 +329,9 @@ def main() -> None:
     if args.convert_only and args.out.exists():
         # Only parse and convert were measured: the looks of an earlier run stay.
         doc = merge_convert_rows(json.loads(args.out.read_text()), rows, doc["date"])
+    elif args.trace is not None and args.out.exists():
+        # Only the looks were measured: the parse and convert numbers of an earlier run stay.
+        doc = merge_look_rows(json.loads(args.out.read_text()), rows, doc["date"])
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -336,6 +348,21 @@ def merge_convert_rows(
         else:
             old.update(row)
         (old or row)["convert_date"] = date
+    doc["rows"].sort(key=lambda r: r["slices"])
+    return doc
+
+
+def merge_look_rows(doc: dict[str, Any], rows: list[dict[str, Any]], date: str) -> dict[str, Any]:
+    """`doc` (an earlier run's results) with these rows' looks (load, folded, report, the
+    second looks, the SQL profile): into its row of the same size, or as new rows."""
+    by_size = {r["slices"]: r for r in doc["rows"]}
+    for row in rows:
+        old = by_size.get(row["slices"])
+        if old is None:
+            doc["rows"].append(row)
+        else:
+            old.update(row)
+        (old or row)["looks_date"] = date
     doc["rows"].sort(key=lambda r: r["slices"])
     return doc
 

@@ -6,12 +6,14 @@ them (report --format json, --annotate, folded --mode idle, query's views)."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from exporters.analysis.analyze import analyze
+from exporters.analysis.steps import step_table
 from exporters.analysis.tables import Scope
 from exporters.perfetto.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
@@ -106,6 +108,32 @@ def test_steps_detected_from_the_launch_sequence(scenario_traces: dict, name: st
     for s in steps.steps:
         assert 0 < s.busy_ns <= s.dur and s.idle_ns == s.dur - s.busy_ns
         assert s.compute_ns == s.busy_ns  # kernels only
+
+
+@pytest.mark.parametrize("name", ["data", "launch_bound"])
+def test_step_summary_beyond_its_rows_keeps_the_slowest(scenario_traces: dict, name: str) -> None:
+    """Where a trace has more steps than the summary holds one by one (STEP_ROWS), the list
+    keeps the slowest in step order and says so; the statistics still cover every step and
+    equal those of the whole list (statistics.median, the nearest-rank p90)."""
+    path, _expected = scenario_traces[name]
+    with open_trace(path) as t:
+        analysis = analyze(t)
+        full = step_table(t)
+        capped = step_table(t, rows=4)
+    durs = sorted(s.dur for s in full.steps)
+    n = len(durs)
+    assert n > 4 and full.count == n and not full.capped and full.shown_note() == ""
+    assert full.median_ns == int(statistics.median(durs))
+    assert full.p90_ns == durs[min(n - 1, (n * 90 + 99) // 100 - 1)]
+    assert (full.max_ns, full.spread) == (durs[-1], (durs[-1] - durs[0]) / full.median_ns)
+    slowest = sorted(full.steps, key=lambda s: (-s.dur, s.step))[:4]
+    assert capped.steps == sorted(slowest, key=lambda s: s.step)
+    assert capped.count == n and capped.capped
+    assert f"the 4 slowest of {n:,} steps" in capped.shown_note()
+    same = ("source", "median_ns", "p90_ns", "max_ns", "spread", "slowest")
+    assert [getattr(capped, k) for k in same] == [getattr(full, k) for k in same]
+    doc = analysis.to_json()
+    assert doc["steps_total"] == len(doc["steps"]) == n and "steps_note" not in doc
 
 
 def test_marked_steps_win_over_detection(tmp_path: Path) -> None:

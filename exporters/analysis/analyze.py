@@ -110,6 +110,9 @@ class Analysis:
                 for s in self.steps.steps
             ],
             "step_source": self.steps.source,
+            "steps_total": self.steps.count,
+            # Set where "steps" holds the slowest only (more than steps.STEP_ROWS found).
+            **({"steps_note": self.steps.shown_note()} if self.steps.capped else {}),
             "idle": {
                 "gaps": self.idle.gaps,
                 "idle_ns": self.idle.idle_ns,

@@ -67,8 +67,10 @@ SELECT ts, end_ts FROM xpu_analysis_span WHERE NOT EXISTS (SELECT 1 FROM win);
 -- earlier ops of the same device (and kind); an op that starts after it opens an island,
 -- which ends at the running maximum just before the next island opens.  The 'any' pass
 -- also gives the gaps (gaps.sql) and the report's device busy time (gpu_busy.sql).
+-- (Only what the islands and gaps need: gaps.sql looks the next op's call up by id; the
+-- op's names and call carried through the sort made it 0.15 s instead of 0.11 at 1M slices.)
 CREATE PERFETTO TABLE _xpu_op_reach AS
-SELECT id, api_id, api_name, api_ts, utid, name, device_track_id, ts, end_ts, max(end_ts) OVER (
+SELECT id, device_track_id, ts, end_ts, max(end_ts) OVER (
          PARTITION BY device_track_id ORDER BY ts, end_ts
          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
 FROM xpu_analysis_op;

@@ -33,7 +33,7 @@ def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
         facts.append(
             (
                 "steps",
-                f"{len(steps.steps)}, median {units.duration(steps.median_ns)}, "
+                f"{steps.count}, median {units.duration(steps.median_ns)}, "
                 f"p90 {units.duration(steps.p90_ns)}, max {units.duration(steps.max_ns)} "
                 f"({steps.source})",
             )
@@ -74,17 +74,14 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
     )
     shown = analysis.steps.steps
     if len(shown) > top:
-        # The slowest steps, in step order.
+        # The slowest steps, in step order (the summary holds the slowest when it cannot
+        # hold every step: these are the slowest of all).
         keep = {s.step for s in sorted(shown, key=lambda s: -s.dur)[:top]}
         shown = [s for s in shown if s.step in keep]
     steps = Section(
         "steps",
         "Steps (wall time, GPU busy by kind, idle)"
-        + (
-            f": the {top} slowest of {len(analysis.steps.steps)}"
-            if len(analysis.steps.steps) > top
-            else ""
-        ),
+        + (f": the {top} slowest of {analysis.steps.count}" if analysis.steps.count > top else ""),
         (
             Column("name", "step"),
             Column("dur", "wall", "ns"),

@@ -2,9 +2,12 @@
 SELECT name,
        count(*) AS calls,
        sum(dur) AS total_ns,
-       100.0 * sum(dur) / (SELECT sum(dur) FROM xpu_thread_slice WHERE category = 'cuda_api') AS pct,
+       100.0 * sum(dur) / sum(sum(dur)) OVER () AS pct,  -- of all calls: one pass, not two
        avg(dur) AS mean_ns,
-       max(dur) AS max_ns
+       max(dur) AS max_ns,
+       -- all calls, for the report's facts (the rows stop at {top} names)
+       sum(count(*)) OVER () AS all_calls,
+       sum(sum(dur)) OVER () AS all_ns
 FROM xpu_thread_slice
 WHERE category = 'cuda_api'
 GROUP BY name

@@ -1,16 +1,17 @@
 -- CPU contexts (launch stack if recorded, else enclosing CPU slices) and API calls behind
 -- the most GPU time.  Needs exporters/folded/stacks.sql.
 -- GPU time is summed per API call first: joining every GPU op to the context table
--- directly makes SQLite nest the loops the slow way round (seconds for 5k kernels).
+-- directly makes SQLite nest the loops the slow way round (seconds for 5k kernels).  The
+-- sums per call and op name of stacks.sql are that, a quarter of the rows of the ops.
 WITH
 per_api AS (
-  SELECT api_id, sum(dur) AS gpu_ns, count(*) AS ops
-  FROM xpu_gpu_op
-  WHERE category IN ('kernel', 'memcpy', 'memset') AND api_id IS NOT NULL
+  SELECT api_id, sum(weight_ns) AS gpu_ns, sum(ops) AS ops
+  FROM _xpu_folded_gpu_call
+  WHERE api_id IS NOT NULL
   GROUP BY api_id
 ),
 total AS (
-  SELECT sum(dur) AS ns FROM xpu_gpu_op WHERE category IN ('kernel', 'memcpy', 'memset')
+  SELECT sum(weight_ns) AS ns FROM _xpu_folded_gpu_call
 )
 SELECT c.root || coalesce(';' || c.context, '') AS stack,
        ';' || max(c.context_modules) AS modules,  -- '' for the root; NULL: enclosing slices
