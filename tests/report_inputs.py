@@ -21,7 +21,11 @@ from tests.native.build import HERE as NATIVE_SRC
 
 from .conftest import REPO
 
-FAKE_LAUNCHES = 200
+# Enough GPU work that CPU samples of fake_app land inside it (the analysis's focus): the
+# eBPF sampler's first sample of the new process comes 4-18 ms after its first kernel on
+# this VM, and 200 launches (~14 ms of work) left none there on about one run in three
+# (test_top_functions_cover_the_steady_state); 10,000 last ~40 ms, 24-31 samples inside.
+FAKE_LAUNCHES = 10000
 CPU_SECONDS = 0.3  # two_callers burns this much CPU: ~300 samples at 999 Hz
 
 
