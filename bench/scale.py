@@ -328,18 +328,19 @@ def main() -> None:
     }
     if args.convert_only and args.out.exists():
         # Only parse and convert were measured: the looks of an earlier run stay.
-        doc = merge_convert_rows(json.loads(args.out.read_text()), rows, doc["date"])
+        doc = merge_rows(json.loads(args.out.read_text()), rows, "convert_date", doc["date"])
     elif args.trace is not None and args.out.exists():
         # Only the looks were measured: the parse and convert numbers of an earlier run stay.
-        doc = merge_look_rows(json.loads(args.out.read_text()), rows, doc["date"])
+        doc = merge_rows(json.loads(args.out.read_text()), rows, "looks_date", doc["date"])
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
-def merge_convert_rows(
-    doc: dict[str, Any], rows: list[dict[str, Any]], date: str
+def merge_rows(
+    doc: dict[str, Any], rows: list[dict[str, Any]], date_key: str, date: str
 ) -> dict[str, Any]:
-    """`doc` (an earlier run's results) with these rows' parse and convert numbers: into
-    its row of the same size, or as new rows."""
+    """`doc` (an earlier run's results) with these rows' numbers (a partial run: parse and
+    convert, or the looks): into its row of the same size, or as new rows, each dated by
+    `date_key`."""
     by_size = {r["slices"]: r for r in doc["rows"]}
     for row in rows:
         old = by_size.get(row["slices"])
@@ -347,22 +348,7 @@ def merge_convert_rows(
             doc["rows"].append(row)
         else:
             old.update(row)
-        (old or row)["convert_date"] = date
-    doc["rows"].sort(key=lambda r: r["slices"])
-    return doc
-
-
-def merge_look_rows(doc: dict[str, Any], rows: list[dict[str, Any]], date: str) -> dict[str, Any]:
-    """`doc` (an earlier run's results) with these rows' looks (load, folded, report, the
-    second looks, the SQL profile): into its row of the same size, or as new rows."""
-    by_size = {r["slices"]: r for r in doc["rows"]}
-    for row in rows:
-        old = by_size.get(row["slices"])
-        if old is None:
-            doc["rows"].append(row)
-        else:
-            old.update(row)
-        (old or row)["looks_date"] = date
+        (old or row)[date_key] = date
     doc["rows"].sort(key=lambda r: r["slices"])
     return doc
 

@@ -19,9 +19,9 @@ from exporters.perfetto.cached_trace import CachedTrace, open_cached
 from exporters.perfetto.trace_processor import QueryError, Trace, open_trace
 from exporters.perfetto.views import load_views
 
-from .conftest import REPO, run_cli
+from .conftest import run_cli
+from .trace_rewrite import OTHER, rewrite_in_place
 
-OTHER = REPO / "tests" / "data" / "kineto_outside" / "cuda_event_sync.json.gz"
 OTHER_UID = 12345
 REFUSED = "not using the cached engine snapshot"
 
@@ -116,15 +116,7 @@ def test_a_changed_trace_never_gets_its_old_snapshot(trace: Path, tmp_path: Path
     root = tmp_path / "results"
     _look(trace, root, FIRST)
     before = _fresh(trace, NEW)
-    other = tmp_path / "other.perfetto-trace"
-    run_cli("convert", OTHER, "-o", other, check=True)
-    st = trace.stat()
-    # Same inode, same mtime: rewritten in place, its time set back.
-    with trace.open("r+b") as f:
-        f.truncate(0)
-        f.write(other.read_bytes())
-    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert trace.stat().st_ino == st.st_ino
+    other = rewrite_in_place(trace, tmp_path)
     answers, loaded, restored = _look(trace, root, NEW)
     assert loaded and not restored
     assert answers == _fresh(other, NEW)

@@ -16,9 +16,9 @@ from exporters.perfetto.cached_trace import CachedTrace, open_cached
 from exporters.perfetto.trace_processor import QueryError, Trace, open_trace
 from exporters.perfetto.views import load_views
 
-from .conftest import REPO, run_cli
+from .conftest import run_cli
+from .trace_rewrite import rewrite_in_place
 
-OTHER = REPO / "tests" / "data" / "kineto_outside" / "cuda_event_sync.json.gz"
 OTHER_UID = 12345
 
 SQL = "select name, count(*) as n, sum(dur) as total from xpu_gpu_op group by 1 order by 3 desc"
@@ -87,15 +87,7 @@ def test_a_changed_trace_is_never_answered_from_its_old_answers(
 ) -> None:
     root = tmp_path / "results"
     before = _look(trace, root)
-    other = tmp_path / "other.perfetto-trace"
-    run_cli("convert", OTHER, "-o", other, check=True)
-    st = trace.stat()
-    # Same inode, same mtime: rewritten in place, its time set back.
-    with trace.open("r+b") as f:
-        f.truncate(0)
-        f.write(other.read_bytes())
-    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert trace.stat().st_ino == st.st_ino
+    other = rewrite_in_place(trace, tmp_path)
     after = _look(trace, root)
     assert after[2] is True  # loaded again
     with open_trace(other) as t:
