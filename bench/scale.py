@@ -177,20 +177,8 @@ def parse_and_convert(kineto: Path, trace: Path, rounds: int) -> dict[str, Any]:
     fast_ratios = [round(c["s"] / p["s"], 2) for p, c in zip(fast_parses, converts, strict=True)]
     return {
         "json_mb": round(mb, 1),
-        "parse": {
-            "s": parse_s,
-            "rss_mb": max(p["rss_mb"] for p in parses),
-            "mb_s": round(mb / parse_s, 1),
-            "rounds_s": [p["s"] for p in parses],
-            "rounds_cpu_s": [p["cpu_s"] for p in parses],
-        },
-        "parse_fast": {
-            "s": fast_s,
-            "rss_mb": max(p["rss_mb"] for p in fast_parses),
-            "mb_s": round(mb / fast_s, 1),
-            "rounds_s": [p["s"] for p in fast_parses],
-            "rounds_cpu_s": [p["cpu_s"] for p in fast_parses],
-        },
+        "parse": _reading(parses, parse_s, mb),
+        "parse_fast": _reading(fast_parses, fast_s, mb),
         "convert": {
             "s": convert_s,
             "rss_mb": max(c["rss_mb"] for c in converts),
@@ -333,6 +321,17 @@ def main() -> None:
         # Only the looks were measured: the parse and convert numbers of an earlier run stay.
         doc = merge_rows(json.loads(args.out.read_text()), rows, "looks_date", doc["date"])
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def _reading(rounds: list[dict[str, Any]], median_s: float, mb: float) -> dict[str, Any]:
+    """One reader's rounds (the ijson parse, or convert's own reader) as results."""
+    return {
+        "s": median_s,
+        "rss_mb": max(r["rss_mb"] for r in rounds),
+        "mb_s": round(mb / median_s, 1),
+        "rounds_s": [r["s"] for r in rounds],
+        "rounds_cpu_s": [r["cpu_s"] for r in rounds],
+    }
 
 
 def merge_rows(
