@@ -374,9 +374,10 @@ class KeptGpuMetrics(FinishedRun):
         pm = self._pm()
         lines = list(self._kept.summary_lines)
         if pm is not None:
+            cost = pm.cost_words()
             lines.append(
                 f"GPU metrics: PM sampling on GPU {', '.join(map(str, sorted(pm.started)))}: "
                 f"{pm.counts['pm_samples']} samples, {pm.counts['pm_samples_dropped']} dropped"
-                + (f"; {pm.cost_words()}" if pm.cost_words() else "")
+                + (f"; {cost}" if cost else "")
             )
         return lines

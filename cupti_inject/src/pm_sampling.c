@@ -88,9 +88,9 @@ static int64_t clock_offset;
 static uint64_t n_samples, n_dropped, n_gaps, n_overflows, n_started, n_refused, n_values_failed;
 static uint64_t n_short;        /* fragments and the last sample of a full image: left out */
 /* What PM sampling costs the program, said in the summary: the wall time our thread spent
- * starting devices (once, ~0.5 s on the H200, while the program sets CUDA up) and then in
- * its rounds (decoding: CUPTI calls that may take driver locks the program's launches
- * need), its CPU time, and the time from the first device started to the final flush,
+ * starting devices (once, ~0.5 s on the H200, while the program sets CUDA up) and then
+ * decoding (busy_ns: CUPTI calls that may take driver locks the program's launches need),
+ * its CPU time, and the time from the first device started to the final flush,
  * which the busy time is a share of. */
 static uint64_t busy_ns, start_ns, thread_cpu_ns, first_start_ns;
 /* Where the rounds' time goes (said with XPU_PERF_PM_DEBUG at the final flush):
@@ -438,7 +438,11 @@ static void pm_round(void) {
                 start_ns += xp_now_ns() - t0;
             }
         }
-        if (d->state == PM_RUNNING) decode(i, d, 0);
+        if (d->state == PM_RUNNING) {
+            uint64_t t0 = xp_now_ns();
+            decode(i, d, 0);
+            busy_ns += xp_now_ns() - t0;
+        }
     }
 }
 
@@ -449,9 +453,7 @@ static void *pm_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_mutex_lock(&pm_lock);
     while (!stop_requested) {
-        uint64_t round_start = xp_now_ns();
         pm_round();
-        busy_ns += xp_now_ns() - round_start;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += (time_t)(decode_ms / 1000);
@@ -581,7 +583,6 @@ void pm_sampling_final(void) {
     }
     uint64_t end = xp_now_ns();
     busy_ns += end - final_start; /* the final decode runs on the exiting thread, counted too */
-    busy_ns -= start_ns < busy_ns ? start_ns : busy_ns; /* the rounds' time: start said apart */
     if (debug) {
         char what[224];
         snprintf(what, sizeof what,

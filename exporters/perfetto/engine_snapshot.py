@@ -85,14 +85,11 @@ def cap_bytes() -> int:
     return (int(value) if value.isdigit() else DEFAULT_CAP_MB) * 1024**2
 
 
-def engine_identity() -> str:
-    """The embedded engine's build: a snapshot from another one is never restored."""
+def snapshot_name(trace_key: str) -> str:
+    """The trace's key and the embedded engine's build: a snapshot from another build is
+    never restored."""
     from exporters.perfetto.wasm_engine import engine_identity
 
-    return engine_identity()
-
-
-def snapshot_name(trace_key: str) -> str:
     h = hashlib.blake2b(digest_size=20)
     for part in (f"engine snapshot {FORMAT}", trace_key, engine_identity()):
         h.update(part.encode())
