@@ -8,6 +8,7 @@ import errno
 import os
 import shutil
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,26 @@ def _snapshots(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / "engine").glob("*.heap"))
 
 
-def test_restored_engine_answers_new_sql_like_a_fresh_load(trace: Path, tmp_path: Path) -> None:
+@pytest.fixture(params=["mapped", "read"])
+def restore_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Both ways a snapshot gets into the heap: mapped (a local file system, what this
+    machine's temporary directory is) or read (a network or cluster file system)."""
+    decided: list[bool] = []
+    maps_safely = engine_snapshot._maps_safely
+
+    def decide(fd: int, runs: list[tuple[int, int]]) -> bool:
+        decided.append(request.param == "mapped" and maps_safely(fd, runs))
+        return decided[-1]
+
+    monkeypatch.setattr(engine_snapshot, "_maps_safely", decide)
+    yield str(request.param)
+    # Mapped where asked: else the mapped path went untested here.
+    assert decided == [request.param == "mapped"] * len(decided)
+
+
+def test_restored_engine_answers_new_sql_like_a_fresh_load(
+    trace: Path, tmp_path: Path, restore_by: str
+) -> None:
     root = tmp_path / "results"
     _, loaded, restored = _look(trace, root, FIRST)
     assert loaded and not restored
@@ -110,6 +130,31 @@ def test_a_restored_engine_is_snapshotted_as_it_was(trace: Path, tmp_path: Path)
         _, _, restored = _look(trace, root, [f"select {i} as i, count(*) from thread"])
         assert restored
     assert _snapshots(tmp_path)[0].read_bytes() == kept
+
+
+@pytest.mark.parametrize("change", ["replaced", "removed"])
+def test_a_mapped_snapshot_replaced_or_removed_under_the_engine(
+    trace: Path, tmp_path: Path, change: str, restore_by: str
+) -> None:
+    """What the cache itself does to a snapshot another look has mapped (a newer one renamed
+    over it, the cap unlinking it) leaves that engine its pages: the same answers."""
+    root = tmp_path / "results"
+    _look(trace, root, FIRST)
+    snapshot = _snapshots(tmp_path)[0]
+    with open_cached(trace, root=root) as t:
+        assert isinstance(t, CachedTrace)
+        first = t.query(NEW[0])
+        assert t.snapshots is not None and t.snapshots.restored
+        if change == "replaced":
+            other = tmp_path / "other.heap"
+            other.write_bytes(b"\0" * snapshot.stat().st_size)
+            os.replace(other, snapshot)
+        else:
+            snapshot.unlink()
+        with open("/proc/sys/vm/drop_caches", "w") as f:  # the pages read back from disk
+            f.write("1\n")
+        assert _answers(t, NEW[1:]) == _fresh(trace, NEW)[1:]
+        assert t.query(NEW[0]) == first
 
 
 def test_a_changed_trace_never_gets_its_old_snapshot(trace: Path, tmp_path: Path) -> None:
@@ -191,7 +236,7 @@ def _damage(snapshot: Path, how: str, tmp_path: Path) -> None:
     ],
 )
 def test_a_planted_loose_or_damaged_snapshot_is_refused(
-    trace: Path, tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+    trace: Path, tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str], restore_by: str
 ) -> None:
     if how == "other owner" and os.geteuid() != 0:
         pytest.skip("chown to another uid needs root")

@@ -143,6 +143,31 @@ def prefault(part: memoryview) -> None:
         pass
 
 
+_PROT_READ_WRITE = 0x1 | 0x2
+_MAP_PRIVATE_FIXED = 0x02 | 0x10
+
+
+def map_private(part: memoryview, fd: int, offset: int) -> None:
+    """Map `len(part)` bytes of the file at `offset` over a part of the heap, copy on write:
+    the engine reads the file's pages from the page cache as it needs them and its writes
+    go to private copies, never to the file.  Both ends page aligned; OSError if refused."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    address = ctypes.addressof(ctypes.c_char.from_buffer(part))
+    got = libc.mmap(address, len(part), _PROT_READ_WRITE, _MAP_PRIVATE_FIXED, fd, offset)
+    if got != address:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 class WasmTransport:
     """Byte transport to one in-process trace_processor instance.
 
