@@ -351,6 +351,9 @@ class _FullDisk:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return int(self.real.write(data))
 
+    def seek(self, offset: int) -> int:
+        return int(self.real.seek(offset))
+
     def close(self) -> None:
         self.real.close()
 
@@ -402,3 +405,26 @@ def test_a_report_from_a_restored_engine_is_a_loaded_ones(trace: Path, tmp_path:
         expected = collect(t, trace.name, stacks=True)
     assert report == expected
     assert report.sections  # something was compared
+
+
+def test_runs_lie_in_the_file_as_in_the_heap_modulo_2_mib(trace: Path, tmp_path: Path) -> None:
+    """Each run's file offset is its heap offset modulo 2 MiB (mapped so, the page cache's
+    large folios map whole), past the header and the run before it; the gaps are holes."""
+    _look(trace, tmp_path / "results", FIRST)
+    snapshot = _snapshots(tmp_path)[0]
+    data = snapshot.read_bytes()
+    head = engine_snapshot._HEAD.unpack_from(data, 0)
+    count = head[5]
+    runs = [
+        engine_snapshot._RUN.unpack_from(data, engine_snapshot._HEAD.size + i * 8)
+        for i in range(count)
+    ]
+    offsets, end = engine_snapshot._run_offsets(runs)
+    assert end == len(data)
+    at = engine_snapshot._data_offset(count)
+    for (first, pages), offset in zip(runs, offsets, strict=True):
+        assert offset >= at and (offset - first * engine_snapshot.PAGE) % (2 << 20) == 0
+        at = offset + pages * engine_snapshot.PAGE
+    # A heap of several runs: the rule was met more than once.
+    assert count > 1, runs
+    assert snapshot.stat().st_blocks * 512 <= len(data)

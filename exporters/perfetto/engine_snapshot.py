@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 ENV_CAP_MB = "XPU_PERF_ENGINE_CACHE_MB"
 DEFAULT_CAP_MB = 4096
-FORMAT = 1
+FORMAT = 2
 PAGE = 65536  # a wasm page: the heap grows by these, and zero ones are skipped
 _MAGIC = b"XPUHEAP\0"
 # magic, format, name, heap bytes, CRC-32 of the heap, runs, the state outside the heap
@@ -71,6 +71,10 @@ _HEAD = struct.Struct("<8sI40sQII5I")
 _RUN = struct.Struct("<II")  # first page, pages
 _CRC = struct.Struct("<I")
 _ALIGN = 4096  # the pages start here in the file
+# Each run lies in the file at an offset congruent to its place in the heap modulo 2 MiB
+# (the heap starts 2 MiB aligned): mapped so, the kernel maps the page cache's large folios
+# whole, and reading a 2 GB heap through the mapping took 0.07 s instead of 0.15 s.
+_FOLIO_ALIGN = 2 * 1024**2
 _PART = 32 * 1024**2  # what one reader or writer thread copies at a time
 # A snapshot is not written where it would leave less than this free on the file system.
 _KEEP_FREE = 1024**3
@@ -109,6 +113,26 @@ def _crc32(data: memoryview) -> int:
     return int(deflate.crc32(data))
 
 
+def _restored_crc32(heap: memoryview, runs: list[tuple[int, int]]) -> int:
+    """The CRC-32 of a heap restored from `runs` (the rest zeros, as `clear_heap` left it):
+    the runs' pages read where they are (mapped, each once from the page cache), the zero
+    pages between them counted from a buffer of zeros instead of faulted in one 4 KiB
+    page at a time (5M slices: 310 MB of them took ~0.14 s of a 0.2 s check)."""
+    import deflate
+
+    crc = 0
+    at = 0
+    for first, pages in [*runs, (len(heap) // PAGE, 0)]:
+        for _ in range(first - at):
+            crc = deflate.crc32(_ZERO_PAGE, crc)
+        at = first + pages
+        crc = deflate.crc32(heap[first * PAGE : at * PAGE], crc)
+    return int(crc)
+
+
+_ZERO_PAGE = bytes(PAGE)
+
+
 def _runs(heap: memoryview) -> list[tuple[int, int]]:
     """The heap's pages that are not all zeros, as (first page, pages) runs."""
     import numpy as np  # 0.03 s for a 627 MB heap, a loop over its pages 0.3 s
@@ -126,6 +150,19 @@ def _runs(heap: memoryview) -> list[tuple[int, int]]:
 def _data_offset(run_count: int) -> int:
     head = _HEAD.size + run_count * _RUN.size + _CRC.size
     return -(-head // _ALIGN) * _ALIGN
+
+
+def _run_offsets(runs: list[tuple[int, int]]) -> tuple[list[int], int]:
+    """Where each run's pages start in the file, and where the file ends: each run at the
+    first offset past the previous one that is its heap offset modulo `_FOLIO_ALIGN` (the
+    gaps are holes: written by seeking past them, they take no disk)."""
+    offsets: list[int] = []
+    at = _data_offset(len(runs))
+    for first, pages in runs:
+        at += (first * PAGE - at) % _FOLIO_ALIGN
+        offsets.append(at)
+        at += pages * PAGE
+    return offsets, at
 
 
 class Refused(Exception):
@@ -223,7 +260,7 @@ class EngineSnapshots:
         if _crc32(memoryview(head + table[: -_CRC.size])) != head_crc:
             raise Refused("has a damaged header")
         runs = [_RUN.unpack_from(table, i * _RUN.size) for i in range(run_count)]
-        expected = _data_offset(run_count) + sum(pages for _, pages in runs) * PAGE
+        _, expected = _run_offsets(runs)
         if st.st_size != expected:
             raise Refused(f"is truncated or damaged ({st.st_size} bytes, {expected} expected)")
         if any((first + pages) * PAGE > heap_bytes for first, pages in runs):
@@ -264,9 +301,7 @@ class EngineSnapshots:
                 _map_pages(f.fileno(), heap, runs)
             else:
                 _read_pages(f.fileno(), heap, runs)
-            # Mapped, this reads every page once from the page cache (5M slices: ~0.3 s
-            # against ~1.7 s to copy them into the heap).
-            if _crc32(heap) != heap_crc:
+            if _restored_crc32(heap, runs) != heap_crc:
                 raise Refused("does not match its checksum (damaged)")
             del heap
         except BaseException:
@@ -288,8 +323,7 @@ class EngineSnapshots:
             return
         heap = transport.heap_view()
         runs = _runs(heap)
-        data_bytes = sum(pages for _, pages in runs) * PAGE
-        size = _data_offset(len(runs)) + data_bytes
+        offsets, size = _run_offsets(runs)
         cap = cap_bytes()
         if size > cap:
             _note(f"{size / 1e6:.0f} MB, over the cap of {cap / 1e6:.0f} MB ({ENV_CAP_MB})")
@@ -312,8 +346,9 @@ class EngineSnapshots:
             head += b"".join(_RUN.pack(first, pages) for first, pages in runs)
             head += _CRC.pack(_crc32(memoryview(head)))
             with OutputFile(self.path, "wb", file_mode=0o600) as out:
-                out.file.write(head.ljust(_data_offset(len(runs)), b"\0"))
-                for first, pages in runs:
+                out.file.write(head)
+                for (first, pages), offset in zip(runs, offsets, strict=True):
+                    out.file.seek(offset)
                     out.file.write(heap[first * PAGE : (first + pages) * PAGE])
         except OSError as exc:
             _note(exc.strerror or str(exc))
@@ -333,10 +368,10 @@ def _note(why: str) -> None:
     )
 
 
-def _parts(runs: list[tuple[int, int]], data_offset: int) -> Iterator[tuple[int, int, int]]:
+def _parts(runs: list[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
     """(heap offset, file offset, bytes) of the runs, cut into `_PART` pieces."""
-    at = data_offset
-    for first, pages in runs:
+    offsets, _ = _run_offsets(runs)
+    for (first, pages), at in zip(runs, offsets, strict=True):
         start, end = first * PAGE, (first + pages) * PAGE
         for part in range(start, end, _PART):
             size = min(_PART, end - part)
@@ -362,7 +397,7 @@ def _read_pages(fd: int, heap: memoryview, runs: list[tuple[int, int]]) -> None:
             done += n
 
     with ThreadPoolExecutor(_readers()) as pool:
-        for _ in pool.map(read, _parts(runs, _data_offset(len(runs)))):
+        for _ in pool.map(read, _parts(runs)):
             pass
 
 
@@ -413,13 +448,12 @@ def _map_pages(fd: int, heap: memoryview, runs: list[tuple[int, int]]) -> None:
     from the page cache as they are read (the checksum reads each once)."""
     from exporters.perfetto.wasm_engine import map_private
 
-    at = _data_offset(len(runs))
-    for first, pages in runs:
+    offsets, _ = _run_offsets(runs)
+    for (first, pages), offset in zip(runs, offsets, strict=True):
         try:
-            map_private(heap[first * PAGE : (first + pages) * PAGE], fd, at)
+            map_private(heap[first * PAGE : (first + pages) * PAGE], fd, offset)
         except OSError as exc:
             raise _MapRefused(str(exc)) from exc
-        at += pages * PAGE
 
 
 def _readers() -> int:
