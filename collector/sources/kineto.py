@@ -406,8 +406,8 @@ def convert_events(
     linker = FlowLinker(window)
     named_threads: set[tuple[int, int]] = set()
     device_pids: set[int] = set()  # pids that hold device ops (their labels name nothing)
-    for device, name in sorted(head.device_names.items()):
-        yield model.GpuDevice(device, name)
+    for device, device_name in sorted(head.device_names.items()):
+        yield model.GpuDevice(device, device_name)
 
     def emit(slot: Slot, key: EndKey | None = None) -> model.Event | None:
         done = linker.push(slot, key)

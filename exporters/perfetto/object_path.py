@@ -13,6 +13,7 @@ packet).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from heapq import heappop, heappush
 from operator import itemgetter
 
@@ -118,15 +119,16 @@ def write_slices(prod: ProducerState, pending: list[model.CpuSlice | model.GpuOp
             # Flow ids freed at an earlier time: free for this slice.  Not for one
             # that starts when a flow ended: trace_processor reads the packets of
             # one time in file order, and the end may be in a later track's list.
-            for fid in freed:
-                heappush(free_flow_ids, fid)
+            for freed_id in freed:
+                heappush(free_flow_ids, freed_id)
             freed.clear()
         dur = ev.dur
         end = ts + dur if dur > 0 else ts
         gpu = type(ev) is _GpuOp
+        corr: int | None
         if gpu:
-            lanes = stream_lanes.get((ev.device, ev.stream)) or _lanes(prod, ev)
-            corr = ev.correlation_id
+            lanes = stream_lanes.get((ev.device, ev.stream)) or _lanes(prod, ev)  # type: ignore[union-attr]
+            corr = ev.correlation_id  # type: ignore[union-attr]
         else:
             lanes = thread_lanes.get((ev.pid, ev.tid)) or _lanes(prod, ev)  # type: ignore[union-attr]
             corr = None
@@ -158,6 +160,7 @@ def write_slices(prod: ProducerState, pending: list[model.CpuSlice | model.GpuOp
         # not for args with floats or bools (1, 1.0 and True are equal as keys but
         # encode differently).
         args = ev.args
+        varying: Sequence[bytes]
         if varying_keys.isdisjoint(args):
             key = (uuid, ev.name, ev.category, *args, *args.values())
             cached = begin_cache.get(key)
@@ -170,8 +173,10 @@ def write_slices(prod: ProducerState, pending: list[model.CpuSlice | model.GpuOp
                     name_fields.get(ev.name) or seq.name_field(ev.name),
                     category_fields.get(ev.category) or seq.category_field(ev.category),
                 ]
-                varying = seq.args_fields(args.items(), parts)
-                if varying is None:  # every value seen before: worth caching
+                rare = seq.args_fields(args.items(), parts)
+                if rare is not None:
+                    varying = rare
+                else:  # every value seen before: worth caching
                     varying = ()
                     if len(begin_cache) < _BEGIN_CACHE_SIZE:
                         begin_cache[key] = b"".join(parts)
@@ -188,6 +193,7 @@ def write_slices(prod: ProducerState, pending: list[model.CpuSlice | model.GpuOp
             parts, varying = _begin_with_varying_args(prod, uuid, ev)
         # Then what varies: flows, correlation id, args with values seen rarely.
         fids = ev.flow_ids
+        fid: int | None
         if fids:
             behind = ts < latest
             if len(fids) == 1 and not behind:
@@ -224,8 +230,12 @@ def write_slices(prod: ProducerState, pending: list[model.CpuSlice | model.GpuOp
                 freed_at = flows.freed_at
         if corr is not None:
             if 0 <= corr < _VARINT3_LIMIT:
-                value = _SMALL[corr] if corr < _SMALL_LIMIT else _varint3(corr)
-                parts += (_ANNOTATION[correlation_len + len(value)], correlation_head, value)
+                corr_value = _SMALL[corr] if corr < _SMALL_LIMIT else _varint3(corr)
+                parts += (
+                    _ANNOTATION[correlation_len + len(corr_value)],
+                    correlation_head,
+                    corr_value,
+                )
             else:
                 parts.append(seq.annotation("correlation_id", corr))
         if varying:
@@ -302,6 +312,7 @@ def _begin_with_varying_args(
     stable = [item for item in items if item[0] not in varying_keys]
     key = (uuid, ev.name, ev.category, *stable)
     cached = prod.begin_cache.get(key)
+    varying: list[bytes]
     if cached is not None and CACHED_TYPES.issuperset(map(type, map(_VALUE, stable))):
         parts = [cached]
         varying = []
@@ -311,8 +322,10 @@ def _begin_with_varying_args(
             seq.name_field(ev.name),
             seq.category_field(ev.category),
         ]
-        varying = seq.args_fields(stable, parts)  # type: ignore[assignment]
-        if varying is None:
+        rare = seq.args_fields(stable, parts)
+        if rare is not None:
+            varying = rare
+        else:
             varying = []
             if len(prod.begin_cache) < _BEGIN_CACHE_SIZE:
                 prod.begin_cache[key] = b"".join(parts)

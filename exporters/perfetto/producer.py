@@ -85,7 +85,7 @@ class Producer(ProducerState):
             if kind is _GpuOp or kind is _CpuSlice:
                 if kind is _CpuSlice and event.launch_stack is not None:  # type: ignore[union-attr]
                     event = with_launch_stack_arg(event)  # type: ignore[arg-type]
-                pending.append(event)
+                pending.append(event)  # type: ignore[arg-type]
                 room -= 1
                 if room <= 0:
                     self.flush()

@@ -135,7 +135,8 @@ class Sequence(InternedFields):
         if cell is not None:
             return cell
         used = self._own_clocks
-        if used < OWN_CLOCKS or self._shared_clocks[gpu] is None:
+        shared = self._shared_clocks[gpu]
+        if used < OWN_CLOCKS or shared is None:
             clock_id = INCREMENTAL_CLOCK_ID + used if used < OWN_CLOCKS else SHARED_CLOCK[gpu]
             self._own_clocks += used < OWN_CLOCKS
             if clock_id == INCREMENTAL_CLOCK_ID:
@@ -149,7 +150,7 @@ class Sequence(InternedFields):
             if used >= OWN_CLOCKS:
                 self._shared_clocks[gpu] = cell
         else:
-            cell = self._shared_clocks[gpu]  # type: ignore[assignment]
+            cell = shared
         self.track_clocks[uuid] = cell
         return cell
 

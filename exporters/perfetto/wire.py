@@ -66,6 +66,10 @@ _SMALL: list[bytes] = [
 SMALL = _SMALL
 _LOW7_CONTINUED = [bytes((n | 0x80,)) for n in range(0x80)]
 _U64 = 1 << 64
+# What the functions that take encoded bytes accept: bytes, deflate's bytearray, a view of a
+# chunk.  Spelled out for mypyc (bench/mypyc_build.py), whose compiled functions check
+# their arguments' types: `bytes` alone would refuse deflate's bytearray.
+Buffer = bytes | bytearray | memoryview
 
 
 def varint3(n: int) -> bytes:
@@ -89,7 +93,7 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
-def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_varint(data: Buffer, pos: int) -> tuple[int, int]:
     """The varint at data[pos:] and the position after it; IndexError when it runs past the
     end (a reader of streamed or truncated data decides what that means)."""
     value = shift = 0
@@ -111,11 +115,11 @@ def varint_field(field: int, value: int) -> bytes:
     return key(field, VARINT) + varint(value)
 
 
-def len_field(field: int, payload: bytes) -> bytes:
+def len_field(field: int, payload: Buffer) -> bytes:
     return key(field, LEN) + varint(len(payload)) + payload
 
 
-def frame(payload: bytes) -> bytes:
+def frame(payload: Buffer) -> bytes:
     """One serialized TracePacket framed as `Trace.packet`, as it goes into the file."""
     return len_field(TRACE_PACKET, payload)
 
