@@ -327,6 +327,8 @@ def test_sampler_handlers_never_in_the_stacks(tmp_path: Path) -> None:
     trace = tmp_path / "paired.perfetto-trace"
     proc = run_cli("record", "--no-gpu", "--freq", FREQ, "-o", trace, "--", exe, "2")
     assert proc.returncode == 0, proc.stderr
+    # The kernel-mode sampler ran, so the SIGURG handler was there to be stacked on.
+    assert re.search(r"cpu samples in the kernel: \d+ with kernel frames", proc.stderr), proc.stderr
     folded = run_cli("folded", trace, "--mode", "cpu", "--unit", "samples", "--all-frames")
     assert folded.returncode == 0, folded.stderr
     stacks: Counter[str] = Counter()
