@@ -22,15 +22,14 @@ import filecmp
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from measured import run_measured
 from scale import PARSE
 
 # Runs in the checkout: the conversion as `xpu-perf convert` runs it, timed around main().
@@ -51,22 +50,8 @@ print(json.dumps({"code": code, "main_cpu_s": cpu, "main_s": wall, "kineto": kin
 def run(cmd: list[str], cwd: Path | None = None) -> dict[str, Any]:
     """Wall time, CPU time (user + system), peak RSS (MB) of one process; its stdout."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the checkout's code
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            err.seek(0)
-            sys.exit(f"{' '.join(cmd)} failed: {err.read().decode()[-2000:]}")
-        out.seek(0)
-        text = out.read().decode()
-    return {
-        "s": round(wall, 3),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-        "rss_mb": round(usage.ru_maxrss / 1024),
-        "stdout": text,
-    }
+    row, stdout, _ = run_measured(cmd, cwd=cwd, env=env, digits=3)
+    return row | {"stdout": stdout}
 
 
 def main() -> None:

@@ -33,9 +33,7 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import scale_input  # noqa: E402
+from measured import run_measured  # noqa: E402
 
 PARSE = """
 import sys, ijson
@@ -72,19 +71,8 @@ print(n)
 
 
 def run(cmd: list[str]) -> dict[str, Any]:
-    """Wall time, CPU time, peak RSS (MB, the child's own, from wait4) of one subprocess."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            err.seek(0)
-            sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
-    # CPU seconds too: on a shared VM, wall time moves with the neighbours' load.
-    cpu = usage.ru_utime + usage.ru_stime
-    return {"s": round(wall, 2), "cpu_s": round(cpu, 2), "rss_mb": round(usage.ru_maxrss / 1024)}
+    """Wall time, CPU time, peak RSS (MB, the child's own) of one subprocess."""
+    return run_measured(cmd, cwd=REPO)[0]
 
 
 def cli(*args: str | Path) -> list[str]:

@@ -21,15 +21,16 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from measured import run_measured  # noqa: E402
 
 from collector import cache_trust  # noqa: E402
 
@@ -37,25 +38,8 @@ from collector import cache_trust  # noqa: E402
 def run(checkout: Path, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Wall time, CPU time and peak RSS (MB) of one `xpu-perf` command run from `checkout`."""
     environ = dict(os.environ, PYTHONPATH=str(checkout), **(env or {}))
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "collector.cli", *args],
-            cwd=checkout,
-            env=environ,
-            stdout=out,
-            stderr=err,
-        )
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            err.seek(0)
-            sys.exit(f"{checkout}: {' '.join(args)} failed: {err.read().decode()[-2000:]}")
-    return {
-        "s": round(wall, 2),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-        "rss_mb": round(usage.ru_maxrss / 1024),
-    }
+    cmd = [sys.executable, "-m", "collector.cli", *args]
+    return run_measured(cmd, cwd=checkout, env=environ)[0]
 
 
 def steps(trace: Path, work: Path, side: str) -> dict[str, list[str]]:

@@ -28,7 +28,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +36,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from measured import run_measured  # noqa: E402
 
 # A statement new to the result store on every look, whose own SQL is next to nothing: the
 # second look's time is the engine's start (a restore, or a load).  A heavier statement
@@ -45,19 +47,10 @@ NEW_SQL = "select count(*) + {n} as n from slice"
 
 
 def run(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """Wall time, CPU time and peak RSS (MB, from wait4) of one subprocess."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            err.seek(0)
-            sys.exit(f"{' '.join(cmd)} failed: {err.read().decode()[-2000:]}")
-        err.seek(0)
-        notes = err.read().decode().strip()
-    cpu = usage.ru_utime + usage.ru_stime
-    row = {"s": round(wall, 2), "cpu_s": round(cpu, 2), "rss_mb": round(usage.ru_maxrss / 1024)}
+    """Wall time, CPU time and peak RSS (MB, from wait4) of one subprocess, and what it said
+    on stderr (a refused snapshot, a note) where it said anything."""
+    row, _, stderr = run_measured(cmd, cwd=REPO, env=env)
+    notes = stderr.strip()
     return row | ({"stderr": notes} if notes else {})
 
 
