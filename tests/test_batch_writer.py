@@ -312,3 +312,27 @@ def test_real_h100_streams_read_back_like_objects(tmp_path: Path, workload: str)
     assert len(got["flows"]) == counts["gpu_ops_with_flow"] == counts["gpu_ops"]  # type: ignore[arg-type]
     assert counts["launches_without_stack"] == 0
     assert len(got["samples"]) == counts["records_api"]  # type: ignore[arg-type]
+
+
+def test_slices_after_a_batch_in_one_stream_are_all_written(tmp_path: Path) -> None:
+    """A SliceBatch in `write_all` flushes the object slices before it into a new list; the
+    slices that follow it in the same stream must go to that list and be written too (a
+    source that yields both, as a Kineto conversion in columns would)."""
+    batch = make_batch(random.Random(5), n_cpu=20, n_gpu=10, threads=2, streams=2)
+    before = [model.CpuSlice(PID, PID, 1_000 + i, 5, f"before {i}", "cpu_op") for i in range(3)]
+    after = [model.CpuSlice(PID, PID, 90_000 + i * 10, 5, f"after {i}", "cpu_op") for i in range(3)]
+
+    def written(events: list[model.Event], name: str) -> tuple[list[str], int]:
+        path = tmp_path / name
+        with TraceWriter(path) as w:
+            p = w.producer("test")
+            p.write(model.ProcessInfo(PID, "app"))
+            p.write_all(events)
+        with open_trace(path) as t:
+            sql = "select name from slice where category = 'cpu_op' order by ts"
+            return [r["name"] for r in t.query(sql)], t.scalar("select count(*) from slice")
+
+    names, total = written([*before, batch, *after], "mixed.perfetto-trace")
+    _, batch_alone = written([batch], "batch.perfetto-trace")
+    assert names == [s.name for s in before + after]
+    assert total == len(before) + len(after) + batch_alone
