@@ -89,9 +89,20 @@ def _snapshots(tmp_path: Path) -> list[Path]:
 
 
 @pytest.fixture(params=["mapped", "read"])
-def restore_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def restore_by(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[str]:
     """Both ways a snapshot gets into the heap: mapped (a local file system, what this
     machine's temporary directory is) or read (a network or cluster file system)."""
+    if request.param == "mapped":
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:
+            kind = engine_snapshot._file_system_type(fd)
+        finally:
+            os.close(fd)
+        if kind not in engine_snapshot._LOCAL_FILE_SYSTEMS:
+            named = "unknown" if kind is None else f"{kind:#x}"
+            pytest.skip(f"the temporary directory's file system ({named}) is not mapped")
     decided: list[bool] = []
     maps_safely = engine_snapshot._maps_safely
 
