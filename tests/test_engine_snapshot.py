@@ -226,6 +226,18 @@ def _damage(snapshot: Path, how: str, tmp_path: Path) -> None:
             t.query("select 1")
         theirs = next(p for p in _snapshots(tmp_path) if p != snapshot)
         os.replace(theirs, snapshot)
+    elif how == "runs out of order":
+        data = bytearray(snapshot.read_bytes())
+        head, run = engine_snapshot._HEAD, engine_snapshot._RUN
+        count = head.unpack_from(data, 0)[5]
+        assert count > 1
+        first, second = (run.unpack_from(data, head.size + i * run.size) for i in (0, 1))
+        run.pack_into(data, head.size, *second)
+        run.pack_into(data, head.size + run.size, *first)
+        table_end = head.size + count * run.size
+        crc = engine_snapshot._crc32(memoryview(bytes(data[:table_end])))
+        struct.pack_into("<I", data, table_end, crc)
+        snapshot.write_bytes(bytes(data))
     elif how == "another engine state":
         sp = engine_snapshot._HEAD.unpack_from(snapshot.read_bytes(), 0)[6]
         _rewrite_header(snapshot, sp=sp - 16)
@@ -244,6 +256,7 @@ def _damage(snapshot: Path, how: str, tmp_path: Path) -> None:
         "damaged header",
         "another trace's",
         "another engine state",
+        "runs out of order",
     ],
 )
 def test_a_planted_loose_or_damaged_snapshot_is_refused(
