@@ -13,7 +13,7 @@ import wasmtime
 from collector import cache_trust, inject_build
 from exporters.perfetto import wasm_engine
 
-OTHER_UID = 12345  # an owner that is neither this user nor root
+from .cache_attacks import OTHER_UID
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
 

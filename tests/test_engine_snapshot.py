@@ -20,10 +20,10 @@ from exporters.perfetto.cached_trace import CachedTrace, open_cached
 from exporters.perfetto.trace_processor import QueryError, Trace, open_trace
 from exporters.perfetto.views import load_views
 
+from .cache_attacks import LOOSENED, loosen
 from .conftest import run_cli
 from .trace_rewrite import OTHER, rewrite_in_place
 
-OTHER_UID = 12345
 REFUSED = "not using the cached engine snapshot"
 
 # What the first look asks (and leaves behind: a table a fresh engine does not have).
@@ -180,32 +180,36 @@ def test_a_changed_trace_never_gets_its_old_snapshot(trace: Path, tmp_path: Path
     assert len(_snapshots(tmp_path)) == 2  # one per bytes; the old one is never named again
 
 
-def _rewrite_header(path: Path, **fields: int) -> None:
-    """A snapshot whose header says something else, its header checksum made right again:
-    what only a deliberate edit could make."""
+def _runs_of(path: Path) -> list[tuple[int, int]]:
+    data = path.read_bytes()
+    head, run = engine_snapshot._HEAD, engine_snapshot._RUN
+    count = head.unpack_from(data, 0)[5]
+    return [run.unpack_from(data, head.size + i * run.size) for i in range(count)]
+
+
+def _rewrite_header(path: Path, runs: list[tuple[int, int]] | None = None, **fields: int) -> None:
+    """A snapshot whose header (or run table: as many runs) says something else, its header
+    checksum made right again: what only a deliberate edit could make."""
     data = bytearray(path.read_bytes())
-    head = engine_snapshot._HEAD
+    head, run = engine_snapshot._HEAD, engine_snapshot._RUN
     values = list(head.unpack_from(data, 0))
     names = ["magic", "format", "name", "heap", "crc", "runs", "sp", "base", "end", "buf", "slot"]
     for name, value in fields.items():
         values[names.index(name)] = value
     head.pack_into(data, 0, *values)
-    table_end = head.size + values[5] * engine_snapshot._RUN.size
+    for i, (first, pages) in enumerate(runs or []):
+        run.pack_into(data, head.size + i * run.size, first, pages)
+    table_end = head.size + values[5] * run.size
     crc = engine_snapshot._crc32(memoryview(bytes(data[:table_end])))
     struct.pack_into("<I", data, table_end, crc)
     path.write_bytes(bytes(data))
 
 
 def _damage(snapshot: Path, how: str, tmp_path: Path) -> None:
-    if how == "symlink":
-        planted = tmp_path / "planted.heap"
-        shutil.copy(snapshot, planted)
-        snapshot.unlink()
-        snapshot.symlink_to(planted)
-    elif how == "group readable":
-        snapshot.chmod(0o640)
-    elif how == "other owner":
-        os.chown(snapshot, OTHER_UID, -1)
+    if how in LOOSENED:
+        planted = tmp_path / "planted"
+        planted.mkdir()
+        loosen(snapshot, how, planted)
     elif how == "truncated":
         with snapshot.open("r+b") as f:
             f.truncate(snapshot.stat().st_size - engine_snapshot.PAGE)
@@ -227,17 +231,9 @@ def _damage(snapshot: Path, how: str, tmp_path: Path) -> None:
         theirs = next(p for p in _snapshots(tmp_path) if p != snapshot)
         os.replace(theirs, snapshot)
     elif how == "runs out of order":
-        data = bytearray(snapshot.read_bytes())
-        head, run = engine_snapshot._HEAD, engine_snapshot._RUN
-        count = head.unpack_from(data, 0)[5]
-        assert count > 1
-        first, second = (run.unpack_from(data, head.size + i * run.size) for i in (0, 1))
-        run.pack_into(data, head.size, *second)
-        run.pack_into(data, head.size + run.size, *first)
-        table_end = head.size + count * run.size
-        crc = engine_snapshot._crc32(memoryview(bytes(data[:table_end])))
-        struct.pack_into("<I", data, table_end, crc)
-        snapshot.write_bytes(bytes(data))
+        runs = _runs_of(snapshot)
+        assert len(runs) > 1
+        _rewrite_header(snapshot, runs=[runs[1], runs[0], *runs[2:]])
     elif how == "another engine state":
         sp = engine_snapshot._HEAD.unpack_from(snapshot.read_bytes(), 0)[6]
         _rewrite_header(snapshot, sp=sp - 16)
@@ -268,7 +264,7 @@ def test_a_planted_loose_or_damaged_snapshot_is_refused(
     _look(trace, root, FIRST)
     snapshot = _snapshots(tmp_path)[0]
     _damage(snapshot, how, tmp_path)
-    planted = {p: p.read_bytes() for p in tmp_path.glob("planted*")}
+    planted = {p: p.read_bytes() for p in tmp_path.glob("planted/*")}
     capsys.readouterr()
     answers, loaded, restored = _look(trace, root, NEW)
     err = capsys.readouterr().err
@@ -436,19 +432,15 @@ def test_runs_lie_in_the_file_as_in_the_heap_modulo_2_mib(trace: Path, tmp_path:
     large folios map whole), past the header and the run before it; the gaps are holes."""
     _look(trace, tmp_path / "results", FIRST)
     snapshot = _snapshots(tmp_path)[0]
-    data = snapshot.read_bytes()
-    head = engine_snapshot._HEAD.unpack_from(data, 0)
-    count = head[5]
-    runs = [
-        engine_snapshot._RUN.unpack_from(data, engine_snapshot._HEAD.size + i * 8)
-        for i in range(count)
-    ]
+    size = snapshot.stat().st_size
+    runs = _runs_of(snapshot)
+    count = len(runs)
     offsets, end = engine_snapshot._run_offsets(runs)
-    assert end == len(data)
+    assert end == size
     at = engine_snapshot._data_offset(count)
     for (first, pages), offset in zip(runs, offsets, strict=True):
         assert offset >= at and (offset - first * engine_snapshot.PAGE) % (2 << 20) == 0
         at = offset + pages * engine_snapshot.PAGE
     # A heap of several runs: the rule was met more than once.
     assert count > 1, runs
-    assert snapshot.stat().st_blocks * 512 <= len(data)
+    assert snapshot.stat().st_blocks * 512 <= size

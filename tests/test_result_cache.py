@@ -16,10 +16,9 @@ from exporters.perfetto.cached_trace import CachedTrace, open_cached
 from exporters.perfetto.trace_processor import QueryError, Trace, open_trace
 from exporters.perfetto.views import load_views
 
+from .cache_attacks import LOOSENED, loosen
 from .conftest import run_cli
 from .trace_rewrite import rewrite_in_place
-
-OTHER_UID = 12345
 
 SQL = "select name, count(*) as n, sum(dur) as total from xpu_gpu_op group by 1 order by 3 desc"
 
@@ -168,15 +167,8 @@ def test_a_planted_or_loose_answer_is_never_used(trace: Path, tmp_path: Path, at
     elsewhere = tmp_path / "planted"
     elsewhere.mkdir()
     for f in files:
-        if attack == "symlink":
-            target = elsewhere / f.name
-            shutil.copy(f, target)
-            f.unlink()
-            f.symlink_to(target)
-        elif attack == "group readable":
-            f.chmod(0o640)
-        elif attack == "other owner":
-            os.chown(f, OTHER_UID, -1)
+        if attack in LOOSENED:
+            loosen(f, attack, elsewhere)
         else:  # an answer renamed to another statement's name
             doc = json.loads(f.read_text())
             doc["key"] = "0" * 40
