@@ -215,13 +215,24 @@ NONE = -1  # "no value" in an index or id column
 
 
 @dataclass(frozen=True, slots=True)
+class IntArgColumn:
+    """An int arg whose value varies per row (ids: Kineto's External id, Record function
+    id, Sequence number): `values[i]` (int64) is arg `key` of row i where `present[i]`."""
+
+    key: str
+    values: Column
+    present: Sequence[bool]
+
+
+@dataclass(frozen=True, slots=True)
 class SliceColumns:
     """Many slices in columns, row i being one slice: how a columnar source (the CUPTI
     streams) hands the writer a process's slices, which it encodes without an object
     per slice.  `device` is None for CPU slices (track = thread `track` of the batch's
     pid), else GPU ops (track = stream `track` of GPU `device`).  Names, categories, args
     and stacks are indices into the lists beside them; `correlation_id` is NONE or the
-    row's `correlation_id` arg; `stack` (CPU slices) NONE or the launch stack."""
+    row's `correlation_id` arg; `stack` (CPU slices) NONE or the launch stack;
+    `int_args` the row's args beside its arg set that are ints which vary per row."""
 
     ts: Column
     dur: Column
@@ -236,6 +247,7 @@ class SliceColumns:
     correlation_id: Column
     stack: Column | None = None
     stacks: Sequence[Stack] = ()
+    int_args: Sequence[IntArgColumn] = ()
 
     @property
     def rows(self) -> int:
@@ -266,6 +278,7 @@ class SliceBatch:
         c = self.cpu
         for i in range(c.rows):
             args = dict(c.arg_sets[c.args[i]])
+            args.update(_int_args(c, i))
             if c.correlation_id[i] != NONE:
                 args["correlation_id"] = int(c.correlation_id[i])
             stack = c.stack[i] if c.stack is not None else NONE
@@ -292,10 +305,14 @@ class SliceBatch:
                 int(g.dur[i]),
                 g.names[g.name[i]],
                 g.categories[g.category[i]],
-                dict(g.arg_sets[g.args[i]]),
+                {**g.arg_sets[g.args[i]], **_int_args(g, i)},
                 int(corr) if corr != NONE else None,
                 terminating_flow_ids=(end,) if end is not None else (),
             )
+
+
+def _int_args(cols: SliceColumns, row: int) -> dict[str, ArgValue]:
+    return {c.key: int(c.values[row]) for c in cols.int_args if c.present[row]}
 
 
 Event = (

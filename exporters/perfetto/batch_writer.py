@@ -94,6 +94,11 @@ class _Slices:
         self.args = _int64(cols.args)
         self.stack = _int64(cols.stack) if cols.stack is not None else None
         self.corr = _int64(cols.correlation_id)
+        # Varying int args (Kineto's ids): key, values, present; written after the
+        # correlation id, like it.
+        self.int_args = [
+            (c.key, _int64(c.values), np.asarray(c.present, bool)) for c in cols.int_args
+        ]
         self.uuid = np.zeros(len(self.ts), np.int64)
         # Flows: CPU rows start any number (flow_count at flow_first in flow_ids),
         # GPU rows end at most one (flow_end, NONE for none).
@@ -182,14 +187,22 @@ def _place_on_lanes(prod: ProducerState, pid: int, part: _Slices) -> None:
             lane_set, uuids = tracks.stream_lanes(device, stream)
         ts, end, dur = part.ts[rows], part.end[rows], part.dur[rows]
         start = int(ts[0])
-        if (
-            start >= lane_set.last_starts[0]
-            and all(e <= start for e in lane_set.open_ends[0])
-            and bool(np.all(ts[1:] >= end[:-1]))
-        ):
+        lane_free = start >= lane_set.last_starts[0] and all(
+            e <= start for e in lane_set.open_ends[0]
+        )
+        if lane_free and bool(np.all(ts[1:] >= end[:-1])):
             # Nothing overlaps: all on lane 0, whose state is then the last slice's.
             lane_set.last_starts[0] = int(ts[-1])
             lane_set.open_ends[0][:] = [int(end[-1])]
+            index = np.zeros(len(rows), np.int64)
+        elif lane_free and _properly_nested(ts, end, dur):
+            # Slices within slices (CPU ops): all on lane 0 too, as place() would put them;
+            # the lane's open slices are then the last one and those around it.
+            last = int(ts[-1])
+            around = end > last
+            around[-1] = True
+            lane_set.last_starts[0] = last
+            lane_set.open_ends[0][:] = end[around].tolist()
             index = np.zeros(len(rows), np.int64)
         else:
             place = lane_set.place
@@ -203,6 +216,25 @@ def _place_on_lanes(prod: ProducerState, pid: int, part: _Slices) -> None:
             else:
                 tracks.add_stream_lanes(device, stream, most)
         part.uuid[rows] = np.asarray(uuids, np.int64)[index]
+
+
+def _properly_nested(ts: np.ndarray, end: np.ndarray, dur: np.ndarray) -> bool:
+    """Whether slices in start order (the longer of two with one start first) nest: each
+    ends inside every slice open when it began.  In the packets' time order
+    (_packet_order's rules for ties: LaneSet.place's), that is: the number of open
+    slices just before a slice's END equals that just after its BEGIN, for every slice
+    (a partial overlap makes the earlier-begun of the two end at a greater depth)."""
+    m = len(ts)
+    nth = np.arange(m)
+    empty = dur <= 0
+    times = np.concatenate((ts, end))
+    kind = np.concatenate((np.ones(m, np.int64), np.where(empty, 1, 0)))
+    tie = np.concatenate((2 * nth, np.where(empty, 2 * nth + 1, -nth)))
+    order = np.lexsort((tie, kind, times))
+    depth = np.cumsum(np.where(order < m, 1, -1))
+    position = np.empty(2 * m, np.int64)
+    position[order] = np.arange(2 * m)
+    return bool(np.array_equal(depth[position[:m]], depth[position[m:]] + 1))
 
 
 def _heads(prod: ProducerState, part: _Slices) -> tuple[list[bytes], np.ndarray]:
@@ -249,10 +281,8 @@ def _write_slices(prod: ProducerState, part: _Slices) -> None:
     seq = prod.seq
     chunks = prod.trace.chunks
     heads, head_of_row = _heads(prod, part)
-    corr_head = seq.annotation_name("correlation_id") + wire.ANNOTATION_INT_TAG
-    corr_prefixes = ByteTable(
-        [wire.ANNOTATION_PREFIX[len(corr_head) + k] + corr_head for k in range(11)]
-    )
+    corr_prefixes = _int_prefixes(seq, "correlation_id")
+    int_prefixes = [_int_prefixes(seq, key) for key, _, _ in part.int_args]
     # Clocks: one per track uuid, shared by later tracks (see Sequence.track_clock).
     cells: list[list] = []
     cell_index: dict[int, int] = {}
@@ -280,7 +310,15 @@ def _write_slices(prod: ProducerState, part: _Slices) -> None:
     bounds = np.flatnonzero(np.diff(row_cell[order])) + 1
     for rows in np.split(order, bounds):
         cell = cells[int(row_cell[rows[0]])]
-        _write_clock(prod, seq, part, rows, cell, table, head_of_row, end_entry, corr_prefixes)
+        _write_clock(
+            prod, seq, part, rows, cell, table, head_of_row, end_entry, corr_prefixes, int_prefixes
+        )
+
+
+def _int_prefixes(seq: Sequence, key: str) -> ByteTable:
+    """Entry k: the head of an int annotation `key` whose value is a k-byte varint."""
+    head = seq.annotation_name(key) + wire.ANNOTATION_INT_TAG
+    return ByteTable([wire.ANNOTATION_PREFIX[len(head) + k] + head for k in range(11)])
 
 
 def _timestamps(times: np.ndarray, clock: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -324,6 +362,7 @@ def _write_clock(
     head_of_row: np.ndarray,
     end_entry: dict[int, int],
     corr_prefixes: ByteTable,
+    int_prefixes: list[ByteTable],
 ) -> None:
     """The packets of the rows on one track clock."""
     chunks = prod.trace.chunks
@@ -363,6 +402,11 @@ def _write_clock(
         corr_value = np.where(has_corr, corr, 0)
         event.append(Table(corr_prefixes, np.where(has_corr, varint_lengths(corr_value), -1)))
         event.append(Varint(corr_value, has_corr))
+        for (_, values, present), prefixes in zip(part.int_args, int_prefixes, strict=True):
+            has = begin & present[r]
+            value = np.where(has, values[r], 0)
+            event.append(Table(prefixes, np.where(has, varint_lengths(value), -1)))
+            event.append(Varint(value, has))
         packet: list[Slot] = [
             Const(_TRACK_EVENT_TAG, n, begin),
             Varint(total_length(event), begin),
