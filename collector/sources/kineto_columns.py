@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from itertools import compress, repeat
-from operator import itemgetter
+from operator import eq, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,6 @@ from collector.sources.kineto import (
 CHUNK = 1 << 16
 _NONE = model.NONE
 _CPU, _API, _GPU = 0, 1, 2
-_FIELDS = itemgetter("name", "cat", "ts", "dur", "pid", "tid")
 _TIME_LIMIT = (1 << 53) / 1000  # below it, us * 1000.0 is exact (kineto._FLOAT_EXACT_US)
 _INT32_MIN, _INT32_END = -(1 << 31), 1 << 31
 _MAX_US = (1 << 62) // 1000  # kineto._MAX_NS in us
@@ -61,6 +60,8 @@ _INT = frozenset((int,))
 # GPU op args carried by the contract's own fields (track, correlation id).
 _GPU_OWN_ARGS = frozenset(("device", "stream", "correlation"))
 _XYZ = ("grid", "block")
+_FEW_ROWS = 16
+_FEW_VALUES = 64
 # An entry of a head column: the (key, value) args one event's value becomes (none for
 # a null, three for a kernel's grid or block).
 Entry = tuple[tuple[str, model.ArgValue], ...]
@@ -84,11 +85,15 @@ class _Interned:
     def ids(self, items: Sequence[Any]) -> np.ndarray:
         """The id of every item (hashable, distinct values equal only if the same)."""
         index = self.index
-        for value in dict.fromkeys(items):
-            if value not in index:
-                index[value] = len(self.values)
-                self.values.append(value)
-        return np.fromiter(map(index.__getitem__, items), np.int64, len(items))
+        # One lookup per item where all are known (after the first chunks: names repeat).
+        found = list(map(index.get, items))
+        if None in found:
+            for value in dict.fromkeys(items):
+                if value not in index:
+                    index[value] = len(self.values)
+                    self.values.append(value)
+            found = list(map(index.__getitem__, items))
+        return np.array(found, np.int64)
 
 
 _CHUNK_COLUMNS = (
@@ -122,6 +127,55 @@ class _Chunk:
         return column
 
 
+_GETTERS = tuple(itemgetter(k) for k in ("name", "cat", "ts", "dur", "pid", "tid"))
+_GET_ARGS = itemgetter("args")
+
+
+class _Pending:
+    """Complete events taken apart a run at a time, while the run's objects are still in
+    the CPU caches (a pass over events parsed a chunk ago costs several times more: they
+    have left them): their fields as lists, their args' keys and values as tuples."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.fields: tuple[list[Any], ...] = tuple([] for _ in _GETTERS)
+        self.arg_keys: list[tuple[str, ...]] = []
+        self.arg_values: list[tuple[Any, ...]] = []
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def extend(self, events: list[dict[str, Any]]) -> None:
+        self.events += events
+        try:
+            for column, get in zip(self.fields, _GETTERS, strict=True):
+                column += map(get, events)
+            args = list(map(_GET_ARGS, events))
+            self.arg_keys += map(tuple, args)
+            self.arg_values += map(tuple, map(dict.values, args))
+        except (KeyError, TypeError):  # fields left out, args no object: what kineto.py reads
+            self._extend_slowly(events)
+
+    def _extend_slowly(self, events: list[dict[str, Any]]) -> None:
+        n = len(self.events)
+        for column in self.fields:  # undo the run's partial extend
+            del column[n - len(events) :]
+        del self.arg_keys[n - len(events) :]
+        del self.arg_values[n - len(events) :]
+        for e in events:
+            for column, (key, default) in zip(self.fields, _DEFAULTS, strict=True):
+                column.append(e.get(key, default))
+            args = e.get("args")
+            if type(args) is not dict:
+                args = {}
+            self.arg_keys.append(tuple(args))
+            self.arg_values.append(tuple(args.values()))
+
+
+# What kineto.py reads for a field left out (None: no time, or the pid/tid None).
+_DEFAULTS = (("name", ""), ("cat", ""), ("ts", None), ("dur", 0), ("pid", None), ("tid", None))
+
+
 class _Columns:
     """Every fast-path event of the file, in columns, chunk by chunk."""
 
@@ -136,22 +190,19 @@ class _Columns:
         self._gpu_category: dict[tuple[int, int], int] = {}  # (raw cat, name) -> category
         self.objects: list[tuple[int, dict[str, Any]]] = []  # left to the object path
         self.device_pids: set[int] = set()  # pids of device ops (their labels name nothing)
+        self.held_from = 0  # complete events before the last chunk
 
     # -- rows -----------------------------------------------------------------------------
-    def add(self, events: list[dict[str, Any]], positions: list[int]) -> None:
-        """CHUNK complete events (dicts) -> one chunk of columns; those of another layout
-        go to `objects` with their place in the input (`positions`)."""
-        try:
-            fields = list(map(_FIELDS, events))
-        except KeyError:  # fields left out: what kineto.py reads then (None: no time)
-            fields = [
-                (e.get("name", ""), e.get("cat", ""), e.get("ts"), e.get("dur", 0),
-                 e.get("pid"), e.get("tid"))
-                for e in events
-            ]  # fmt: skip
-        if not fields:
+    def add(self, pending: _Pending, first: int) -> None:
+        """Complete events (about CHUNK) -> one chunk of columns; those of another layout
+        go to `objects` with their place in the input (`first`: the number of complete
+        events before these; see convert_columns)."""
+        self.held_from = first
+        events = pending.events
+        if not events:
             return
-        names, cats, ts, dur, pids, tids = map(list, zip(*fields, strict=True))
+        names, cats, ts, dur, pids, tids = pending.fields
+        arg_keys, arg_values = pending.arg_keys, pending.arg_values
         n = len(events)
         # The common layout (str name and cat, float or int times in range, int32 pid and
         # tid) checked a column at a time, at C level; the rest goes to the object path.
@@ -165,15 +216,19 @@ class _Columns:
             (tids, _INT, 0),
         ):
             if not types.issuperset(map(type, column)):
-                good = [type(v) in types for v in column]
-                ok &= np.array(good, bool)
-                column[:] = [v if g else filler for v, g in zip(column, good, strict=True)]
+                good = np.fromiter(map(types.__contains__, map(type, column)), bool, n)
+                ok &= good
+                for i in np.flatnonzero(~good).tolist():
+                    column[i] = filler
         ts_ns, dur_ns = _times_ns(ts, ok), _times_ns(dur, ok)
         pid, tid = _int32s(pids, ok), _int32s(tids, ok)
         if not ok.all():
-            self.objects += compress(zip(positions, events, strict=True), ~ok)
+            keys = range(2 * first + 1, 2 * (first + n), 2)
+            self.objects += compress(zip(keys, events, strict=True), ~ok)
             events = list(compress(events, ok))
             names, cats = list(compress(names, ok)), list(compress(cats, ok))
+            arg_keys = list(compress(arg_keys, ok))
+            arg_values = list(compress(arg_values, ok))
             ts_ns, dur_ns, pid, tid = ts_ns[ok], dur_ns[ok], pid[ok], tid[ok]
             n = len(events)
             if not n:
@@ -193,8 +248,7 @@ class _Columns:
         self.device_pids.update(np.unique(c.pid[c.kind == _GPU]).tolist())
         c.device = c.pid.copy()  # GPU ops: the device and stream args, else pid and tid
         c.stream = c.tid.copy()
-        args = list(map(dict.get, events, repeat("args")))
-        self._args(c, args, raw)
+        self._args(c, arg_keys, arg_values, raw)
         self.chunks.append(c)
 
     def _categories(self, c: _Chunk, raw: np.ndarray) -> np.ndarray:
@@ -225,12 +279,15 @@ class _Columns:
         return out
 
     # -- args -----------------------------------------------------------------------------
-    def _args(self, c: _Chunk, args: list[Any], raw: np.ndarray) -> None:
+    def _args(
+        self,
+        c: _Chunk,
+        keys: list[tuple[str, ...]],
+        values: list[tuple[Any, ...]],
+        raw: np.ndarray,
+    ) -> None:
         """Split the rows by shape (kind, raw category for API calls, arg keys) and turn
         each shape's args into columns."""
-        if set(map(type, args)) != {dict}:
-            args = [a if type(a) is dict else {} for a in args]
-        keys = list(map(tuple, args))
         shapes = _Interned()
         shape = shapes.ids(keys)
         # API calls of each category apart: their arg kineto_category names it.
@@ -241,14 +298,12 @@ class _Columns:
             first = int(rows[0])
             kind = int(c.kind[first])
             row_list = rows.tolist()
-            if len(row_list) == 1:
-                values = [tuple(args[first].values())]
-            else:
-                values = list(map(tuple, map(dict.values, itemgetter(*row_list)(args))))
+            tuples = [values[first]] if len(row_list) == 1 else itemgetter(*row_list)(values)
+            columns = list(zip(*tuples, strict=True)) if keys[first] else []
             extra: Entry = ()
             if kind == _API:
                 extra = (("kineto_category", self._raw_categories.values[int(raw[first])]),)
-            self._shape(c, rows, kind, keys[first], values, extra)
+            self._shape(c, rows, kind, keys[first], columns, extra)
 
     def _shape(
         self,
@@ -256,13 +311,16 @@ class _Columns:
         rows: np.ndarray,
         kind: int,
         keys: tuple[str, ...],
-        values: list[tuple[Any, ...]],
+        columns: list[tuple[Any, ...]],
         extra: Entry,
     ) -> None:
-        """The rows of one shape: int args into int columns, the others into the row's
-        arg set (one per distinct combination of their values)."""
-        columns = list(zip(*values, strict=True)) if keys else []
+        """The rows of one shape (`columns`: the values of each of its arg `keys`): int
+        args into int columns, the others into the row's arg set (one per distinct
+        combination of their values)."""
         head: list[tuple[int, str]] = []  # (position, arg name) of args in the arg set
+        # Int args of few values (a CUDA call's cbid, a device, a thread id) go into the
+        # arg set too: a varying int is two more slots of every packet in the writer.
+        few: list[tuple[str, np.ndarray]] = []
         for at, (key, column) in enumerate(zip(keys, columns, strict=True)):
             if key in DROPPED_ARGS:
                 continue
@@ -275,43 +333,74 @@ class _Columns:
                     c.corr[rows] = valid
                     continue
             name = kineto._GPU_ARG_NAMES.get(key, key) if kind == _GPU else key
-            if set(map(type, column)) == {int}:
+            # (A column is checked whole only where its first value is an int: ids.)
+            if type(column[0]) is int and set(map(type, column)) == _INT:
                 try:
                     ints = np.array(column, np.int64)
                 except OverflowError:  # past int64: a text arg, as the encoder writes it
                     pass
                 else:
+                    if _few_values(column):
+                        few.append((name, ints))
+                        continue
                     ints_of_key, present = c.int_column(name)
                     ints_of_key[rows] = ints
                     present[rows] = True
                     continue
             head.append((at, name))
-        if not head:
+        if not head and not few:
             c.args[rows] = self.arg_sets.add(dict(extra), extra)
             return
-        # One key per row for all its head values: their orjson text, which tells apart
-        # what the annotations do (1 / 1.0 / true, nested types) and hashes lists.
-        pick = itemgetter(*(at for at, _ in head))
-        picked = list(map(pick, values))
-        try:
-            texts = list(map(orjson.dumps, picked))
-        except TypeError:  # a value orjson cannot write (an int past 64 bits): by repr
-            texts = list(map(repr, picked))
-        distinct: dict[Any, int] = {}
+        # One key per row for all its other head values: their orjson text, which tells
+        # apart what the annotations do (1 / 1.0 / true, nested types) and hashes lists.
+        head_columns = [columns[at] for at, _ in head]
+        n = len(rows)
+        if head:
+            rows_of = zip(*head_columns, strict=True) if len(head) > 1 else head_columns[0]
+            try:
+                texts = list(map(orjson.dumps, rows_of))
+            except TypeError:  # a value orjson cannot write (an int past 64 bits): by repr
+                texts = list(map(repr, zip(*head_columns, strict=True)))
+            distinct = dict(zip(texts, range(n), strict=True))  # a row of each
+            firsts_of_text = list(distinct.values())
+            for ident, text in enumerate(distinct):
+                distinct[text] = ident
+            text_id = np.fromiter(map(distinct.__getitem__, texts), np.int64, n)
+        else:
+            text_id = np.zeros(n, np.int64)
+            firsts_of_text = [0]
+        # A few-valued int joins the arg set only where that keeps the arg sets about as
+        # few (a value per text, like a thread id per op), else it varies per row.
+        joined = []
+        groups = len(firsts_of_text)
+        for name, ints in few:
+            _, inverse = np.unique(ints, return_inverse=True)
+            combined = text_id * (_FEW_VALUES + 1) + inverse
+            count = len(np.unique(combined))
+            if count <= groups + groups // 4 + 16:
+                joined.append((name, ints))
+                text_id, groups = combined, count
+            else:
+                ints_of_key, present = c.int_column(name)
+                ints_of_key[rows] = ints
+                present[rows] = True
+        few = joined
+        if few:
+            group, firsts = _group([text_id])
+            first_rows = firsts.tolist()
+        else:
+            group, first_rows = text_id, firsts_of_text
         sets: list[int] = []
-        for text, row_values in dict(zip(texts, picked, strict=True)).items():
-            if len(head) == 1:
-                row_values = (row_values,)
+        for row in first_rows:
             items: list[tuple[str, model.ArgValue]] = []
-            for (_, name), value in zip(head, row_values, strict=True):
-                items += self._entry(name, value, kind == _GPU)
+            for (_, name), column in zip(head, head_columns, strict=True):
+                items += self._entry(name, column[row], kind == _GPU)
+            items += ((name, int(ints[row])) for name, ints in few)
             items += extra
             # 1, 1.0 and True are equal dict keys but other annotations: typed keys.
             set_key = tuple((k, type(v), v) for k, v in items)
-            distinct[text] = len(sets)
             sets.append(self.arg_sets.add(dict(items), set_key))
-        index = np.fromiter(map(distinct.__getitem__, texts), np.int64, len(texts))
-        c.args[rows] = np.array(sets, np.int64)[index]
+        c.args[rows] = np.array(sets, np.int64)[group]
 
     def _entry(self, name: str, value: Any, gpu: bool) -> Entry:
         """The args one arg value is written as: none for a null, the value for a
@@ -395,6 +484,18 @@ def _int32s(values: list[int], ok: np.ndarray) -> np.ndarray:
     return out
 
 
+def _few_values(column: tuple[int, ...]) -> bool:
+    """Whether an int column has at most _FEW_VALUES distinct values, and at most one per
+    _FEW_ROWS rows (its first 256 values first: ids are told at once)."""
+    most = min(len(column) // _FEW_ROWS, _FEW_VALUES)
+    sample = column[:256]
+    return (
+        most > 0
+        and len(set(sample)) <= min(most, len(sample) // _FEW_ROWS)
+        and len(set(column)) <= most
+    )
+
+
 def _structured(name: str, value: Any, gpu: bool) -> Entry:
     """The args of a list or dict value: a kernel's grid and block as three ints
     (kineto._gpu_args), anything else its compact JSON text."""
@@ -436,21 +537,18 @@ def convert_columns(
     events before the chunk held back (names, instants, rare slices) and one SliceBatch
     per host process."""
     columns = _Columns(stats)
-    pending: list[dict[str, Any]] = []
-    # The other events with their place in the input: the object path's synthetic ids
-    # (text pids and tids) are numbered in input order.
+    pending = _Pending()
+    # The other events, keyed by their place among the complete ones (the object path's
+    # synthetic ids, for text pids and tids, are numbered in input order): 2k for one
+    # after k complete events, 2k + 1 for the complete event k (_Columns.add).
     others: list[tuple[int, dict[str, Any]]] = []
-    positions: list[int] = []  # of the pending events
-    add_pending, add_position = pending.append, positions.append
-    add_other = others.append
+    object_path = _ObjectEvents(head, stats, columns.device_pids)
     for device, device_name in sorted(head.device_names.items()):
         yield model.GpuDevice(device, device_name)
-    position = 0
-    object_path = _ObjectEvents(head, stats, columns.device_pids)
 
     def objects_before(limit: float) -> Iterator[model.Event]:
         """The object events (names first: a lane track takes its thread's name when it
-        is made) that come before `limit` in the input, in input order."""
+        is made) that come before key `limit` in the input, in input order."""
         nonlocal others
         due = [item for item in others if item[0] < limit]
         due += [item for item in columns.objects if item[0] < limit]
@@ -459,23 +557,27 @@ def convert_columns(
         due.sort(key=itemgetter(0))
         return object_path.events([ev for _, ev in due])
 
-    for position, ev in enumerate(kineto._events(path, None), 1):
-        if ev.get("ph") == "X":
-            add_pending(ev)
-            add_position(position)
-            if len(pending) >= chunk:
-                columns.add(pending, positions)
-                held_from = positions[0]
-                pending, positions = [], []
-                add_pending, add_position = pending.append, positions.append
-                if len(columns.chunks) > 1:
-                    yield from objects_before(held_from)
-                    yield from _flush(columns, stats, final=False)
-                    add_other = others.append
+    seen_x = 0  # complete events before `pending`
+    events_in = 0
+    for run in kineto.event_runs(path):
+        events_in += len(run)
+        is_x = list(map(eq, map(dict.get, run, repeat("ph")), repeat("X")))
+        if all(is_x):
+            pending.extend(run)
         else:
-            add_other((position, ev))
-    stats.events_in = position
-    columns.add(pending, positions)
+            x_before = np.cumsum(is_x) - is_x + seen_x + len(pending)
+            pending.extend(list(compress(run, is_x)))
+            not_x = [not x for x in is_x]
+            others += zip((2 * x_before[not_x]).tolist(), compress(run, not_x), strict=True)
+        if len(pending) >= chunk:
+            columns.add(pending, seen_x)
+            seen_x += len(pending)
+            pending = _Pending()
+            if len(columns.chunks) > 1:
+                yield from objects_before(2 * columns.held_from)
+                yield from _flush(columns, stats, final=False)
+    stats.events_in = events_in
+    columns.add(pending, seen_x)
     if not stats.events_in:
         raise kineto.KinetoFormatError(
             f"{path}: no 'traceEvents' array; is this a PyTorch profiler trace?"
