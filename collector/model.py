@@ -248,6 +248,9 @@ class SliceColumns:
     stack: Column | None = None
     stacks: Sequence[Stack] = ()
     int_args: Sequence[IntArgColumn] = ()
+    # CPU slices of several processes (Kineto: API calls on a device's pseudo-process):
+    # each row's pid, where the batch's pid is not all of theirs.
+    pid: Column | None = None
 
     @property
     def rows(self) -> int:
@@ -258,13 +261,16 @@ class SliceColumns:
 class SliceBatch:
     """One process's CPU slices (CUDA API calls, NVTX ranges) and GPU ops in columns, and
     the flows between them: flow k goes from CPU row `flow_from[k]` to GPU row
-    `flow_to[k]`."""
+    `flow_to[k]`; flow len(flow_from) + j from CPU row `cpu_flow_from[j]` to CPU row
+    `cpu_flow_to[j]` (Kineto's forward -> backward ops, flow pairs between API calls)."""
 
     pid: int
     cpu: SliceColumns
     gpu: SliceColumns
     flow_from: Column
     flow_to: Column
+    cpu_flow_from: Column = ()
+    cpu_flow_to: Column = ()
 
     def slices(self) -> Iterator[CpuSlice | GpuOp]:
         """The same slices as objects (what the writer's object path and tests take);
@@ -275,6 +281,12 @@ class SliceBatch:
             fid = flow_id(self.pid, k)
             starts.setdefault(int(src), []).append(fid)
             ends[int(dst)] = fid
+        cpu_ends: dict[int, list[int]] = {}
+        pairs = zip(self.cpu_flow_from, self.cpu_flow_to, strict=True)
+        for k, (src, dst) in enumerate(pairs, len(self.flow_from)):
+            fid = flow_id(self.pid, k)
+            starts.setdefault(int(src), []).append(fid)
+            cpu_ends.setdefault(int(dst), []).append(fid)
         c = self.cpu
         for i in range(c.rows):
             args = dict(c.arg_sets[c.args[i]])
@@ -283,7 +295,7 @@ class SliceBatch:
                 args["correlation_id"] = int(c.correlation_id[i])
             stack = c.stack[i] if c.stack is not None else NONE
             yield CpuSlice(
-                self.pid,
+                self.pid if c.pid is None else int(c.pid[i]),
                 int(c.track[i]),
                 int(c.ts[i]),
                 int(c.dur[i]),
@@ -291,6 +303,7 @@ class SliceBatch:
                 c.categories[c.category[i]],
                 args,
                 flow_ids=tuple(starts.get(i, ())),
+                terminating_flow_ids=tuple(cpu_ends.get(i, ())),
                 launch_stack=c.stacks[stack] if stack != NONE else None,
             )
         g = self.gpu

@@ -44,6 +44,7 @@ from collector.sources.kineto import (
     ConvertStats,
     Head,
 )
+from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
 
 # Events whose dicts are held before they become columns (their args dicts are the
 # memory: ~1 KB an event).
@@ -176,6 +177,134 @@ class _Pending:
 _DEFAULTS = (("name", ""), ("cat", ""), ("ts", None), ("dur", 0), ("pid", None), ("tid", None))
 
 
+class _FlowEnds:
+    """The input's flow events (`s`, `f`) not linked yet, as columns: each is bound to the
+    first complete event at its pid, tid and ts (kineto_flows.py), at a flush."""
+
+    def __init__(self, stats: ConvertStats) -> None:
+        self.stats = stats
+        self.new: list[dict[str, Any]] = []
+        self.pairs = _Interned()  # (category, id) -> pair
+        self.pair_category: list[str] = []
+        self.pair_correlation: list[int] = []  # an API -> device pair's int id, else NONE
+        self.is_start = np.zeros(0, bool)
+        self.pair = np.zeros(0, np.int64)
+        self.pid = np.zeros(0, np.int64)
+        self.tid = np.zeros(0, np.int64)
+        self.ts = np.zeros(0, np.int64)
+        self.age = np.zeros(0, np.int64)  # flushes it has waited
+
+    def extend(self, events: list[dict[str, Any]]) -> None:
+        self.new += events
+
+    def take_new(self) -> None:
+        """The flow events read since the last flush, as columns."""
+        events, self.new = self.new, []
+        if not events:
+            return
+        stats = self.stats
+        n = len(events)
+        phases = list(map(dict.get, events, repeat("ph")))
+        cats = [c if type(c) is str else "" for c in map(dict.get, events, repeat("cat"))]
+        stats.ac2g_links_in += sum(
+            1 for p, c in zip(phases, cats, strict=True) if p == "f" and c == "ac2g"
+        )
+        idents = list(map(dict.get, events, repeat("id")))
+        pids = list(map(dict.get, events, repeat("pid")))
+        tids = list(map(dict.get, events, repeat("tid")))
+        ok = np.ones(n, bool)
+        for column in (pids, tids):
+            if set(map(type, column)) != _INT:
+                good = np.fromiter(map(_INT.__contains__, map(type, column)), bool, n)
+                ok &= good
+                for i in np.flatnonzero(~good).tolist():
+                    column[i] = 0
+        times = list(map(dict.get, events, repeat("ts")))
+        if not _NUMBERS.issuperset(map(type, times)):
+            good = np.fromiter(map(_NUMBERS.__contains__, map(type, times)), bool, n)
+            ok &= good
+            for i in np.flatnonzero(~good).tolist():
+                times[i] = 0
+        ts = _times_ns(times, ok)
+        pid, tid = _int32s(pids, ok), _int32s(tids, ok)
+        if set(map(type, idents)) != _INT:
+            idents = [
+                kineto._flow_ident(i) if isinstance(i, (int, float, str)) else None for i in idents
+            ]
+            ok &= np.array([i is not None for i in idents], bool)
+        bad = int((~ok).sum())
+        if bad:  # (text pids or tids of flow events are not bound here)
+            stats.skipped["flow events without a time or id, or with text pids/tids"] += bad
+        pair = self.pairs.ids(list(zip(cats, idents, strict=True)))
+        for cat, ident in self.pairs.values[len(self.pair_category) :]:
+            self.pair_category.append(cat)
+            self.pair_correlation.append(
+                ident
+                if cat in API_TO_DEVICE_FLOWS and type(ident) is int and 0 <= ident < 1 << 32
+                else _NONE
+            )
+        keep = ok
+        self.is_start = np.concatenate((self.is_start, np.array(phases, object)[keep] == "s"))
+        self.pair = np.concatenate((self.pair, pair[keep]))
+        self.pid = np.concatenate((self.pid, pid[keep]))
+        self.tid = np.concatenate((self.tid, tid[keep]))
+        self.ts = np.concatenate((self.ts, ts[keep]))
+        self.age = np.concatenate((self.age, np.zeros(int(keep.sum()), np.int64)))
+
+    def bind(
+        self, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flows of the pairs among rows with these keys: (from rows, to rows), and the
+        correlation ids that a complete API -> device pair links (not their correlation)."""
+        self.take_new()
+        n, m = len(ts), len(self.ts)
+        none = np.zeros(0, np.int64)
+        if not m:
+            return none, none, none
+        # The first row at each end's key.
+        group, _ = _group(
+            [np.concatenate((pid, self.pid)), np.concatenate((tid, self.tid)),
+             np.concatenate((ts, self.ts))]
+        )  # fmt: skip
+        first = np.full(int(group.max()) + 1, n, np.int64)
+        np.minimum.at(first, group[:n], np.arange(n))
+        row = first[group[n:]]
+        row[row == n] = _NONE
+        self.row = row
+        # Each pair's first start; its ends.
+        starts = np.flatnonzero(self.is_start)
+        start_pair, first_start = np.unique(self.pair[starts], return_index=True)
+        start_of = np.full(len(self.pairs.values), -1, np.int64)
+        start_of[start_pair] = starts[first_start]
+        ends = np.flatnonzero(~self.is_start)
+        ended_pairs = np.unique(self.pair[ends])
+        complete = ended_pairs[start_of[ended_pairs] >= 0]
+        correlation = np.array(self.pair_correlation, np.int64)[complete]
+        start = start_of[self.pair[ends]]
+        has_start = start >= 0
+        src = np.where(has_start, row[np.maximum(start, 0)], _NONE)
+        dst = row[ends]
+        made = has_start & (src != _NONE) & (dst != _NONE) & (src != dst)
+        self.flow_categories = np.array(self.pair_category, object)[self.pair[ends][made]]
+        return src[made], dst[made], correlation[correlation != _NONE]
+
+    def forget(self, gone: np.ndarray) -> None:
+        """After a flush: drop the ends bound to rows that went (`gone` by row) and the
+        ones that waited a flush unbound (as the window forgets them)."""
+        if not len(self.ts):
+            return
+        bound = self.row != _NONE
+        went = np.zeros(len(self.ts), bool)
+        went[bound] = gone[self.row[bound]]
+        stale = ~bound & (self.age >= 1)
+        if stale.any():
+            self.stats.skipped["flow ends at no complete event"] += int(stale.sum())
+        keep = ~(went | stale)
+        for attr in ("is_start", "pair", "pid", "tid", "ts", "age"):
+            setattr(self, attr, getattr(self, attr)[keep])
+        self.age += 1
+
+
 class _Columns:
     """Every fast-path event of the file, in columns, chunk by chunk."""
 
@@ -191,6 +320,7 @@ class _Columns:
         self.objects: list[tuple[int, dict[str, Any]]] = []  # left to the object path
         self.device_pids: set[int] = set()  # pids of device ops (their labels name nothing)
         self.held_from = 0  # complete events before the last chunk
+        self.flow_ends = _FlowEnds(stats)
 
     # -- rows -----------------------------------------------------------------------------
     def add(self, pending: _Pending, first: int) -> None:
@@ -561,14 +691,17 @@ def convert_columns(
     events_in = 0
     for run in kineto.event_runs(path):
         events_in += len(run)
-        is_x = list(map(eq, map(dict.get, run, repeat("ph")), repeat("X")))
+        phases = list(map(dict.get, run, repeat("ph")))
+        is_x = list(map(eq, phases, repeat("X")))
         if all(is_x):
             pending.extend(run)
         else:
             x_before = np.cumsum(is_x) - is_x + seen_x + len(pending)
             pending.extend(list(compress(run, is_x)))
-            not_x = [not x for x in is_x]
-            others += zip((2 * x_before[not_x]).tolist(), compress(run, not_x), strict=True)
+            is_flow = [p == "s" or p == "f" for p in phases]
+            columns.flow_ends.extend(list(compress(run, is_flow)))
+            other = [not (x or f) for x, f in zip(is_x, is_flow, strict=True)]
+            others += zip((2 * x_before[other]).tolist(), compress(run, other), strict=True)
         if len(pending) >= chunk:
             columns.add(pending, seen_x)
             seen_x += len(pending)
@@ -698,16 +831,29 @@ def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[mode
     found = at < len(api_corr)
     linked = np.zeros(len(op_rows), bool)
     linked[found] = api_corr[at[found]] == corr[op_rows][found]
-    flow_src = api_rows[first][at[linked]]
-    flow_dst = op_rows[linked]
+    # The input's flow pairs; a correlation id that a complete ac2g pair links is not
+    # linked by correlation (kineto_flows.py).
+    pair_src, pair_dst, paired = columns.flow_ends.bind(pid, tid, ts)
+    if len(paired):
+        linked &= ~np.isin(corr[op_rows], paired)
+    flow_src = np.concatenate((api_rows[first][at[linked]], pair_src))
+    flow_dst = np.concatenate((op_rows[linked], pair_dst))
+    by_pair = np.concatenate((np.zeros(int(linked.sum()), bool), np.ones(len(pair_src), bool)))
+    pair_categories = columns.flow_ends.flow_categories if len(pair_src) else np.zeros(0, object)
 
     emit = np.ones(n, bool)
     if not final:
         emit[n - len(chunks[-1].ts) :] = False
-        emit[flow_src[emit[flow_dst]]] = True  # an op that goes takes its call along
-        emit[flow_dst[emit[flow_src]]] = True  # and a call that goes all its ops
+        while True:  # the two ends of a flow go together
+            before = int(emit.sum())
+            emit[flow_src[emit[flow_dst]]] = True
+            emit[flow_dst[emit[flow_src]]] = True
+            if int(emit.sum()) == before:
+                break
+    columns.flow_ends.forget(emit)
     going = emit[flow_src]
-    flow_src, flow_dst = flow_src[going], flow_dst[going]
+    flow_src, flow_dst, by_pair = flow_src[going], flow_dst[going], by_pair[going]
+    pair_categories = pair_categories[going[len(going) - len(pair_categories) :]]
     if not final:
         columns.chunks = [_take_ints(chunks, ~emit, n, ints)]
 
@@ -722,55 +868,61 @@ def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[mode
     stats.gpu_annotations += gpu_by_category.get(model.CAT_GPU_ANNOTATION, 0)
     stats.api_calls += int(((kind == _API) & emit).sum())
     stats.cpu_slices += int(((kind == _CPU) & emit).sum())
-    stats.flows += len(flow_dst)
-    stats.gpu_ops_with_api += len(flow_dst)
-    stats.gpu_ops_without_api += int((device_op & emit).sum()) - len(flow_dst)
-
-    # Each device op goes with the process of its API call, the others with the first
-    # process (ops of one stream in two batches would be written as two runs, and the
-    # second one's on a sibling lane where it overlaps the first's).
+    stats.flows += int((~by_pair).sum())
+    stats.flow_pairs.update(pair_categories.tolist())
+    stats.fwdbwd_flows += int((pair_categories == "fwdbwd").sum())
+    # What the batches hold: flows from a CPU row, to a GPU op (one each) or a CPU row.
     host = ~is_gpu
-    owner = np.full(n, int(pid[host].min()) if host.any() else 0, np.int64)
-    owner[host] = pid[host]
-    owner[flow_dst] = pid[flow_src]
-    owner[~emit] = -2
-    local = np.empty(n, np.int64)  # row -> its index in its batch's part
+    to_gpu = is_gpu[flow_dst]
+    _, first_in = np.unique(flow_dst, return_index=True)
+    once = np.zeros(len(flow_dst), bool)
+    once[first_in] = True
+    usable = host[flow_src] & (~to_gpu | once)
+    if not usable.all():
+        stats.skipped["flows from a device op, or a second one into one"] += int((~usable).sum())
+    flow_src, flow_dst, to_gpu = flow_src[usable], flow_dst[usable], to_gpu[usable]
+    with_api = np.zeros(n, bool)
+    with_api[flow_dst[to_gpu]] = True
+    stats.gpu_ops_with_api += int((with_api & device_op & emit).sum())
+    stats.gpu_ops_without_api += int((~with_api & device_op & emit).sum())
+
+    # One batch: CPU rows of every process (each row's pid), every device op.
+    cpu_rows, gpu_rows = np.flatnonzero(host & emit), np.flatnonzero(is_gpu & emit)
+    local = np.empty(n, np.int64)  # row -> its index in its part
+    local[cpu_rows] = np.arange(len(cpu_rows))
+    local[gpu_rows] = np.arange(len(gpu_rows))
     names, arg_sets = columns.names.values, columns.arg_sets.values
-    for batch_pid in np.unique(owner[emit]).tolist():
-        mine = owner == batch_pid
-        cpu_rows = np.flatnonzero(mine & host)
-        gpu_rows = np.flatnonzero(mine & is_gpu)
-        local[cpu_rows] = np.arange(len(cpu_rows))
-        local[gpu_rows] = np.arange(len(gpu_rows))
-        flows = owner[flow_src] == batch_pid
 
-        def part(rows: np.ndarray, gpu: bool) -> model.SliceColumns:
-            return model.SliceColumns(
-                ts=ts[rows],
-                dur=dur[rows],
-                track=stream[rows] if gpu else tid[rows],
-                device=device[rows] if gpu else None,
-                name=name[rows],
-                names=names,
-                category=category[rows],
-                categories=categories,
-                args=args[rows],
-                arg_sets=arg_sets,
-                correlation_id=corr[rows],
-                int_args=[
-                    model.IntArgColumn(key, values[rows], present[rows])
-                    for key, (values, present) in ints.items()
-                    if present[rows].any()
-                ],
-            )
-
-        yield model.SliceBatch(
-            batch_pid,
-            part(cpu_rows, False),
-            part(gpu_rows, True),
-            local[flow_src[flows]],
-            local[flow_dst[flows]],
+    def part(rows: np.ndarray, gpu: bool) -> model.SliceColumns:
+        return model.SliceColumns(
+            ts=ts[rows],
+            dur=dur[rows],
+            track=stream[rows] if gpu else tid[rows],
+            device=device[rows] if gpu else None,
+            name=name[rows],
+            names=names,
+            category=category[rows],
+            categories=categories,
+            args=args[rows],
+            arg_sets=arg_sets,
+            correlation_id=corr[rows],
+            int_args=[
+                model.IntArgColumn(key, values[rows], present[rows])
+                for key, (values, present) in ints.items()
+                if present[rows].any()
+            ],
+            pid=None if gpu else pid[rows],
         )
+
+    yield model.SliceBatch(
+        int(pid[cpu_rows[0]]) if len(cpu_rows) else 0,
+        part(cpu_rows, False),
+        part(gpu_rows, True),
+        local[flow_src[to_gpu]],
+        local[flow_dst[to_gpu]],
+        local[flow_src[~to_gpu]],
+        local[flow_dst[~to_gpu]],
+    )
 
 
 def _take_ints(

@@ -89,6 +89,7 @@ class _Slices:
         self.end = np.where(self.dur > 0, self.ts + self.dur, self.ts)
         self.track = _int64(cols.track)
         self.device = _int64(cols.device) if cols.device is not None else None
+        self.pid = _int64(cols.pid) if cols.pid is not None else None
         self.name = _int64(cols.name)
         self.category = _int64(cols.category)
         self.args = _int64(cols.args)
@@ -106,6 +107,10 @@ class _Slices:
         self.flow_first = np.zeros(len(self.ts), np.int64)
         self.flow_ids = np.zeros(0, np.int64)
         self.flow_end = np.full(len(self.ts), _NONE, np.int64)
+        # CPU rows end any number (Kineto's flows between CPU slices), like their starts.
+        self.end_count = np.zeros(len(self.ts), np.int64)
+        self.end_first = np.zeros(len(self.ts), np.int64)
+        self.end_ids = np.zeros(0, np.int64)
 
     @property
     def rows(self) -> int:
@@ -139,14 +144,15 @@ def write_batch(prod: ProducerState, batch: model.SliceBatch) -> None:
 
 
 def _assign_flows(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices, gpu: _Slices) -> None:
-    src = _int64(batch.flow_from)
-    dst = _int64(batch.flow_to)
+    to_gpu = len(batch.flow_to)
+    src = np.concatenate((_int64(batch.flow_from), _int64(batch.cpu_flow_from)))
+    dst = np.concatenate((_int64(batch.flow_to), _int64(batch.cpu_flow_to)))
     n = len(src)
     if not n:
         return
     flows = prod.flows
     begin = cpu.ts[src]
-    end = gpu.ts[dst]
+    end = np.concatenate((gpu.ts[dst[:to_gpu]], cpu.ts[dst[to_gpu:]]))
     ids = np.empty(n, np.int64)
     # A flow whose end is earlier than its start gets an id of its own (never reused).
     backwards = end < begin
@@ -163,24 +169,52 @@ def _assign_flows(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices, gp
     ids[back] = base + period + np.arange(len(back))
     flows.next_unrecycled = base + period + len(back)
     # CPU rows: their flows' ids together, in row order.
-    by_src = np.argsort(src, kind="stable")
-    cpu.flow_ids = ids[by_src]
-    cpu.flow_count = np.bincount(src, minlength=cpu.rows).astype(np.int64)
-    cpu.flow_first = np.cumsum(cpu.flow_count) - cpu.flow_count
-    gpu.flow_end[dst] = ids
+    cpu.flow_count, cpu.flow_first, cpu.flow_ids = _by_row(src, ids, cpu.rows)
+    gpu.flow_end[dst[:to_gpu]] = ids[:to_gpu]
+    if n > to_gpu:
+        cpu.end_count, cpu.end_first, cpu.end_ids = _by_row(dst[to_gpu:], ids[to_gpu:], cpu.rows)
+
+
+def _by_row(rows: np.ndarray, ids: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """Flow ids of rows: (count of each row, where its first is, the ids in row order)."""
+    count = np.bincount(rows, minlength=n).astype(np.int64)
+    return count, np.cumsum(count) - count, ids[np.argsort(rows, kind="stable")]
+
+
+def _row_flow_ids(
+    tag: int,
+    begin: np.ndarray,
+    r: np.ndarray,
+    count: np.ndarray,
+    first: np.ndarray,
+    ids: np.ndarray,
+) -> Fixed64s:
+    """The flow ids field `tag` of the BEGINs among packets of rows `r`."""
+    counts = np.where(begin, count[r], 0)
+    firsts = first[r][counts > 0]
+    taken = counts[counts > 0]
+    within = np.arange(int(taken.sum())) - np.repeat(np.cumsum(taken) - taken, taken)
+    return Fixed64s(tag, counts, ids[np.repeat(firsts, taken) + within])
 
 
 def _place_on_lanes(prod: ProducerState, pid: int, part: _Slices) -> None:
     """The lane track uuid of every row, through the tracks' LaneSets (shared with the
     object path), rows of a track taken in start order, the longer of two first."""
     tracks = prod.trace.tracks
-    key = part.track if part.device is None else (part.device << 32) | part.track
+    if part.device is not None:
+        key = (part.device << 32) | part.track
+    elif part.pid is not None:  # CPU rows of several processes
+        key = (part.pid << 32) | (part.track & 0xFFFFFFFF)
+    else:
+        key = part.track
     order = np.lexsort((-part.dur, part.ts, key))
     bounds = np.flatnonzero(np.diff(key[order])) + 1
     for rows in np.split(order, bounds):
         first = int(rows[0])
         if part.device is None:
             tid = int(part.track[first])
+            if part.pid is not None:
+                pid = int(part.pid[first])
             lane_set, uuids = tracks.thread_lanes(pid, tid)
         else:
             device, stream = int(part.device[first]), int(part.track[first])
@@ -384,12 +418,22 @@ def _write_clock(
         has_corr = begin & (corr != _NONE)
         event: list[Slot] = [Table(table, slot_index[b])]
         if not part.gpu:
-            counts = np.where(begin, part.flow_count[r], 0)
-            firsts = part.flow_first[r][counts > 0]
-            taken = counts[counts > 0]
-            within = np.arange(int(taken.sum())) - np.repeat(np.cumsum(taken) - taken, taken)
-            ids = part.flow_ids[np.repeat(firsts, taken) + within]
-            event.append(Fixed64s(wire.FLOW_TAG, counts, ids))
+            event.append(
+                _row_flow_ids(
+                    wire.FLOW_TAG, begin, r, part.flow_count, part.flow_first, part.flow_ids
+                )
+            )
+            if len(part.end_ids):
+                event.append(
+                    _row_flow_ids(
+                        wire.TERMINATING_FLOW_TAG,
+                        begin,
+                        r,
+                        part.end_count,
+                        part.end_first,
+                        part.end_ids,
+                    )
+                )
         else:
             ends_flow = begin & (part.flow_end[r] != _NONE)
             event.append(
@@ -425,6 +469,7 @@ def _write_clock(
 def _write_launch_stacks(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices) -> None:
     """A launch-stack sample per CPU row with a launch stack, on its thread's sequence
     (launch_stacks.py), thread by thread in time order."""
+    assert batch.cpu.pid is None, "launch stacks of a batch of several processes"
     assert batch.cpu.stack is not None
     stack = _int64(batch.cpu.stack)
     rows = np.flatnonzero(stack != _NONE)
