@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from itertools import compress, repeat
-from operator import eq, itemgetter
+from operator import eq, itemgetter, not_, or_
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,9 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NUMBERS = frozenset((int, float))
 _STR = frozenset((str,))
 _INT = frozenset((int,))
+_STR_ONLY, _INT_ONLY = {str}, {int}
+_FLOW_PHASES = frozenset(("s", "f"))
+_FLOW_FIELDS = ("ph", "cat", "id", "pid", "tid", "ts")
 # GPU op args carried by the contract's own fields (track, correlation id).
 _GPU_OWN_ARGS = frozenset(("device", "stream", "correlation"))
 _XYZ = ("grid", "block")
@@ -179,77 +182,103 @@ _DEFAULTS = (("name", ""), ("cat", ""), ("ts", None), ("dur", 0), ("pid", None),
 
 class _FlowEnds:
     """The input's flow events (`s`, `f`) not linked yet, as columns: each is bound to the
-    first complete event at its pid, tid and ts (kineto_flows.py), at a flush."""
+    first complete event at its pid, tid and ts (kineto_flows.py), at a flush.  A pair is
+    (category, id): two int columns, the id's own value where it is an int."""
 
     def __init__(self, stats: ConvertStats) -> None:
         self.stats = stats
-        self.new: list[dict[str, Any]] = []
-        self.pairs = _Interned()  # (category, id) -> pair
-        self.pair_category: list[str] = []
-        self.pair_correlation: list[int] = []  # an API -> device pair's int id, else NONE
+        self.new: tuple[list[Any], ...] = tuple([] for _ in _FLOW_FIELDS)
+        self.categories = _Interned()
+        self.texts = _Interned()  # ids that are no int
+        self.api_to_device: list[bool] = []  # by category: its id is a correlation id
+        self.flow_categories = np.zeros(0, object)
+        self.row = np.zeros(0, np.int64)
         self.is_start = np.zeros(0, bool)
-        self.pair = np.zeros(0, np.int64)
+        self.category = np.zeros(0, np.int64)
+        self.ident = np.zeros(0, np.int64)
+        self.correlation = np.zeros(0, np.int64)  # an API -> device pair's id, else NONE
         self.pid = np.zeros(0, np.int64)
         self.tid = np.zeros(0, np.int64)
         self.ts = np.zeros(0, np.int64)
         self.age = np.zeros(0, np.int64)  # flushes it has waited
 
     def extend(self, events: list[dict[str, Any]]) -> None:
-        self.new += events
+        """Flow events of a run, their fields taken while the run is in the caches."""
+        for column, key in zip(self.new, _FLOW_FIELDS, strict=True):
+            column += map(dict.get, events, repeat(key))
 
     def take_new(self) -> None:
         """The flow events read since the last flush, as columns."""
-        events, self.new = self.new, []
-        if not events:
+        phases, cats, idents, pids, tids, times = self.new
+        self.new = tuple([] for _ in _FLOW_FIELDS)
+        n = len(phases)
+        if not n:
             return
-        stats = self.stats
-        n = len(events)
-        phases = list(map(dict.get, events, repeat("ph")))
-        cats = [c if type(c) is str else "" for c in map(dict.get, events, repeat("cat"))]
-        stats.ac2g_links_in += sum(
-            1 for p, c in zip(phases, cats, strict=True) if p == "f" and c == "ac2g"
-        )
-        idents = list(map(dict.get, events, repeat("id")))
-        pids = list(map(dict.get, events, repeat("pid")))
-        tids = list(map(dict.get, events, repeat("tid")))
+        is_start = np.array(phases, object) == "s"
+        if set(map(type, cats)) != _STR_ONLY:
+            cats = [c if type(c) is str else "" for c in cats]
+        category = self.categories.ids(cats)
+        for name in self.categories.values[len(self.api_to_device) :]:
+            self.api_to_device.append(name in API_TO_DEVICE_FLOWS)
+        ac2g = self.categories.index.get("ac2g", -1)
+        self.stats.ac2g_links_in += int(((category == ac2g) & ~is_start).sum())
         ok = np.ones(n, bool)
+        fields = []
         for column in (pids, tids):
-            if set(map(type, column)) != _INT:
+            if set(map(type, column)) != _INT_ONLY:
                 good = np.fromiter(map(_INT.__contains__, map(type, column)), bool, n)
                 ok &= good
                 for i in np.flatnonzero(~good).tolist():
                     column[i] = 0
-        times = list(map(dict.get, events, repeat("ts")))
+            fields.append(_int32s(column, ok))
         if not _NUMBERS.issuperset(map(type, times)):
             good = np.fromiter(map(_NUMBERS.__contains__, map(type, times)), bool, n)
             ok &= good
             for i in np.flatnonzero(~good).tolist():
                 times[i] = 0
         ts = _times_ns(times, ok)
-        pid, tid = _int32s(pids, ok), _int32s(tids, ok)
-        if set(map(type, idents)) != _INT:
-            idents = [
+        is_int = np.ones(n, bool)
+        try:
+            if set(map(type, idents)) != _INT_ONLY:
+                raise OverflowError
+            ident = np.array(idents, np.int64)
+        except OverflowError:  # other ids: text ids interned past the int ones
+            keys = [
                 kineto._flow_ident(i) if isinstance(i, (int, float, str)) else None for i in idents
             ]
-            ok &= np.array([i is not None for i in idents], bool)
+            ok &= np.array([k is not None for k in keys], bool)
+            is_int = np.array(
+                [type(k) is int and _INT64_MIN <= k <= _INT64_MAX for k in keys], bool
+            )
+            ident = np.array(
+                [
+                    k if int_key else (1 << 62) + self.texts.add(k)
+                    for k, int_key in zip(keys, is_int.tolist(), strict=True)
+                ],
+                np.int64,
+            )
         bad = int((~ok).sum())
         if bad:  # (text pids or tids of flow events are not bound here)
-            stats.skipped["flow events without a time or id, or with text pids/tids"] += bad
-        pair = self.pairs.ids(list(zip(cats, idents, strict=True)))
-        for cat, ident in self.pairs.values[len(self.pair_category) :]:
-            self.pair_category.append(cat)
-            self.pair_correlation.append(
-                ident
-                if cat in API_TO_DEVICE_FLOWS and type(ident) is int and 0 <= ident < 1 << 32
-                else _NONE
-            )
-        keep = ok
-        self.is_start = np.concatenate((self.is_start, np.array(phases, object)[keep] == "s"))
-        self.pair = np.concatenate((self.pair, pair[keep]))
-        self.pid = np.concatenate((self.pid, pid[keep]))
-        self.tid = np.concatenate((self.tid, tid[keep]))
-        self.ts = np.concatenate((self.ts, ts[keep]))
-        self.age = np.concatenate((self.age, np.zeros(int(keep.sum()), np.int64)))
+            self.stats.skipped["flow events without a time or id, or with text pids/tids"] += bad
+        correlation = np.where(
+            np.array(self.api_to_device, bool)[category]
+            & is_int
+            & (ident >= 0)
+            & (ident < 1 << 32),
+            ident,
+            _NONE,
+        )
+        for attr, values in (
+            ("is_start", is_start),
+            ("category", category),
+            ("ident", ident),
+            ("correlation", correlation),
+            ("pid", fields[0]),
+            ("tid", fields[1]),
+            ("ts", ts),
+            ("age", np.zeros(n, np.int64)),
+        ):
+            setattr(self, attr, np.concatenate((getattr(self, attr), values[ok])))
 
     def bind(
         self, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray
@@ -259,33 +288,40 @@ class _FlowEnds:
         self.take_new()
         n, m = len(ts), len(self.ts)
         none = np.zeros(0, np.int64)
+        self.row = np.full(m, _NONE, np.int64)
+        self.flow_categories = np.zeros(0, object)
         if not m:
             return none, none, none
-        # The first row at each end's key.
+        # The first row at each end's key, among the rows at an end's time.
+        candidates = np.flatnonzero(np.isin(ts, self.ts))
+        k = len(candidates)
         group, _ = _group(
-            [np.concatenate((pid, self.pid)), np.concatenate((tid, self.tid)),
-             np.concatenate((ts, self.ts))]
+            [np.concatenate((pid[candidates], self.pid)),
+             np.concatenate((tid[candidates], self.tid)),
+             np.concatenate((ts[candidates], self.ts))]
         )  # fmt: skip
         first = np.full(int(group.max()) + 1, n, np.int64)
-        np.minimum.at(first, group[:n], np.arange(n))
-        row = first[group[n:]]
+        np.minimum.at(first, group[:k], candidates)
+        row = first[group[k:]]
         row[row == n] = _NONE
         self.row = row
-        # Each pair's first start; its ends.
+        # Pairs: each end's pair, its first start.
+        pair, firsts = _group([self.category, self.ident])
         starts = np.flatnonzero(self.is_start)
-        start_pair, first_start = np.unique(self.pair[starts], return_index=True)
-        start_of = np.full(len(self.pairs.values), -1, np.int64)
-        start_of[start_pair] = starts[first_start]
+        start_of = np.full(len(firsts), m, np.int64)
+        np.minimum.at(start_of, pair[starts], starts)  # a pair's first start
+        start_of[start_of == m] = -1
         ends = np.flatnonzero(~self.is_start)
-        ended_pairs = np.unique(self.pair[ends])
-        complete = ended_pairs[start_of[ended_pairs] >= 0]
-        correlation = np.array(self.pair_correlation, np.int64)[complete]
-        start = start_of[self.pair[ends]]
+        complete = np.unique(pair[ends])
+        complete = complete[start_of[complete] >= 0]
+        correlation = self.correlation[firsts[complete]]
+        start = start_of[pair[ends]]
         has_start = start >= 0
         src = np.where(has_start, row[np.maximum(start, 0)], _NONE)
         dst = row[ends]
         made = has_start & (src != _NONE) & (dst != _NONE) & (src != dst)
-        self.flow_categories = np.array(self.pair_category, object)[self.pair[ends][made]]
+        names = np.array(self.categories.values, object)
+        self.flow_categories = names[self.category[ends][made]]
         return src[made], dst[made], correlation[correlation != _NONE]
 
     def forget(self, gone: np.ndarray) -> None:
@@ -300,7 +336,7 @@ class _FlowEnds:
         if stale.any():
             self.stats.skipped["flow ends at no complete event"] += int(stale.sum())
         keep = ~(went | stale)
-        for attr in ("is_start", "pair", "pid", "tid", "ts", "age"):
+        for attr in ("is_start", "category", "ident", "correlation", "pid", "tid", "ts", "age"):
             setattr(self, attr, getattr(self, attr)[keep])
         self.age += 1
 
@@ -698,9 +734,12 @@ def convert_columns(
         else:
             x_before = np.cumsum(is_x) - is_x + seen_x + len(pending)
             pending.extend(list(compress(run, is_x)))
-            is_flow = [p == "s" or p == "f" for p in phases]
+            try:
+                is_flow = list(map(_FLOW_PHASES.__contains__, phases))
+            except TypeError:  # a phase that is no string
+                is_flow = [p == "s" or p == "f" for p in phases]
             columns.flow_ends.extend(list(compress(run, is_flow)))
-            other = [not (x or f) for x, f in zip(is_x, is_flow, strict=True)]
+            other = list(map(not_, map(or_, is_x, is_flow)))
             others += zip((2 * x_before[other]).tolist(), compress(run, other), strict=True)
         if len(pending) >= chunk:
             columns.add(pending, seen_x)
