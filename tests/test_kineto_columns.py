@@ -90,12 +90,15 @@ def _odd_trace() -> dict[str, Any]:
 def test_odd_layouts_read_back_like_convert(
     tmp_path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Also in chunks of 3 events: flushes between an API call and its kernel, a flow
-    pair's ends, a thread's nested slices."""
-    from collector.sources import kineto_columns
+    """Also in chunks of 3 events (and the reader's runs of ~200 bytes, so that a chunk
+    fills between runs): flushes between an API call and its kernel, a flow pair's ends,
+    a thread's nested slices, object slices between batches."""
+    from collector.sources import kineto_columns, kineto_json
 
     monkeypatch.setattr(kineto_columns, "CHUNK", chunk)
     monkeypatch.setattr(kineto_columns.convert_columns, "__defaults__", (chunk,))
+    if chunk < 100:
+        monkeypatch.setattr(kineto_json, "_RUN", 200)
     src = tmp_path / "odd.json"
     src.write_text(json.dumps(_odd_trace()))
     _assert_same(src, tmp_path, lanes_too=chunk > 3)
@@ -125,3 +128,34 @@ def test_nested_check_agrees_with_place() -> None:
             around[-1] = True
             assert lanes.last_starts[0] == ts[-1]
             assert lanes.open_ends[0] == end[around].tolist()
+
+
+def test_slices_after_a_batch_in_one_stream_are_written(tmp_path: Path) -> None:
+    """Producer.write_all: a SliceBatch flushes the object slices so far into a new list;
+    the slices after it went to the old one, never written (the columnar conversion
+    yields object slices between its batches)."""
+    from collector import model
+    from exporters.perfetto.trace_processor import open_trace
+    from exporters.perfetto.writer import TraceWriter
+
+    def columns(gpu: bool) -> model.SliceColumns:
+        rows = 0 if gpu else 1
+        return model.SliceColumns(
+            ts=[100] * rows, dur=[10] * rows, track=[2] * rows, device=[0] * rows if gpu else None,
+            name=[0] * rows, names=["op"], category=[0] * rows, categories=["cpu_op"],
+            args=[0] * rows, arg_sets=[{}], correlation_id=[model.NONE] * rows,
+        )  # fmt: skip
+
+    batch = model.SliceBatch(1, columns(False), columns(True), [], [])
+    later = [model.CpuSlice(1, 2, 200 + i, 5, f"after {i}", "cpu_op") for i in range(3)]
+    out = tmp_path / "t.perfetto-trace"
+    with TraceWriter(out) as w:
+        w.producer("test").write_all([model.CpuSlice(1, 2, 50, 5, "before"), batch, *later])
+    with open_trace(out) as t:
+        names = [r["name"] for r in t.query("select name from slice order by ts")]
+    assert [n for n in names if n != "op" and not n.startswith("xpu")][-3:] == [
+        "after 0",
+        "after 1",
+        "after 2",
+    ]
+    assert "before" in names and "op" in names

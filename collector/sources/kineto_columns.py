@@ -86,11 +86,13 @@ class _Interned:
             self.values.append(value)
         return ident
 
-    def ids(self, items: Sequence[Any]) -> np.ndarray:
-        """The id of every item (hashable, distinct values equal only if the same)."""
+    def ids(self, items: Sequence[Any], found: list[int | None] | None = None) -> np.ndarray:
+        """The id of every item (hashable, distinct values equal only if the same);
+        `found`: the ids of those known already (None for the others), where looked up."""
         index = self.index
         # One lookup per item where all are known (after the first chunks: names repeat).
-        found = list(map(index.get, items))
+        if found is None:
+            found = list(map(index.get, items))
         if None in found:
             for value in dict.fromkeys(items):
                 if value not in index:
@@ -140,20 +142,29 @@ class _Pending:
     the CPU caches (a pass over events parsed a chunk ago costs several times more: they
     have left them): their fields as lists, their args' keys and values as tuples."""
 
-    def __init__(self) -> None:
+    def __init__(self, name_index: dict[Any, int], category_index: dict[Any, int]) -> None:
         self.events: list[dict[str, Any]] = []
         self.fields: tuple[list[Any], ...] = tuple([] for _ in _GETTERS)
         self.arg_keys: list[tuple[str, ...]] = []
         self.arg_values: list[tuple[Any, ...]] = []
+        # The ids of the names and categories known so far (None for a new one): looked
+        # up here, while the strings are in the caches too.
+        self._indexes = (name_index, category_index)
+        self.known: tuple[list[int | None], list[int | None]] = ([], [])
 
     def __len__(self) -> int:
         return len(self.events)
 
     def extend(self, events: list[dict[str, Any]]) -> None:
+        if not events:
+            return  # (and column[-0:] below would be all of it)
         self.events += events
         try:
             for column, get in zip(self.fields, _GETTERS, strict=True):
                 column += map(get, events)
+            n = len(events)
+            for known, index, column in zip(self.known, self._indexes, self.fields, strict=False):
+                known += map(index.get, column[-n:])
             args = list(map(_GET_ARGS, events))
             self.arg_keys += map(tuple, args)
             self.arg_values += map(tuple, map(dict.values, args))
@@ -161,11 +172,11 @@ class _Pending:
             self._extend_slowly(events)
 
     def _extend_slowly(self, events: list[dict[str, Any]]) -> None:
-        n = len(self.events)
-        for column in self.fields:  # undo the run's partial extend
-            del column[n - len(events) :]
-        del self.arg_keys[n - len(events) :]
-        del self.arg_values[n - len(events) :]
+        before = len(self.events) - len(events)
+        for column in (*self.fields, *self.known, self.arg_keys, self.arg_values):
+            del column[before:]  # undo the run's partial extend
+        for known in self.known:
+            known += [None] * len(events)  # looked up with the chunk
         for e in events:
             for column, (key, default) in zip(self.fields, _DEFAULTS, strict=True):
                 column.append(e.get(key, default))
@@ -350,7 +361,7 @@ class _Columns:
         self.categories = _Interned()
         self.arg_sets = _Interned()
         self.chunks: list[_Chunk] = []
-        self._raw_categories = _Interned()  # the input's `cat` strings
+        self.raw_categories = _Interned()  # the input's `cat` strings
         self._kind_of: list[int] = []  # raw category id -> kind
         self._gpu_category: dict[tuple[int, int], int] = {}  # (raw cat, name) -> category
         self.objects: list[tuple[int, dict[str, Any]]] = []  # left to the object path
@@ -368,6 +379,7 @@ class _Columns:
         if not events:
             return
         names, cats, ts, dur, pids, tids = pending.fields
+        known_names, known_categories = pending.known
         arg_keys, arg_values = pending.arg_keys, pending.arg_values
         n = len(events)
         # The common layout (str name and cat, float or int times in range, int32 pid and
@@ -393,6 +405,8 @@ class _Columns:
             self.objects += compress(zip(keys, events, strict=True), ~ok)
             events = list(compress(events, ok))
             names, cats = list(compress(names, ok)), list(compress(cats, ok))
+            known_names = list(compress(known_names, ok))
+            known_categories = list(compress(known_categories, ok))
             arg_keys = list(compress(arg_keys, ok))
             arg_values = list(compress(arg_values, ok))
             ts_ns, dur_ns, pid, tid = ts_ns[ok], dur_ns[ok], pid[ok], tid[ok]
@@ -402,9 +416,9 @@ class _Columns:
         c = _Chunk(n)
         c.ts, c.dur = ts_ns, dur_ns
         c.pid, c.tid = pid, tid
-        c.name = self.names.ids(names)
-        raw = self._raw_categories.ids(cats)
-        for value in self._raw_categories.values[len(self._kind_of) :]:
+        c.name = self.names.ids(names, known_names)
+        raw = self.raw_categories.ids(cats, known_categories)
+        for value in self.raw_categories.values[len(self._kind_of) :]:
             self._kind_of.append(
                 _GPU if value in GPU_CATEGORIES else _API if value in API_CATEGORIES else _CPU
             )
@@ -420,7 +434,7 @@ class _Columns:
     def _categories(self, c: _Chunk, raw: np.ndarray) -> np.ndarray:
         """The contract's category of each row: the input's for CPU slices, `cuda_api`
         for API calls, the device op's kind (MTIA's by name) for device ops."""
-        raw_values = self._raw_categories.values
+        raw_values = self.raw_categories.values
         as_output = np.array(
             [self.categories.add(v) for v in raw_values] or [0], np.int64
         )  # CPU slices keep their category
@@ -468,7 +482,7 @@ class _Columns:
             columns = list(zip(*tuples, strict=True)) if keys[first] else []
             extra: Entry = ()
             if kind == _API:
-                extra = (("kineto_category", self._raw_categories.values[int(raw[first])]),)
+                extra = (("kineto_category", self.raw_categories.values[int(raw[first])]),)
             self._shape(c, rows, kind, keys[first], columns, extra)
 
     def _shape(
@@ -703,7 +717,7 @@ def convert_columns(
     events before the chunk held back (names, instants, rare slices) and one SliceBatch
     per host process."""
     columns = _Columns(stats)
-    pending = _Pending()
+    pending = _Pending(columns.names.index, columns.raw_categories.index)
     # The other events, keyed by their place among the complete ones (the object path's
     # synthetic ids, for text pids and tids, are numbered in input order): 2k for one
     # after k complete events, 2k + 1 for the complete event k (_Columns.add).
@@ -744,7 +758,7 @@ def convert_columns(
         if len(pending) >= chunk:
             columns.add(pending, seen_x)
             seen_x += len(pending)
-            pending = _Pending()
+            pending = _Pending(columns.names.index, columns.raw_categories.index)
             if len(columns.chunks) > 1:
                 yield from objects_before(2 * columns.held_from)
                 yield from _flush(columns, stats, final=False)

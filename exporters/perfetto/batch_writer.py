@@ -49,6 +49,9 @@ _TRACK_EVENT_TAG = wire.key(wire.PACKET_TRACK_EVENT, wire.LEN)
 _TS_TAG = wire.key(wire.PACKET_TIMESTAMP, wire.VARINT)
 _PERF_SAMPLE_TAG = wire.key(wire.PACKET_PERF_SAMPLE, wire.LEN)
 _FIRST_FLOW_PERIOD = 16
+# Cached BEGIN heads of a sequence (beside the object path's, in the same dict), at most.
+_HEAD_CACHE_SIZE = 1 << 16
+_BATCH_HEAD = "batch head"  # first in the key of a cached columnar head
 
 
 def _int64(column: model.Column) -> np.ndarray:
@@ -281,24 +284,38 @@ def _heads(prod: ProducerState, part: _Slices) -> tuple[list[bytes], np.ndarray]
         keys.append(part.stack)
     group, firsts = _group(*keys)
     heads = []
+    cache = prod.begin_cache
     for row in firsts.tolist():
         uuid = int(part.uuid[row])
+        name = cols.names[int(part.name[row])]
+        category = cols.categories[int(part.category[row])]
+        args = cols.arg_sets[int(part.args[row])]
+        # Heads without a launch stack are kept for the later batches of the sequence (a
+        # Kineto conversion writes one a chunk: most of its heads come back); the key
+        # types the values (1, 1.0 and True are equal dict keys, other annotations).
+        key = None
+        if part.stack is None:
+            key = (_BATCH_HEAD, uuid, name, category, *((k, type(v), v) for k, v in args.items()))
+            cached = cache.get(key)
+            if cached is not None:
+                heads.append(cached)
+                continue
         head = prod.begin_heads.get(uuid)
         if head is None:
             device = None if part.device is None else int(part.device[row])
             head = prod.begin_head_of(uuid, device, int(part.track[row]))
-        args = cols.arg_sets[int(part.args[row])]
-        heads.append(
-            b"".join(
-                (
-                    head,
-                    seq.name_field(cols.names[int(part.name[row])]),
-                    seq.category_field(cols.categories[int(part.category[row])]),
-                    *(seq.annotation(k, v) for k, v in args.items()),
-                    _launch_stack_arg(seq, part, row),
-                )
+        encoded = b"".join(
+            (
+                head,
+                seq.name_field(name),
+                seq.category_field(category),
+                *(seq.annotation(k, v) for k, v in args.items()),
+                _launch_stack_arg(seq, part, row),
             )
         )
+        if key is not None and len(cache) < _HEAD_CACHE_SIZE:
+            cache[key] = encoded
+        heads.append(encoded)
     return heads, group
 
 

@@ -93,6 +93,9 @@ class Producer(ProducerState):
                     room = REORDER_WINDOW
             else:
                 self.write(event)
+                # A SliceBatch flushes the slices so far (into a new list): append to it.
+                pending = self._pending
+                room = REORDER_WINDOW - len(pending)
 
     def flush(self) -> None:
         """Place buffered slices on lanes in start order and write their BEGINs (and the
