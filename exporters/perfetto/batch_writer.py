@@ -427,6 +427,12 @@ def _write_clock(
     slot_index = np.where(is_begin, head_of_row[row], end_index)
     tails = ByteTable([cell[4] + _TS_TAG, seq.head_needs + _TS_TAG])
     absolute = ByteTable([seq.absolute_clock])
+    # The varying int args of this clock's BEGINs (keys none of its rows has left out).
+    int_args = []
+    for (_, values, present), prefixes in zip(part.int_args, int_prefixes, strict=True):
+        has_all = is_begin & present[row]
+        if has_all.any():
+            int_args.append((prefixes, has_all, np.where(has_all, values[row], 0)))
     for lo in range(0, len(packets), BLOCK_PACKETS):
         b = slice(lo, lo + BLOCK_PACKETS)
         begin, r = is_begin[b], row[b]
@@ -463,11 +469,11 @@ def _write_clock(
         corr_value = np.where(has_corr, corr, 0)
         event.append(Table(corr_prefixes, np.where(has_corr, varint_lengths(corr_value), -1)))
         event.append(Varint(corr_value, has_corr))
-        for (_, values, present), prefixes in zip(part.int_args, int_prefixes, strict=True):
-            has = begin & present[r]
-            value = np.where(has, values[r], 0)
-            event.append(Table(prefixes, np.where(has, varint_lengths(value), -1)))
-            event.append(Varint(value, has))
+        for prefixes, has_all, value_all in int_args:
+            has, value = has_all[b], value_all[b]
+            varint = Varint(value, has)
+            event.append(Table(prefixes, np.where(has, varint.lengths, -1)))
+            event.append(varint)
         packet: list[Slot] = [
             Const(_TRACK_EVENT_TAG, n, begin),
             Varint(total_length(event), begin),
