@@ -215,13 +215,24 @@ NONE = -1  # "no value" in an index or id column
 
 
 @dataclass(frozen=True, slots=True)
+class IntArgColumn:
+    """An int arg whose value varies per row (ids: Kineto's External id, Record function
+    id, Sequence number): `values[i]` (int64) is arg `key` of row i where `present[i]`."""
+
+    key: str
+    values: Column
+    present: Sequence[bool]
+
+
+@dataclass(frozen=True, slots=True)
 class SliceColumns:
     """Many slices in columns, row i being one slice: how a columnar source (the CUPTI
     streams) hands the writer a process's slices, which it encodes without an object
     per slice.  `device` is None for CPU slices (track = thread `track` of the batch's
     pid), else GPU ops (track = stream `track` of GPU `device`).  Names, categories, args
     and stacks are indices into the lists beside them; `correlation_id` is NONE or the
-    row's `correlation_id` arg; `stack` (CPU slices) NONE or the launch stack."""
+    row's `correlation_id` arg; `stack` (CPU slices) NONE or the launch stack;
+    `int_args` the row's args beside its arg set that are ints which vary per row."""
 
     ts: Column
     dur: Column
@@ -236,6 +247,10 @@ class SliceColumns:
     correlation_id: Column
     stack: Column | None = None
     stacks: Sequence[Stack] = ()
+    int_args: Sequence[IntArgColumn] = ()
+    # CPU slices of several processes (Kineto: API calls on a device's pseudo-process):
+    # each row's pid, where the batch's pid is not all of theirs.
+    pid: Column | None = None
 
     @property
     def rows(self) -> int:
@@ -246,13 +261,16 @@ class SliceColumns:
 class SliceBatch:
     """One process's CPU slices (CUDA API calls, NVTX ranges) and GPU ops in columns, and
     the flows between them: flow k goes from CPU row `flow_from[k]` to GPU row
-    `flow_to[k]`."""
+    `flow_to[k]`; flow len(flow_from) + j from CPU row `cpu_flow_from[j]` to CPU row
+    `cpu_flow_to[j]` (Kineto's forward -> backward ops, flow pairs between API calls)."""
 
     pid: int
     cpu: SliceColumns
     gpu: SliceColumns
     flow_from: Column
     flow_to: Column
+    cpu_flow_from: Column = ()
+    cpu_flow_to: Column = ()
 
     def slices(self) -> Iterator[CpuSlice | GpuOp]:
         """The same slices as objects (what the writer's object path and tests take);
@@ -263,14 +281,21 @@ class SliceBatch:
             fid = flow_id(self.pid, k)
             starts.setdefault(int(src), []).append(fid)
             ends[int(dst)] = fid
+        cpu_ends: dict[int, list[int]] = {}
+        pairs = zip(self.cpu_flow_from, self.cpu_flow_to, strict=True)
+        for k, (src, dst) in enumerate(pairs, len(self.flow_from)):
+            fid = flow_id(self.pid, k)
+            starts.setdefault(int(src), []).append(fid)
+            cpu_ends.setdefault(int(dst), []).append(fid)
         c = self.cpu
         for i in range(c.rows):
             args = dict(c.arg_sets[c.args[i]])
+            args.update(_int_args(c, i))
             if c.correlation_id[i] != NONE:
                 args["correlation_id"] = int(c.correlation_id[i])
             stack = c.stack[i] if c.stack is not None else NONE
             yield CpuSlice(
-                self.pid,
+                self.pid if c.pid is None else int(c.pid[i]),
                 int(c.track[i]),
                 int(c.ts[i]),
                 int(c.dur[i]),
@@ -278,6 +303,7 @@ class SliceBatch:
                 c.categories[c.category[i]],
                 args,
                 flow_ids=tuple(starts.get(i, ())),
+                terminating_flow_ids=tuple(cpu_ends.get(i, ())),
                 launch_stack=c.stacks[stack] if stack != NONE else None,
             )
         g = self.gpu
@@ -292,10 +318,14 @@ class SliceBatch:
                 int(g.dur[i]),
                 g.names[g.name[i]],
                 g.categories[g.category[i]],
-                dict(g.arg_sets[g.args[i]]),
+                {**g.arg_sets[g.args[i]], **_int_args(g, i)},
                 int(corr) if corr != NONE else None,
                 terminating_flow_ids=(end,) if end is not None else (),
             )
+
+
+def _int_args(cols: SliceColumns, row: int) -> dict[str, ArgValue]:
+    return {c.key: int(c.values[row]) for c in cols.int_args if c.present[row]}
 
 
 Event = (

@@ -39,7 +39,7 @@ from collector.sources.kineto_flows import (
     FlowLinker,
     Slot,
 )
-from collector.sources.kineto_json import trace_events
+from collector.sources.kineto_json import trace_event_runs
 
 # Kineto category -> contract category for ops on device stream tracks.
 GPU_CATEGORIES = {
@@ -109,6 +109,7 @@ _CORRELATIONS = range(0, 1 << 32)
 _STREAMS = range(-(1 << 31), 1 << 32)  # int32 or uint32 (CUDA's no-stream 2**32-1)
 _NO_STREAM = 0xFFFFFFFF
 _SCALARS = frozenset((int, float, str, bool))  # arg values kept as they are
+_DICT_ONLY = {dict}
 
 
 # Categories that are no plain CPU slice (device ops, API calls).
@@ -249,6 +250,15 @@ class _Ids:
 
 def _events(path: Path, progress: Callable[[int], None] | None) -> Iterator[dict[str, Any]]:
     """Stream `traceEvents` items (kineto_json.py); report stored-bytes progress."""
+    for run in event_runs(path, progress):
+        yield from run
+
+
+def event_runs(
+    path: Path, progress: Callable[[int], None] | None = None
+) -> Iterator[list[dict[str, Any]]]:
+    """`traceEvents` items that are objects, a list at a time (kineto_json's runs), with
+    the file's faults as KinetoFormatError."""
 
     def open_file() -> tuple[IO[bytes], IO[bytes]]:
         stream = _open(path)
@@ -256,9 +266,10 @@ def _events(path: Path, progress: Callable[[int], None] | None) -> Iterator[dict
         return stream, raw  # type: ignore[return-value]
 
     try:
-        for event in trace_events(open_file, progress):
-            if type(event) is dict:
-                yield event
+        for run in trace_event_runs(open_file, progress):
+            if set(map(type, run)) != _DICT_ONLY:
+                run = [event for event in run if type(event) is dict]
+            yield run
     except (ijson.JSONError, ijson.IncompleteJSONError) as exc:
         raise KinetoFormatError(f"{path}: not valid JSON ({_short(exc)})") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:

@@ -59,6 +59,7 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _LONG_NUMBER = b"0" * 19
 _PROGRESS_EVERY = 4096
+_IJSON_RUN = 256  # items of ijson's per list of trace_event_runs()
 
 
 class _NotSure(Exception):
@@ -76,6 +77,15 @@ def trace_events(open_file: Opener, progress: Callable[[int], None] | None = Non
     Raises what ijson raises for a file it cannot read (ijson.JSONError and
     IncompleteJSONError, UnicodeDecodeError) and the file's own errors (EOFError,
     zlib.error, gzip.BadGzipFile)."""
+    for items in trace_event_runs(open_file, progress):
+        yield from items
+
+
+def trace_event_runs(
+    open_file: Opener, progress: Callable[[int], None] | None = None
+) -> Iterator[list[Any]]:
+    """trace_events()'s items a list at a time (a run of orjson's, or up to _IJSON_RUN
+    items of ijson's), for a consumer that works on many at once."""
     reported = 0
 
     def advance(raw: IO[bytes]) -> None:
@@ -90,8 +100,7 @@ def trace_events(open_file: Opener, progress: Callable[[int], None] | None = Non
     try:
         reader = _FastReader(stream)
         for items in reader.runs():
-            for item in items:
-                yield item
+            yield items
             yielded += len(items)
             advance(raw)
         return
@@ -101,11 +110,22 @@ def trace_events(open_file: Opener, progress: Callable[[int], None] | None = Non
         stream.close()
     stream, raw = open_file()
     try:
-        for n, item in enumerate(ijson.items(stream, "traceEvents.item", use_float=True)):
-            if n >= yielded:
-                yield item
-            if n % _PROGRESS_EVERY == 0:
-                advance(raw)
+        run: list[Any] = []
+        try:
+            for n, item in enumerate(ijson.items(stream, "traceEvents.item", use_float=True)):
+                if n >= yielded:
+                    run.append(item)
+                    if len(run) >= _IJSON_RUN:
+                        yield run
+                        run = []
+                if n % _PROGRESS_EVERY == 0:
+                    advance(raw)
+        except Exception:
+            if run:  # the items before ijson's error, as trace_events() has them
+                yield run
+            raise
+        if run:
+            yield run
         advance(raw)
     finally:
         stream.close()

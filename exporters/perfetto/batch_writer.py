@@ -49,6 +49,9 @@ _TRACK_EVENT_TAG = wire.key(wire.PACKET_TRACK_EVENT, wire.LEN)
 _TS_TAG = wire.key(wire.PACKET_TIMESTAMP, wire.VARINT)
 _PERF_SAMPLE_TAG = wire.key(wire.PACKET_PERF_SAMPLE, wire.LEN)
 _FIRST_FLOW_PERIOD = 16
+# Cached BEGIN heads of a sequence (beside the object path's, in the same dict), at most.
+_HEAD_CACHE_SIZE = 1 << 16
+_BATCH_HEAD = "batch head"  # first in the key of a cached columnar head
 
 
 def _int64(column: model.Column) -> np.ndarray:
@@ -89,11 +92,17 @@ class _Slices:
         self.end = np.where(self.dur > 0, self.ts + self.dur, self.ts)
         self.track = _int64(cols.track)
         self.device = _int64(cols.device) if cols.device is not None else None
+        self.pid = _int64(cols.pid) if cols.pid is not None else None
         self.name = _int64(cols.name)
         self.category = _int64(cols.category)
         self.args = _int64(cols.args)
         self.stack = _int64(cols.stack) if cols.stack is not None else None
         self.corr = _int64(cols.correlation_id)
+        # Varying int args (Kineto's ids): key, values, present; written after the
+        # correlation id, like it.
+        self.int_args = [
+            (c.key, _int64(c.values), np.asarray(c.present, bool)) for c in cols.int_args
+        ]
         self.uuid = np.zeros(len(self.ts), np.int64)
         # Flows: CPU rows start any number (flow_count at flow_first in flow_ids),
         # GPU rows end at most one (flow_end, NONE for none).
@@ -101,6 +110,10 @@ class _Slices:
         self.flow_first = np.zeros(len(self.ts), np.int64)
         self.flow_ids = np.zeros(0, np.int64)
         self.flow_end = np.full(len(self.ts), _NONE, np.int64)
+        # CPU rows end any number (Kineto's flows between CPU slices), like their starts.
+        self.end_count = np.zeros(len(self.ts), np.int64)
+        self.end_first = np.zeros(len(self.ts), np.int64)
+        self.end_ids = np.zeros(0, np.int64)
 
     @property
     def rows(self) -> int:
@@ -134,14 +147,15 @@ def write_batch(prod: ProducerState, batch: model.SliceBatch) -> None:
 
 
 def _assign_flows(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices, gpu: _Slices) -> None:
-    src = _int64(batch.flow_from)
-    dst = _int64(batch.flow_to)
+    to_gpu = len(batch.flow_to)
+    src = np.concatenate((_int64(batch.flow_from), _int64(batch.cpu_flow_from)))
+    dst = np.concatenate((_int64(batch.flow_to), _int64(batch.cpu_flow_to)))
     n = len(src)
     if not n:
         return
     flows = prod.flows
     begin = cpu.ts[src]
-    end = gpu.ts[dst]
+    end = np.concatenate((gpu.ts[dst[:to_gpu]], cpu.ts[dst[to_gpu:]]))
     ids = np.empty(n, np.int64)
     # A flow whose end is earlier than its start gets an id of its own (never reused).
     backwards = end < begin
@@ -158,38 +172,74 @@ def _assign_flows(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices, gp
     ids[back] = base + period + np.arange(len(back))
     flows.next_unrecycled = base + period + len(back)
     # CPU rows: their flows' ids together, in row order.
-    by_src = np.argsort(src, kind="stable")
-    cpu.flow_ids = ids[by_src]
-    cpu.flow_count = np.bincount(src, minlength=cpu.rows).astype(np.int64)
-    cpu.flow_first = np.cumsum(cpu.flow_count) - cpu.flow_count
-    gpu.flow_end[dst] = ids
+    cpu.flow_count, cpu.flow_first, cpu.flow_ids = _by_row(src, ids, cpu.rows)
+    gpu.flow_end[dst[:to_gpu]] = ids[:to_gpu]
+    if n > to_gpu:
+        cpu.end_count, cpu.end_first, cpu.end_ids = _by_row(dst[to_gpu:], ids[to_gpu:], cpu.rows)
+
+
+def _by_row(rows: np.ndarray, ids: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """Flow ids of rows: (count of each row, where its first is, the ids in row order)."""
+    count = np.bincount(rows, minlength=n).astype(np.int64)
+    return count, np.cumsum(count) - count, ids[np.argsort(rows, kind="stable")]
+
+
+def _row_flow_ids(
+    tag: int,
+    begin: np.ndarray,
+    r: np.ndarray,
+    count: np.ndarray,
+    first: np.ndarray,
+    ids: np.ndarray,
+) -> Fixed64s:
+    """The flow ids field `tag` of the BEGINs among packets of rows `r`."""
+    counts = np.where(begin, count[r], 0)
+    firsts = first[r][counts > 0]
+    taken = counts[counts > 0]
+    within = np.arange(int(taken.sum())) - np.repeat(np.cumsum(taken) - taken, taken)
+    return Fixed64s(tag, counts, ids[np.repeat(firsts, taken) + within])
 
 
 def _place_on_lanes(prod: ProducerState, pid: int, part: _Slices) -> None:
     """The lane track uuid of every row, through the tracks' LaneSets (shared with the
     object path), rows of a track taken in start order, the longer of two first."""
     tracks = prod.trace.tracks
-    key = part.track if part.device is None else (part.device << 32) | part.track
+    if part.device is not None:
+        key = (part.device << 32) | part.track
+    elif part.pid is not None:  # CPU rows of several processes
+        key = (part.pid << 32) | (part.track & 0xFFFFFFFF)
+    else:
+        key = part.track
     order = np.lexsort((-part.dur, part.ts, key))
     bounds = np.flatnonzero(np.diff(key[order])) + 1
     for rows in np.split(order, bounds):
         first = int(rows[0])
         if part.device is None:
             tid = int(part.track[first])
+            if part.pid is not None:
+                pid = int(part.pid[first])
             lane_set, uuids = tracks.thread_lanes(pid, tid)
         else:
             device, stream = int(part.device[first]), int(part.track[first])
             lane_set, uuids = tracks.stream_lanes(device, stream)
         ts, end, dur = part.ts[rows], part.end[rows], part.dur[rows]
         start = int(ts[0])
-        if (
-            start >= lane_set.last_starts[0]
-            and all(e <= start for e in lane_set.open_ends[0])
-            and bool(np.all(ts[1:] >= end[:-1]))
-        ):
+        lane_free = start >= lane_set.last_starts[0] and all(
+            e <= start for e in lane_set.open_ends[0]
+        )
+        if lane_free and bool(np.all(ts[1:] >= end[:-1])):
             # Nothing overlaps: all on lane 0, whose state is then the last slice's.
             lane_set.last_starts[0] = int(ts[-1])
             lane_set.open_ends[0][:] = [int(end[-1])]
+            index = np.zeros(len(rows), np.int64)
+        elif lane_free and _properly_nested(ts, end, dur):
+            # Slices within slices (CPU ops): all on lane 0 too, as place() would put them;
+            # the lane's open slices are then the last one and those around it.
+            last = int(ts[-1])
+            around = end > last
+            around[-1] = True
+            lane_set.last_starts[0] = last
+            lane_set.open_ends[0][:] = end[around].tolist()
             index = np.zeros(len(rows), np.int64)
         else:
             place = lane_set.place
@@ -205,6 +255,25 @@ def _place_on_lanes(prod: ProducerState, pid: int, part: _Slices) -> None:
         part.uuid[rows] = np.asarray(uuids, np.int64)[index]
 
 
+def _properly_nested(ts: np.ndarray, end: np.ndarray, dur: np.ndarray) -> bool:
+    """Whether slices in start order (the longer of two with one start first) nest: each
+    ends inside every slice open when it began.  In the packets' time order
+    (_packet_order's rules for ties: LaneSet.place's), that is: the number of open
+    slices just before a slice's END equals that just after its BEGIN, for every slice
+    (a partial overlap makes the earlier-begun of the two end at a greater depth)."""
+    m = len(ts)
+    nth = np.arange(m)
+    empty = dur <= 0
+    times = np.concatenate((ts, end))
+    kind = np.concatenate((np.ones(m, np.int64), np.where(empty, 1, 0)))
+    tie = np.concatenate((2 * nth, np.where(empty, 2 * nth + 1, -nth)))
+    order = np.lexsort((tie, kind, times))
+    depth = np.cumsum(np.where(order < m, 1, -1))
+    position = np.empty(2 * m, np.int64)
+    position[order] = np.arange(2 * m)
+    return bool(np.array_equal(depth[position[:m]], depth[position[m:]] + 1))
+
+
 def _heads(prod: ProducerState, part: _Slices) -> tuple[list[bytes], np.ndarray]:
     """Encoded BEGIN heads (type, track, device and stream, name, category, args) and the
     head of each row."""
@@ -215,24 +284,38 @@ def _heads(prod: ProducerState, part: _Slices) -> tuple[list[bytes], np.ndarray]
         keys.append(part.stack)
     group, firsts = _group(*keys)
     heads = []
+    cache = prod.begin_cache
     for row in firsts.tolist():
         uuid = int(part.uuid[row])
+        name = cols.names[int(part.name[row])]
+        category = cols.categories[int(part.category[row])]
+        args = cols.arg_sets[int(part.args[row])]
+        # Heads without a launch stack are kept for the later batches of the sequence (a
+        # Kineto conversion writes one a chunk: most of its heads come back); the key
+        # types the values (1, 1.0 and True are equal dict keys, other annotations).
+        key = None
+        if part.stack is None:
+            key = (_BATCH_HEAD, uuid, name, category, *((k, type(v), v) for k, v in args.items()))
+            cached = cache.get(key)
+            if cached is not None:
+                heads.append(cached)
+                continue
         head = prod.begin_heads.get(uuid)
         if head is None:
             device = None if part.device is None else int(part.device[row])
             head = prod.begin_head_of(uuid, device, int(part.track[row]))
-        args = cols.arg_sets[int(part.args[row])]
-        heads.append(
-            b"".join(
-                (
-                    head,
-                    seq.name_field(cols.names[int(part.name[row])]),
-                    seq.category_field(cols.categories[int(part.category[row])]),
-                    *(seq.annotation(k, v) for k, v in args.items()),
-                    _launch_stack_arg(seq, part, row),
-                )
+        encoded = b"".join(
+            (
+                head,
+                seq.name_field(name),
+                seq.category_field(category),
+                *(seq.annotation(k, v) for k, v in args.items()),
+                _launch_stack_arg(seq, part, row),
             )
         )
+        if key is not None and len(cache) < _HEAD_CACHE_SIZE:
+            cache[key] = encoded
+        heads.append(encoded)
     return heads, group
 
 
@@ -249,10 +332,8 @@ def _write_slices(prod: ProducerState, part: _Slices) -> None:
     seq = prod.seq
     chunks = prod.trace.chunks
     heads, head_of_row = _heads(prod, part)
-    corr_head = seq.annotation_name("correlation_id") + wire.ANNOTATION_INT_TAG
-    corr_prefixes = ByteTable(
-        [wire.ANNOTATION_PREFIX[len(corr_head) + k] + corr_head for k in range(11)]
-    )
+    corr_prefixes = _int_prefixes(seq, "correlation_id")
+    int_prefixes = [_int_prefixes(seq, key) for key, _, _ in part.int_args]
     # Clocks: one per track uuid, shared by later tracks (see Sequence.track_clock).
     cells: list[list] = []
     cell_index: dict[int, int] = {}
@@ -280,7 +361,15 @@ def _write_slices(prod: ProducerState, part: _Slices) -> None:
     bounds = np.flatnonzero(np.diff(row_cell[order])) + 1
     for rows in np.split(order, bounds):
         cell = cells[int(row_cell[rows[0]])]
-        _write_clock(prod, seq, part, rows, cell, table, head_of_row, end_entry, corr_prefixes)
+        _write_clock(
+            prod, seq, part, rows, cell, table, head_of_row, end_entry, corr_prefixes, int_prefixes
+        )
+
+
+def _int_prefixes(seq: Sequence, key: str) -> ByteTable:
+    """Entry k: the head of an int annotation `key` whose value is a k-byte varint."""
+    head = seq.annotation_name(key) + wire.ANNOTATION_INT_TAG
+    return ByteTable([wire.ANNOTATION_PREFIX[len(head) + k] + head for k in range(11)])
 
 
 def _timestamps(times: np.ndarray, clock: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -324,6 +413,7 @@ def _write_clock(
     head_of_row: np.ndarray,
     end_entry: dict[int, int],
     corr_prefixes: ByteTable,
+    int_prefixes: list[ByteTable],
 ) -> None:
     """The packets of the rows on one track clock."""
     chunks = prod.trace.chunks
@@ -337,6 +427,12 @@ def _write_clock(
     slot_index = np.where(is_begin, head_of_row[row], end_index)
     tails = ByteTable([cell[4] + _TS_TAG, seq.head_needs + _TS_TAG])
     absolute = ByteTable([seq.absolute_clock])
+    # The varying int args of this clock's BEGINs (keys none of its rows has left out).
+    int_args = []
+    for (_, values, present), prefixes in zip(part.int_args, int_prefixes, strict=True):
+        has_all = is_begin & present[row]
+        if has_all.any():
+            int_args.append((prefixes, has_all, np.where(has_all, values[row], 0)))
     for lo in range(0, len(packets), BLOCK_PACKETS):
         b = slice(lo, lo + BLOCK_PACKETS)
         begin, r = is_begin[b], row[b]
@@ -345,12 +441,22 @@ def _write_clock(
         has_corr = begin & (corr != _NONE)
         event: list[Slot] = [Table(table, slot_index[b])]
         if not part.gpu:
-            counts = np.where(begin, part.flow_count[r], 0)
-            firsts = part.flow_first[r][counts > 0]
-            taken = counts[counts > 0]
-            within = np.arange(int(taken.sum())) - np.repeat(np.cumsum(taken) - taken, taken)
-            ids = part.flow_ids[np.repeat(firsts, taken) + within]
-            event.append(Fixed64s(wire.FLOW_TAG, counts, ids))
+            event.append(
+                _row_flow_ids(
+                    wire.FLOW_TAG, begin, r, part.flow_count, part.flow_first, part.flow_ids
+                )
+            )
+            if len(part.end_ids):
+                event.append(
+                    _row_flow_ids(
+                        wire.TERMINATING_FLOW_TAG,
+                        begin,
+                        r,
+                        part.end_count,
+                        part.end_first,
+                        part.end_ids,
+                    )
+                )
         else:
             ends_flow = begin & (part.flow_end[r] != _NONE)
             event.append(
@@ -363,6 +469,11 @@ def _write_clock(
         corr_value = np.where(has_corr, corr, 0)
         event.append(Table(corr_prefixes, np.where(has_corr, varint_lengths(corr_value), -1)))
         event.append(Varint(corr_value, has_corr))
+        for prefixes, has_all, value_all in int_args:
+            has, value = has_all[b], value_all[b]
+            varint = Varint(value, has)
+            event.append(Table(prefixes, np.where(has, varint.lengths, -1)))
+            event.append(varint)
         packet: list[Slot] = [
             Const(_TRACK_EVENT_TAG, n, begin),
             Varint(total_length(event), begin),
@@ -381,6 +492,7 @@ def _write_clock(
 def _write_launch_stacks(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices) -> None:
     """A launch-stack sample per CPU row with a launch stack, on its thread's sequence
     (launch_stacks.py), thread by thread in time order."""
+    assert batch.cpu.pid is None, "launch stacks of a batch of several processes"
     assert batch.cpu.stack is not None
     stack = _int64(batch.cpu.stack)
     rows = np.flatnonzero(stack != _NONE)

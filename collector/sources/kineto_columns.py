@@ -1,0 +1,989 @@
+"""Kineto JSON -> SliceBatches in columns: a prototype of a columnar `convert` (issue 24).
+
+The object path (kineto.py) makes a model object, an args dict and a window slot per
+event, and the writer's object path encodes each one: that per-event object work, not
+the parse, is most of convert's time (docs/benchmarks.md, "Big traces").  Here the
+complete (`X`) events of the common layout only have their dicts collected; every
+CHUNK events they become columns with C-level passes (`map`, `zip`, numpy): names and
+categories as ids, times as int64 ns, and args split per *shape* (the event's kind and
+its tuple of arg keys):
+- int args (External id, Record function id, Sequence number, correlation...) become
+  varying int columns (model.IntArgColumn), written as varints by batch_writer.py;
+- every other arg (texts, floats, bools, shapes as JSON text, kernel grid/block) is a
+  head column: its distinct values interned, and each distinct combination of a shape's
+  head values is one arg set of the batch, encoded once.
+At the end, API calls and device ops are joined by correlation id (numpy) and each
+host process becomes one SliceBatch with the device ops its calls caused (one more for
+the ops no call caused), which the writer's columnar path encodes.
+
+Left to the object path's functions (no flows): instants, metadata, complete events of
+another layout (text or huge pids/tids and times, missing fields).  Not done (see
+docs/benchmarks.md, "Big traces"): flow pairs (ac2g / fwdbwd `s`/`f` events: API calls
+and ops are linked by correlation id alone), bounded memory (the whole file is held in
+columns, ~100 B per event), the object path's window limits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from itertools import compress, repeat
+from operator import eq, itemgetter, not_, or_
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from collector import model
+from collector.sources import kineto
+from collector.sources.kineto import (
+    API_CATEGORIES,
+    DROPPED_ARGS,
+    GPU_CATEGORIES,
+    ConvertStats,
+    Head,
+)
+from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
+
+# Events whose dicts are held before they become columns (their args dicts are the
+# memory: ~1 KB an event).
+CHUNK = 1 << 16
+_NONE = model.NONE
+_CPU, _API, _GPU = 0, 1, 2
+_TIME_LIMIT = (1 << 53) / 1000  # below it, us * 1000.0 is exact (kineto._FLOAT_EXACT_US)
+_INT32_MIN, _INT32_END = -(1 << 31), 1 << 31
+_MAX_US = (1 << 62) // 1000  # kineto._MAX_NS in us
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_NUMBERS = frozenset((int, float))
+_STR = frozenset((str,))
+_INT = frozenset((int,))
+_STR_ONLY, _INT_ONLY = {str}, {int}
+_FLOW_PHASES = frozenset(("s", "f"))
+_FLOW_FIELDS = ("ph", "cat", "id", "pid", "tid", "ts")
+# GPU op args carried by the contract's own fields (track, correlation id).
+_GPU_OWN_ARGS = frozenset(("device", "stream", "correlation"))
+_XYZ = ("grid", "block")
+_FEW_ROWS = 16
+_FEW_VALUES = 64
+# An entry of a head column: the (key, value) args one event's value becomes (none for
+# a null, three for a kernel's grid or block).
+Entry = tuple[tuple[str, model.ArgValue], ...]
+
+
+class _Interned:
+    """Values -> dense ids, in first-seen order (names, categories, arg sets)."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def add(self, value: Any, key: Any = None) -> int:
+        key = value if key is None else key
+        ident = self.index.get(key)
+        if ident is None:
+            ident = self.index[key] = len(self.values)
+            self.values.append(value)
+        return ident
+
+    def ids(self, items: Sequence[Any], found: list[int | None] | None = None) -> np.ndarray:
+        """The id of every item (hashable, distinct values equal only if the same);
+        `found`: the ids of those known already (None for the others), where looked up."""
+        index = self.index
+        # One lookup per item where all are known (after the first chunks: names repeat).
+        if found is None:
+            found = list(map(index.get, items))
+        if None in found:
+            for value in dict.fromkeys(items):
+                if value not in index:
+                    index[value] = len(self.values)
+                    self.values.append(value)
+            found = list(map(index.__getitem__, items))
+        return np.array(found, np.int64)
+
+
+_CHUNK_COLUMNS = (
+    "kind", "ts", "dur", "pid", "tid", "name", "category", "args", "corr", "device", "stream"
+)  # fmt: skip
+
+
+class _Chunk:
+    """One chunk's rows as columns (what _Columns.add makes of CHUNK event dicts)."""
+
+    def __init__(self, n: int) -> None:
+        self.kind = np.zeros(n, np.int8)
+        self.ts = np.zeros(n, np.int64)
+        self.dur = np.zeros(n, np.int64)
+        self.pid = np.zeros(n, np.int64)
+        self.tid = np.zeros(n, np.int64)
+        self.name = np.zeros(n, np.int64)
+        self.category = np.zeros(n, np.int64)
+        self.args = np.zeros(n, np.int64)
+        self.corr = np.full(n, _NONE, np.int64)
+        self.device = np.zeros(n, np.int64)
+        self.stream = np.zeros(n, np.int64)
+        # int arg key -> (values, present)
+        self.ints: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def int_column(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        column = self.ints.get(key)
+        if column is None:
+            n = len(self.ts)
+            column = self.ints[key] = (np.zeros(n, np.int64), np.zeros(n, bool))
+        return column
+
+
+_GETTERS = tuple(itemgetter(k) for k in ("name", "cat", "ts", "dur", "pid", "tid"))
+_GET_ARGS = itemgetter("args")
+
+
+class _Pending:
+    """Complete events taken apart a run at a time, while the run's objects are still in
+    the CPU caches (a pass over events parsed a chunk ago costs several times more: they
+    have left them): their fields as lists, their args' keys and values as tuples."""
+
+    def __init__(self, name_index: dict[Any, int], category_index: dict[Any, int]) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.fields: tuple[list[Any], ...] = tuple([] for _ in _GETTERS)
+        self.arg_keys: list[tuple[str, ...]] = []
+        self.arg_values: list[tuple[Any, ...]] = []
+        # The ids of the names and categories known so far (None for a new one): looked
+        # up here, while the strings are in the caches too.
+        self._indexes = (name_index, category_index)
+        self.known: tuple[list[int | None], list[int | None]] = ([], [])
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def extend(self, events: list[dict[str, Any]]) -> None:
+        if not events:
+            return  # (and column[-0:] below would be all of it)
+        self.events += events
+        try:
+            for column, get in zip(self.fields, _GETTERS, strict=True):
+                column += map(get, events)
+            n = len(events)
+            for known, index, column in zip(self.known, self._indexes, self.fields, strict=False):
+                known += map(index.get, column[-n:])
+            args = list(map(_GET_ARGS, events))
+            self.arg_keys += map(tuple, args)
+            self.arg_values += map(tuple, map(dict.values, args))
+        except (KeyError, TypeError):  # fields left out, args no object: what kineto.py reads
+            self._extend_slowly(events)
+
+    def _extend_slowly(self, events: list[dict[str, Any]]) -> None:
+        before = len(self.events) - len(events)
+        for column in (*self.fields, *self.known, self.arg_keys, self.arg_values):
+            del column[before:]  # undo the run's partial extend
+        for known in self.known:
+            known += [None] * len(events)  # looked up with the chunk
+        for e in events:
+            for column, (key, default) in zip(self.fields, _DEFAULTS, strict=True):
+                column.append(e.get(key, default))
+            args = e.get("args")
+            if type(args) is not dict:
+                args = {}
+            self.arg_keys.append(tuple(args))
+            self.arg_values.append(tuple(args.values()))
+
+
+# What kineto.py reads for a field left out (None: no time, or the pid/tid None).
+_DEFAULTS = (("name", ""), ("cat", ""), ("ts", None), ("dur", 0), ("pid", None), ("tid", None))
+
+
+class _FlowEnds:
+    """The input's flow events (`s`, `f`) not linked yet, as columns: each is bound to the
+    first complete event at its pid, tid and ts (kineto_flows.py), at a flush.  A pair is
+    (category, id): two int columns, the id's own value where it is an int."""
+
+    def __init__(self, stats: ConvertStats) -> None:
+        self.stats = stats
+        self.new: tuple[list[Any], ...] = tuple([] for _ in _FLOW_FIELDS)
+        self.categories = _Interned()
+        self.texts = _Interned()  # ids that are no int
+        self.api_to_device: list[bool] = []  # by category: its id is a correlation id
+        self.flow_categories = np.zeros(0, object)
+        self.row = np.zeros(0, np.int64)
+        self.is_start = np.zeros(0, bool)
+        self.category = np.zeros(0, np.int64)
+        self.ident = np.zeros(0, np.int64)
+        self.correlation = np.zeros(0, np.int64)  # an API -> device pair's id, else NONE
+        self.pid = np.zeros(0, np.int64)
+        self.tid = np.zeros(0, np.int64)
+        self.ts = np.zeros(0, np.int64)
+        self.age = np.zeros(0, np.int64)  # flushes it has waited
+
+    def extend(self, events: list[dict[str, Any]]) -> None:
+        """Flow events of a run, their fields taken while the run is in the caches."""
+        for column, key in zip(self.new, _FLOW_FIELDS, strict=True):
+            column += map(dict.get, events, repeat(key))
+
+    def take_new(self) -> None:
+        """The flow events read since the last flush, as columns."""
+        phases, cats, idents, pids, tids, times = self.new
+        self.new = tuple([] for _ in _FLOW_FIELDS)
+        n = len(phases)
+        if not n:
+            return
+        is_start = np.array(phases, object) == "s"
+        if set(map(type, cats)) != _STR_ONLY:
+            cats = [c if type(c) is str else "" for c in cats]
+        category = self.categories.ids(cats)
+        for name in self.categories.values[len(self.api_to_device) :]:
+            self.api_to_device.append(name in API_TO_DEVICE_FLOWS)
+        ac2g = self.categories.index.get("ac2g", -1)
+        self.stats.ac2g_links_in += int(((category == ac2g) & ~is_start).sum())
+        ok = np.ones(n, bool)
+        fields = []
+        for column in (pids, tids):
+            if set(map(type, column)) != _INT_ONLY:
+                good = np.fromiter(map(_INT.__contains__, map(type, column)), bool, n)
+                ok &= good
+                for i in np.flatnonzero(~good).tolist():
+                    column[i] = 0
+            fields.append(_int32s(column, ok))
+        if not _NUMBERS.issuperset(map(type, times)):
+            good = np.fromiter(map(_NUMBERS.__contains__, map(type, times)), bool, n)
+            ok &= good
+            for i in np.flatnonzero(~good).tolist():
+                times[i] = 0
+        ts = _times_ns(times, ok)
+        is_int = np.ones(n, bool)
+        try:
+            if set(map(type, idents)) != _INT_ONLY:
+                raise OverflowError
+            ident = np.array(idents, np.int64)
+        except OverflowError:  # other ids: text ids interned past the int ones
+            keys = [
+                kineto._flow_ident(i) if isinstance(i, (int, float, str)) else None for i in idents
+            ]
+            ok &= np.array([k is not None for k in keys], bool)
+            is_int = np.array(
+                [type(k) is int and _INT64_MIN <= k <= _INT64_MAX for k in keys], bool
+            )
+            ident = np.array(
+                [
+                    k if int_key else (1 << 62) + self.texts.add(k)
+                    for k, int_key in zip(keys, is_int.tolist(), strict=True)
+                ],
+                np.int64,
+            )
+        bad = int((~ok).sum())
+        if bad:  # (text pids or tids of flow events are not bound here)
+            self.stats.skipped["flow events without a time or id, or with text pids/tids"] += bad
+        correlation = np.where(
+            np.array(self.api_to_device, bool)[category]
+            & is_int
+            & (ident >= 0)
+            & (ident < 1 << 32),
+            ident,
+            _NONE,
+        )
+        for attr, values in (
+            ("is_start", is_start),
+            ("category", category),
+            ("ident", ident),
+            ("correlation", correlation),
+            ("pid", fields[0]),
+            ("tid", fields[1]),
+            ("ts", ts),
+            ("age", np.zeros(n, np.int64)),
+        ):
+            setattr(self, attr, np.concatenate((getattr(self, attr), values[ok])))
+
+    def bind(
+        self, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flows of the pairs among rows with these keys: (from rows, to rows), and the
+        correlation ids that a complete API -> device pair links (not their correlation)."""
+        self.take_new()
+        n, m = len(ts), len(self.ts)
+        none = np.zeros(0, np.int64)
+        self.row = np.full(m, _NONE, np.int64)
+        self.flow_categories = np.zeros(0, object)
+        if not m:
+            return none, none, none
+        # The first row at each end's key, among the rows at an end's time.
+        candidates = np.flatnonzero(np.isin(ts, self.ts))
+        k = len(candidates)
+        group, _ = _group(
+            [np.concatenate((pid[candidates], self.pid)),
+             np.concatenate((tid[candidates], self.tid)),
+             np.concatenate((ts[candidates], self.ts))]
+        )  # fmt: skip
+        first = np.full(int(group.max()) + 1, n, np.int64)
+        np.minimum.at(first, group[:k], candidates)
+        row = first[group[k:]]
+        row[row == n] = _NONE
+        self.row = row
+        # Pairs: each end's pair, its first start.
+        pair, firsts = _group([self.category, self.ident])
+        starts = np.flatnonzero(self.is_start)
+        start_of = np.full(len(firsts), m, np.int64)
+        np.minimum.at(start_of, pair[starts], starts)  # a pair's first start
+        start_of[start_of == m] = -1
+        ends = np.flatnonzero(~self.is_start)
+        complete = np.unique(pair[ends])
+        complete = complete[start_of[complete] >= 0]
+        correlation = self.correlation[firsts[complete]]
+        start = start_of[pair[ends]]
+        has_start = start >= 0
+        src = np.where(has_start, row[np.maximum(start, 0)], _NONE)
+        dst = row[ends]
+        made = has_start & (src != _NONE) & (dst != _NONE) & (src != dst)
+        names = np.array(self.categories.values, object)
+        self.flow_categories = names[self.category[ends][made]]
+        return src[made], dst[made], correlation[correlation != _NONE]
+
+    def forget(self, gone: np.ndarray) -> None:
+        """After a flush: drop the ends bound to rows that went (`gone` by row) and the
+        ones that waited a flush unbound (as the window forgets them)."""
+        if not len(self.ts):
+            return
+        bound = self.row != _NONE
+        went = np.zeros(len(self.ts), bool)
+        went[bound] = gone[self.row[bound]]
+        stale = ~bound & (self.age >= 1)
+        if stale.any():
+            self.stats.skipped["flow ends at no complete event"] += int(stale.sum())
+        keep = ~(went | stale)
+        for attr in ("is_start", "category", "ident", "correlation", "pid", "tid", "ts", "age"):
+            setattr(self, attr, getattr(self, attr)[keep])
+        self.age += 1
+
+
+class _Columns:
+    """Every fast-path event of the file, in columns, chunk by chunk."""
+
+    def __init__(self, stats: ConvertStats) -> None:
+        self.stats = stats
+        self.names = _Interned()
+        self.categories = _Interned()
+        self.arg_sets = _Interned()
+        self.chunks: list[_Chunk] = []
+        self.raw_categories = _Interned()  # the input's `cat` strings
+        self._kind_of: list[int] = []  # raw category id -> kind
+        self._gpu_category: dict[tuple[int, int], int] = {}  # (raw cat, name) -> category
+        self.objects: list[tuple[int, dict[str, Any]]] = []  # left to the object path
+        self.device_pids: set[int] = set()  # pids of device ops (their labels name nothing)
+        self.held_from = 0  # complete events before the last chunk
+        self.flow_ends = _FlowEnds(stats)
+
+    # -- rows -----------------------------------------------------------------------------
+    def add(self, pending: _Pending, first: int) -> None:
+        """Complete events (about CHUNK) -> one chunk of columns; those of another layout
+        go to `objects` with their place in the input (`first`: the number of complete
+        events before these; see convert_columns)."""
+        self.held_from = first
+        events = pending.events
+        if not events:
+            return
+        names, cats, ts, dur, pids, tids = pending.fields
+        known_names, known_categories = pending.known
+        arg_keys, arg_values = pending.arg_keys, pending.arg_values
+        n = len(events)
+        # The common layout (str name and cat, float or int times in range, int32 pid and
+        # tid) checked a column at a time, at C level; the rest goes to the object path.
+        ok = np.ones(n, bool)
+        for column, types, filler in (
+            (names, _STR, ""),
+            (cats, _STR, ""),
+            (ts, _NUMBERS, 0),
+            (dur, _NUMBERS, 0),
+            (pids, _INT, 0),
+            (tids, _INT, 0),
+        ):
+            if not types.issuperset(map(type, column)):
+                good = np.fromiter(map(types.__contains__, map(type, column)), bool, n)
+                ok &= good
+                for i in np.flatnonzero(~good).tolist():
+                    column[i] = filler
+        ts_ns, dur_ns = _times_ns(ts, ok), _times_ns(dur, ok)
+        pid, tid = _int32s(pids, ok), _int32s(tids, ok)
+        if not ok.all():
+            keys = range(2 * first + 1, 2 * (first + n), 2)
+            self.objects += compress(zip(keys, events, strict=True), ~ok)
+            events = list(compress(events, ok))
+            names, cats = list(compress(names, ok)), list(compress(cats, ok))
+            known_names = list(compress(known_names, ok))
+            known_categories = list(compress(known_categories, ok))
+            arg_keys = list(compress(arg_keys, ok))
+            arg_values = list(compress(arg_values, ok))
+            ts_ns, dur_ns, pid, tid = ts_ns[ok], dur_ns[ok], pid[ok], tid[ok]
+            n = len(events)
+            if not n:
+                return
+        c = _Chunk(n)
+        c.ts, c.dur = ts_ns, dur_ns
+        c.pid, c.tid = pid, tid
+        c.name = self.names.ids(names, known_names)
+        raw = self.raw_categories.ids(cats, known_categories)
+        for value in self.raw_categories.values[len(self._kind_of) :]:
+            self._kind_of.append(
+                _GPU if value in GPU_CATEGORIES else _API if value in API_CATEGORIES else _CPU
+            )
+        kind_of = np.array(self._kind_of, np.int8)
+        c.kind = kind_of[raw]
+        c.category = self._categories(c, raw)
+        self.device_pids.update(np.unique(c.pid[c.kind == _GPU]).tolist())
+        c.device = c.pid.copy()  # GPU ops: the device and stream args, else pid and tid
+        c.stream = c.tid.copy()
+        self._args(c, arg_keys, arg_values, raw)
+        self.chunks.append(c)
+
+    def _categories(self, c: _Chunk, raw: np.ndarray) -> np.ndarray:
+        """The contract's category of each row: the input's for CPU slices, `cuda_api`
+        for API calls, the device op's kind (MTIA's by name) for device ops."""
+        raw_values = self.raw_categories.values
+        as_output = np.array(
+            [self.categories.add(v) for v in raw_values] or [0], np.int64
+        )  # CPU slices keep their category
+        out = as_output[raw]
+        api = c.kind == _API
+        if api.any():
+            out[api] = self.categories.add(model.CAT_CUDA_API)
+        gpu = np.flatnonzero(c.kind == _GPU)
+        if len(gpu):
+            pairs = raw[gpu] << 32 | c.name[gpu]
+            distinct, inverse = np.unique(pairs, return_inverse=True)
+            mapped = []
+            for pair in distinct.tolist():
+                key = (pair >> 32, pair & 0xFFFFFFFF)
+                category = self._gpu_category.get(key)
+                if category is None:
+                    category = self._gpu_category[key] = self.categories.add(
+                        kineto._device_category(raw_values[key[0]], self.names.values[key[1]])
+                    )
+                mapped.append(category)
+            out[gpu] = np.array(mapped, np.int64)[inverse]
+        return out
+
+    # -- args -----------------------------------------------------------------------------
+    def _args(
+        self,
+        c: _Chunk,
+        keys: list[tuple[str, ...]],
+        values: list[tuple[Any, ...]],
+        raw: np.ndarray,
+    ) -> None:
+        """Split the rows by shape (kind, raw category for API calls, arg keys) and turn
+        each shape's args into columns."""
+        shapes = _Interned()
+        shape = shapes.ids(keys)
+        # API calls of each category apart: their arg kineto_category names it.
+        group = (shape << 16 | np.where(c.kind == _API, raw, 0)) << 2 | c.kind
+        order = np.argsort(group, kind="stable")
+        bounds = np.flatnonzero(np.diff(group[order])) + 1
+        for rows in np.split(order, bounds):
+            first = int(rows[0])
+            kind = int(c.kind[first])
+            row_list = rows.tolist()
+            tuples = [values[first]] if len(row_list) == 1 else itemgetter(*row_list)(values)
+            columns = list(zip(*tuples, strict=True)) if keys[first] else []
+            extra: Entry = ()
+            if kind == _API:
+                extra = (("kineto_category", self.raw_categories.values[int(raw[first])]),)
+            self._shape(c, rows, kind, keys[first], columns, extra)
+
+    def _shape(
+        self,
+        c: _Chunk,
+        rows: np.ndarray,
+        kind: int,
+        keys: tuple[str, ...],
+        columns: list[tuple[Any, ...]],
+        extra: Entry,
+    ) -> None:
+        """The rows of one shape (`columns`: the values of each of its arg `keys`): int
+        args into int columns, the others into the row's arg set (one per distinct
+        combination of their values)."""
+        head: list[tuple[int, str]] = []  # (position, arg name) of args in the arg set
+        # Int args of few values (a CUDA call's cbid, a device, a thread id) go into the
+        # arg set too: a varying int is two more slots of every packet in the writer.
+        few: list[tuple[str, np.ndarray]] = []
+        for at, (key, column) in enumerate(zip(keys, columns, strict=True)):
+            if key in DROPPED_ARGS:
+                continue
+            if kind == _GPU and key in _GPU_OWN_ARGS:
+                self._gpu_own(c, rows, key, column)
+                continue
+            if kind == _API and key == "correlation":
+                valid = self._correlations(column)
+                if valid is not None:
+                    c.corr[rows] = valid
+                    continue
+            name = kineto._GPU_ARG_NAMES.get(key, key) if kind == _GPU else key
+            # (A column is checked whole only where its first value is an int: ids.)
+            if type(column[0]) is int and set(map(type, column)) == _INT:
+                try:
+                    ints = np.array(column, np.int64)
+                except OverflowError:  # past int64: a text arg, as the encoder writes it
+                    pass
+                else:
+                    if _few_values(column):
+                        few.append((name, ints))
+                        continue
+                    ints_of_key, present = c.int_column(name)
+                    ints_of_key[rows] = ints
+                    present[rows] = True
+                    continue
+            head.append((at, name))
+        if not head and not few:
+            c.args[rows] = self.arg_sets.add(dict(extra), extra)
+            return
+        # One key per row for all its other head values: their orjson text, which tells
+        # apart what the annotations do (1 / 1.0 / true, nested types) and hashes lists.
+        head_columns = [columns[at] for at, _ in head]
+        n = len(rows)
+        if head:
+            rows_of = zip(*head_columns, strict=True) if len(head) > 1 else head_columns[0]
+            try:
+                texts = list(map(orjson.dumps, rows_of))
+            except TypeError:  # a value orjson cannot write (an int past 64 bits): by repr
+                texts = list(map(repr, zip(*head_columns, strict=True)))
+            distinct = dict(zip(texts, range(n), strict=True))  # a row of each
+            firsts_of_text = list(distinct.values())
+            for ident, text in enumerate(distinct):
+                distinct[text] = ident
+            text_id = np.fromiter(map(distinct.__getitem__, texts), np.int64, n)
+        else:
+            text_id = np.zeros(n, np.int64)
+            firsts_of_text = [0]
+        # A few-valued int joins the arg set only where that keeps the arg sets about as
+        # few (a value per text, like a thread id per op), else it varies per row.
+        joined = []
+        groups = len(firsts_of_text)
+        for name, ints in few:
+            _, inverse = np.unique(ints, return_inverse=True)
+            combined = text_id * (_FEW_VALUES + 1) + inverse
+            count = len(np.unique(combined))
+            if count <= groups + groups // 4 + 16:
+                joined.append((name, ints))
+                text_id, groups = combined, count
+            else:
+                ints_of_key, present = c.int_column(name)
+                ints_of_key[rows] = ints
+                present[rows] = True
+        few = joined
+        if few:
+            group, firsts = _group([text_id])
+            first_rows = firsts.tolist()
+        else:
+            group, first_rows = text_id, firsts_of_text
+        sets: list[int] = []
+        for row in first_rows:
+            items: list[tuple[str, model.ArgValue]] = []
+            for (_, name), column in zip(head, head_columns, strict=True):
+                items += self._entry(name, column[row], kind == _GPU)
+            items += ((name, int(ints[row])) for name, ints in few)
+            items += extra
+            # 1, 1.0 and True are equal dict keys but other annotations: typed keys.
+            set_key = tuple((k, type(v), v) for k, v in items)
+            sets.append(self.arg_sets.add(dict(items), set_key))
+        c.args[rows] = np.array(sets, np.int64)[group]
+
+    def _entry(self, name: str, value: Any, gpu: bool) -> Entry:
+        """The args one arg value is written as: none for a null, the value for a
+        scalar, the compact JSON text of a list or dict (a kernel's grid and block:
+        three ints)."""
+        if value is None:
+            return ()
+        if type(value) in (list, dict):
+            return _structured(name, value, gpu)
+        return ((name, value),)
+
+    def _gpu_own(self, c: _Chunk, rows: np.ndarray, key: str, column: tuple[Any, ...]) -> None:
+        """A device op's device, stream or correlation arg, into its column (the pid or
+        tid stay where the arg is no valid id, as kineto._gpu_op)."""
+        if key == "correlation":
+            valid = self._correlations(column)
+            if valid is None:
+                valid = np.array(
+                    [
+                        x if (x := kineto._id_or_none(v, kineto._CORRELATIONS)) is not None else -1
+                        for v in column
+                    ],
+                    np.int64,
+                )
+            c.corr[rows] = valid
+            return
+        valid_range = kineto._INT32 if key == "device" else kineto._STREAMS
+        ids = [kineto._id_or_none(v, valid_range) for v in column]
+        target = c.device if key == "device" else c.stream
+        for row, ident in zip(rows.tolist(), ids, strict=True):
+            if ident is not None:
+                target[row] = ident
+        if key == "stream":
+            stream = c.stream[rows]
+            c.stream[rows] = np.where((stream == -1) | (stream == 0xFFFFFFFF), 0xFFFFFFFF, stream)
+
+    @staticmethod
+    def _correlations(column: tuple[Any, ...]) -> np.ndarray | None:
+        """The column as correlation ids where every value is one (an int in uint32)."""
+        if set(map(type, column)) != {int}:
+            return None
+        try:
+            ids = np.array(column, np.int64)
+        except OverflowError:
+            return None
+        if len(ids) and (ids.min() < 0 or ids.max() >= 1 << 32):
+            return None
+        return ids
+
+
+def _times_ns(values: list[Any], ok: np.ndarray) -> np.ndarray:
+    """Kineto times (us: floats, or ints for epoch-based times) as int64 ns, the values
+    kineto._time_ns gives; `ok` cleared where one is no time (negative, too large)."""
+    if set(map(type, values)) == _INT:
+        try:
+            us = np.array(values, np.int64)
+        except OverflowError:
+            pass
+        else:
+            ok &= (us >= 0) & (us < _MAX_US)
+            return np.where(ok, us, 0) * 1000  # exact, as kineto.py
+    as_float = np.array(values, np.float64)
+    if bool(np.all(as_float < _TIME_LIMIT)):
+        ok &= as_float >= 0
+        return np.rint(as_float * 1000.0).astype(np.int64)  # round(): half to even
+    # Large float times (decimals past float precision once in ns): per value.
+    ns = [kineto._time_ns(v) for v in values]
+    ok &= np.array([t is not None and t >= 0 for t in ns], bool)
+    return np.array([t if t is not None and t >= 0 else 0 for t in ns], np.int64)
+
+
+def _int32s(values: list[int], ok: np.ndarray) -> np.ndarray:
+    """`values` (ints) as int64, `ok` cleared where one is no int32."""
+    try:
+        out = np.array(values, np.int64)
+    except OverflowError:  # an int past int64: per value
+        good = [_INT32_MIN <= v < _INT32_END for v in values]
+        ok &= np.array(good, bool)
+        out = np.array([v if g else 0 for v, g in zip(values, good, strict=True)], np.int64)
+    ok &= (out >= _INT32_MIN) & (out < _INT32_END)
+    return out
+
+
+def _few_values(column: tuple[int, ...]) -> bool:
+    """Whether an int column has at most _FEW_VALUES distinct values, and at most one per
+    _FEW_ROWS rows (its first 256 values first: ids are told at once)."""
+    most = min(len(column) // _FEW_ROWS, _FEW_VALUES)
+    sample = column[:256]
+    return (
+        most > 0
+        and len(set(sample)) <= min(most, len(sample) // _FEW_ROWS)
+        and len(set(column)) <= most
+    )
+
+
+def _structured(name: str, value: Any, gpu: bool) -> Entry:
+    """The args of a list or dict value: a kernel's grid and block as three ints
+    (kineto._gpu_args), anything else its compact JSON text."""
+    if (
+        gpu
+        and name in _XYZ
+        and isinstance(value, list)
+        and len(value) == 3
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in value
+        )
+    ):
+        x, y, z = (int(v) for v in value)
+        return ((f"{name}_x", x), (f"{name}_y", y), (f"{name}_z", z))
+    return ((name, kineto._json_text(value)),)
+
+
+def _group(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each row, first row of each group) for rows equal in all `keys`."""
+    order = np.lexsort(keys[::-1])
+    new = np.ones(len(order), bool)
+    if len(order) > 1:
+        same = np.ones(len(order) - 1, bool)
+        for key in keys:
+            sorted_key = key[order]
+            same &= sorted_key[1:] == sorted_key[:-1]
+        new[1:] = ~same
+    group_sorted = np.cumsum(new) - 1
+    groups = np.empty(len(order), np.int64)
+    groups[order] = group_sorted
+    return groups, order[new]
+
+
+def convert_columns(
+    path: Path, head: Head, stats: ConvertStats, chunk: int = CHUNK
+) -> Iterator[model.Event]:
+    """The events of `path` for TraceWriter.producer().write(): every chunk, the object
+    events before the chunk held back (names, instants, rare slices) and one SliceBatch
+    per host process."""
+    columns = _Columns(stats)
+    pending = _Pending(columns.names.index, columns.raw_categories.index)
+    # The other events, keyed by their place among the complete ones (the object path's
+    # synthetic ids, for text pids and tids, are numbered in input order): 2k for one
+    # after k complete events, 2k + 1 for the complete event k (_Columns.add).
+    others: list[tuple[int, dict[str, Any]]] = []
+    object_path = _ObjectEvents(head, stats, columns.device_pids)
+    for device, device_name in sorted(head.device_names.items()):
+        yield model.GpuDevice(device, device_name)
+
+    def objects_before(limit: float) -> Iterator[model.Event]:
+        """The object events (names first: a lane track takes its thread's name when it
+        is made) that come before key `limit` in the input, in input order."""
+        nonlocal others
+        due = [item for item in others if item[0] < limit]
+        due += [item for item in columns.objects if item[0] < limit]
+        others = [item for item in others if item[0] >= limit]
+        columns.objects = [item for item in columns.objects if item[0] >= limit]
+        due.sort(key=itemgetter(0))
+        return object_path.events([ev for _, ev in due])
+
+    seen_x = 0  # complete events before `pending`
+    events_in = 0
+    for run in kineto.event_runs(path):
+        events_in += len(run)
+        phases = list(map(dict.get, run, repeat("ph")))
+        is_x = list(map(eq, phases, repeat("X")))
+        if all(is_x):
+            pending.extend(run)
+        else:
+            x_before = np.cumsum(is_x) - is_x + seen_x + len(pending)
+            pending.extend(list(compress(run, is_x)))
+            try:
+                is_flow = list(map(_FLOW_PHASES.__contains__, phases))
+            except TypeError:  # a phase that is no string
+                is_flow = [p == "s" or p == "f" for p in phases]
+            columns.flow_ends.extend(list(compress(run, is_flow)))
+            other = list(map(not_, map(or_, is_x, is_flow)))
+            others += zip((2 * x_before[other]).tolist(), compress(run, other), strict=True)
+        if len(pending) >= chunk:
+            columns.add(pending, seen_x)
+            seen_x += len(pending)
+            pending = _Pending(columns.names.index, columns.raw_categories.index)
+            if len(columns.chunks) > 1:
+                yield from objects_before(2 * columns.held_from)
+                yield from _flush(columns, stats, final=False)
+    stats.events_in = events_in
+    columns.add(pending, seen_x)
+    if not stats.events_in:
+        raise kineto.KinetoFormatError(
+            f"{path}: no 'traceEvents' array; is this a PyTorch profiler trace?"
+        )
+    yield from objects_before(float("inf"))
+    yield from _flush(columns, stats, final=True)
+
+
+class _ObjectEvents:
+    """What the columns leave, as kineto.py converts it: metadata, instants, complete
+    events of another layout (without their flows); flow events are counted only."""
+
+    def __init__(self, head: Head, stats: ConvertStats, device_pids: set[int]) -> None:
+        self.head = head
+        self.stats = stats
+        self.device_pids = device_pids
+        self.ids = kineto._Ids()
+        self.named: set[tuple[int, int]] = set()
+
+    def events(self, events: list[dict[str, Any]]) -> Iterator[model.Event]:
+        head, stats, device_pids, ids, named = (
+            self.head, self.stats, self.device_pids, self.ids, self.named
+        )  # fmt: skip
+        for ev in events:
+            ph = ev.get("ph")
+            cat = ev.get("cat")
+            if type(cat) is not str:
+                cat = ""
+            if ph == "X":
+                ts = kineto._time_ns(ev.get("ts"))
+                dur = kineto._time_ns(ev.get("dur", 0))
+                if ts is None or ts < 0 or dur is None or dur < 0:
+                    stats.skipped["complete events with a ts or duration that is no time"] += 1
+                    continue
+                name = ev.get("name", "")
+                if type(name) is not str:
+                    name = str(name)
+                args = ev.get("args")
+                if type(args) is not dict:
+                    args = {}
+                pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid"))
+                if cat in GPU_CATEGORIES:
+                    device_pids.add(pid)
+                    item = kineto._gpu_op(ev, cat, ts, dur, name, args, stats, ids).item
+                    _, device, stream, ts, dur, name, category, gpu_args, corr = item
+                    yield model.GpuOp(device, stream, ts, dur, name, category, gpu_args, corr)
+                else:
+                    if (pid, tid) not in named and (pid in ids.names or tid in ids.names):
+                        named.add((pid, tid))
+                        if pid in ids.names:
+                            yield kineto._process(pid, ids.names[pid], head)
+                        yield model.ThreadInfo(pid, tid, ids.names.get(tid, str(tid)))
+                    slot = kineto._cpu_slice(pid, tid, ts, dur, name, cat, args, stats)
+                    item = slot.item
+                    if type(item) is tuple:
+                        _, pid, tid, ts, dur, name, category, cpu_args = item
+                        item = model.CpuSlice(pid, tid, ts, dur, name, category, cpu_args)
+                    yield item
+                stats.events_out += 1
+            elif ph in ("i", "I", "n"):
+                ts = kineto._time_ns(ev.get("ts"))
+                if ts is None or ts < 0:
+                    stats.skipped["instant events with a ts that is no time"] += 1
+                    continue
+                pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid", 0))
+                yield model.Instant(
+                    pid, tid, ts, str(ev.get("name", "")), cat, kineto._cpu_args(ev.get("args"))
+                )
+                stats.instants += 1
+                stats.events_out += 1
+            elif ph == "M":
+                # The device ops of the chunks read so far are known (kineto.py's
+                # window decides a label as late).
+                stats.metadata_events += 1
+                event = kineto._metadata(kineto._Metadata(ev, ids, head, device_pids), stats)
+                if event is not None:
+                    yield event
+            elif ph in ("s", "f"):
+                if cat == "ac2g":
+                    stats.ac2g_links_in += ph == "f"
+                stats.skipped[f"'{cat}' flow events (not linked by the prototype)"] += 1
+            else:
+                stats.skipped[f"phase '{str(ph)[:20]}' events are not converted"] += 1
+
+
+def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[model.SliceBatch]:
+    """Batches of the rows held, but for the last chunk's (unless `final`): they wait for
+    the API calls or ops of the next chunk, so that every row meets the rows up to a
+    chunk before and after it (kineto_flows.py's window).  A held row linked to a row
+    that goes goes with it."""
+    chunks = columns.chunks
+    if not chunks:
+        return
+
+    def joined(attr: str) -> np.ndarray:
+        return np.concatenate([getattr(c, attr) for c in chunks])
+
+    kind, ts, dur, pid, tid = (joined(a) for a in ("kind", "ts", "dur", "pid", "tid"))
+    name, category, args, corr = (joined(a) for a in ("name", "category", "args", "corr"))
+    device, stream = joined("device"), joined("stream")
+    n = len(ts)
+    ints: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for key in dict.fromkeys(k for c in chunks for k in c.ints):
+        parts = [
+            c.ints.get(key) or (np.zeros(len(c.ts), np.int64), np.zeros(len(c.ts), bool))
+            for c in chunks
+        ]
+        ints[key] = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+    # Flows: each device op (not an annotation) to the first API call of its correlation.
+    is_gpu = kind == _GPU
+    annotation = columns.categories.index.get(model.CAT_GPU_ANNOTATION, -2)
+    device_op = is_gpu & (category != annotation)
+    api_rows = np.flatnonzero((kind == _API) & (corr != _NONE))
+    op_rows = np.flatnonzero(device_op & (corr != _NONE))
+    api_corr, first = np.unique(corr[api_rows], return_index=True)
+    at = np.searchsorted(api_corr, corr[op_rows])
+    found = at < len(api_corr)
+    linked = np.zeros(len(op_rows), bool)
+    linked[found] = api_corr[at[found]] == corr[op_rows][found]
+    # The input's flow pairs; a correlation id that a complete ac2g pair links is not
+    # linked by correlation (kineto_flows.py).
+    pair_src, pair_dst, paired = columns.flow_ends.bind(pid, tid, ts)
+    if len(paired):
+        linked &= ~np.isin(corr[op_rows], paired)
+    flow_src = np.concatenate((api_rows[first][at[linked]], pair_src))
+    flow_dst = np.concatenate((op_rows[linked], pair_dst))
+    by_pair = np.concatenate((np.zeros(int(linked.sum()), bool), np.ones(len(pair_src), bool)))
+    pair_categories = columns.flow_ends.flow_categories if len(pair_src) else np.zeros(0, object)
+
+    emit = np.ones(n, bool)
+    if not final:
+        emit[n - len(chunks[-1].ts) :] = False
+        while True:  # the two ends of a flow go together
+            before = int(emit.sum())
+            emit[flow_src[emit[flow_dst]]] = True
+            emit[flow_dst[emit[flow_src]]] = True
+            if int(emit.sum()) == before:
+                break
+    columns.flow_ends.forget(emit)
+    going = emit[flow_src]
+    flow_src, flow_dst, by_pair = flow_src[going], flow_dst[going], by_pair[going]
+    pair_categories = pair_categories[going[len(going) - len(pair_categories) :]]
+    if not final:
+        columns.chunks = [_take_ints(chunks, ~emit, n, ints)]
+
+    stats.events_out += int(emit.sum())
+    categories = columns.categories.values
+    gpu_counts = np.bincount(category[is_gpu & emit], minlength=len(categories))
+    gpu_by_category = dict(zip(categories, gpu_counts.tolist(), strict=True))
+    stats.kernels += gpu_by_category.get(model.CAT_KERNEL, 0)
+    stats.memcpys += gpu_by_category.get(model.CAT_MEMCPY, 0)
+    stats.memsets += gpu_by_category.get(model.CAT_MEMSET, 0)
+    stats.syncs += gpu_by_category.get(model.CAT_SYNC, 0)
+    stats.gpu_annotations += gpu_by_category.get(model.CAT_GPU_ANNOTATION, 0)
+    stats.api_calls += int(((kind == _API) & emit).sum())
+    stats.cpu_slices += int(((kind == _CPU) & emit).sum())
+    stats.flows += int((~by_pair).sum())
+    stats.flow_pairs.update(pair_categories.tolist())
+    stats.fwdbwd_flows += int((pair_categories == "fwdbwd").sum())
+    # What the batches hold: flows from a CPU row, to a GPU op (one each) or a CPU row.
+    host = ~is_gpu
+    to_gpu = is_gpu[flow_dst]
+    _, first_in = np.unique(flow_dst, return_index=True)
+    once = np.zeros(len(flow_dst), bool)
+    once[first_in] = True
+    usable = host[flow_src] & (~to_gpu | once)
+    if not usable.all():
+        stats.skipped["flows from a device op, or a second one into one"] += int((~usable).sum())
+    flow_src, flow_dst, to_gpu = flow_src[usable], flow_dst[usable], to_gpu[usable]
+    with_api = np.zeros(n, bool)
+    with_api[flow_dst[to_gpu]] = True
+    stats.gpu_ops_with_api += int((with_api & device_op & emit).sum())
+    stats.gpu_ops_without_api += int((~with_api & device_op & emit).sum())
+
+    # One batch: CPU rows of every process (each row's pid), every device op.
+    cpu_rows, gpu_rows = np.flatnonzero(host & emit), np.flatnonzero(is_gpu & emit)
+    local = np.empty(n, np.int64)  # row -> its index in its part
+    local[cpu_rows] = np.arange(len(cpu_rows))
+    local[gpu_rows] = np.arange(len(gpu_rows))
+    names, arg_sets = columns.names.values, columns.arg_sets.values
+
+    def part(rows: np.ndarray, gpu: bool) -> model.SliceColumns:
+        return model.SliceColumns(
+            ts=ts[rows],
+            dur=dur[rows],
+            track=stream[rows] if gpu else tid[rows],
+            device=device[rows] if gpu else None,
+            name=name[rows],
+            names=names,
+            category=category[rows],
+            categories=categories,
+            args=args[rows],
+            arg_sets=arg_sets,
+            correlation_id=corr[rows],
+            int_args=[
+                model.IntArgColumn(key, values[rows], present[rows])
+                for key, (values, present) in ints.items()
+                if present[rows].any()
+            ],
+            pid=None if gpu else pid[rows],
+        )
+
+    yield model.SliceBatch(
+        int(pid[cpu_rows[0]]) if len(cpu_rows) else 0,
+        part(cpu_rows, False),
+        part(gpu_rows, True),
+        local[flow_src[to_gpu]],
+        local[flow_dst[to_gpu]],
+        local[flow_src[~to_gpu]],
+        local[flow_dst[~to_gpu]],
+    )
+
+
+def _take_ints(
+    chunks: list[_Chunk], rows: np.ndarray, n: int, ints: dict[str, tuple[np.ndarray, np.ndarray]]
+) -> _Chunk:
+    """The held rows as one chunk (`rows`: a mask over the chunks' rows joined)."""
+    out = _Chunk(0)
+    for attr in _CHUNK_COLUMNS:
+        setattr(out, attr, np.concatenate([getattr(c, attr) for c in chunks])[rows])
+    out.ints = {k: (v[rows], p[rows]) for k, (v, p) in ints.items() if p[rows].any()}
+    return out
