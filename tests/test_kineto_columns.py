@@ -1,8 +1,10 @@
-"""The columnar Kineto prototype (collector/sources/kineto_columns.py) against `convert`:
-what trace_processor reads back from both (bench/colconv_compare.py's parts: slices by
-track, args, flows, thread and process names) must agree on real traces and on a
-synthetic one of the odd layouts the object path handles; and the lane check the writer's
-columnar path uses for nested slices must agree with LaneSet.place."""
+"""`convert`'s columnar conversion (collector/sources/kineto_columns.py) against the object
+path it replaced (kineto.convert_events, kept as this reference): what trace_processor
+reads back from both (bench/convert_compare.py's parts: slices by track, args, flows,
+thread and process names) must agree on real traces and on a synthetic one of the odd
+layouts the object path handles; every flow event is a flow or counted by reason; and the
+lane check the writer's columnar path uses for nested slices must agree with
+LaneSet.place."""
 
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ from exporters.perfetto.lanes import LaneSet
 from .conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
-from colconv_compare import compare
+from convert_compare import compare
 
 TRACES = sorted((REPO / "tests" / "data" / "kineto_outside").glob("*.json.gz"))
-# Parts that depend on the order a path meets overlapping slices in (see colconv_compare).
+# Traces torch.profiler wrote of the bench workloads on the H100 (one with Python stacks).
+OWN_TRACES = sorted((REPO / "bench" / "data").glob("*kineto*.json.gz"))
+# Parts that depend on the order a path meets overlapping slices in (see bench/convert_compare.py).
 LANE_PARTS = ("slices on a sibling lane of their thread", "tracks")
 
 
@@ -38,6 +42,59 @@ def _assert_same(src: Path, work: Path, lanes_too: bool = True) -> None:
 @pytest.mark.parametrize("src", TRACES, ids=lambda p: p.name)
 def test_outside_traces_read_back_like_convert(src: Path, tmp_path: Path) -> None:
     _assert_same(src, tmp_path)
+
+
+@pytest.mark.parametrize("src", OWN_TRACES, ids=lambda p: p.name)
+def test_own_traces_read_back_like_convert(src: Path, tmp_path: Path) -> None:
+    """Lanes apart: with Python stack events (partly overlapping their record_function
+    spans) the two paths put other slices on sibling lanes (columns 250, objects 36,919 on
+    kineto_launch_bound_stack); every slice is kept by both, on its thread."""
+    _assert_same(src, tmp_path, lanes_too=False)
+
+
+def test_every_flow_event_is_a_flow_or_counted(tmp_path: Path) -> None:
+    """Flow events that make no flow are counted by category and reason, as the object
+    path words them: a second start under one id, a start without an end, an end without
+    a start, an end at no complete event, a pair from an event to itself."""
+    from exporters.perfetto.trace_processor import open_trace
+    from exporters.perfetto.views import load_views
+
+    x = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "dur": 1.0}
+    events: list[dict[str, Any]] = [
+        {**x, "name": "a", "ts": 10.0},
+        {**x, "name": "b", "ts": 20.0},
+        {"ph": "s", "cat": "fwdbwd", "id": 1, "pid": 1, "tid": 1, "ts": 10.0},
+        {"ph": "s", "cat": "fwdbwd", "id": 1, "pid": 1, "tid": 1, "ts": 20.0},  # repeated
+        {"ph": "f", "cat": "fwdbwd", "id": 1, "pid": 1, "tid": 1, "ts": 20.0, "bp": "e"},
+        {"ph": "s", "cat": "fwdbwd", "id": 2, "pid": 1, "tid": 1, "ts": 10.0},  # no end
+        {"ph": "f", "cat": "fwdbwd", "id": 3, "pid": 1, "tid": 1, "ts": 20.0},  # no start
+        {"ph": "s", "cat": "ac2g", "id": 4, "pid": 1, "tid": 1, "ts": 10.0},
+        {"ph": "f", "cat": "ac2g", "id": 4, "pid": 1, "tid": 1, "ts": 99.0},  # no event
+        {"ph": "s", "cat": "ac2g", "id": 5, "pid": 1, "tid": 1, "ts": 20.0},
+        {"ph": "f", "cat": "ac2g", "id": 5, "pid": 1, "tid": 1, "ts": 20.0},  # to itself
+    ]
+    src = tmp_path / "flows.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "flows.perfetto-trace"
+    from collector import cli
+
+    assert cli.main(["convert", str(src), "-o", str(out), "-q", "--no-progress"]) == 0
+    with open_trace(out) as t:
+        load_views(t)
+        meta = {
+            r["key"]: r["int_value"]
+            for r in t.query("select key, int_value from xpu_metadata where key like 'convert_%'")
+        }
+        flows = t.scalar("select count(*) from flow")
+    skipped = {k: v for k, v in meta.items() if k.startswith("convert_skipped_")}
+    assert skipped == {
+        "convert_skipped_fwdbwd_flow_starts_repeated_under_one_id": 1,
+        "convert_skipped_fwdbwd_flow_starts_without_an_end": 1,
+        "convert_skipped_fwdbwd_flow_ends_without_a_start": 1,
+        "convert_skipped_ac2g_flow_pairs_with_an_end_at_no_event": 1,
+        "convert_skipped_ac2g_flow_pairs_from_an_event_to_itself": 1,
+    }
+    assert meta["convert_flows_fwdbwd"] == 1 and flows == 1
 
 
 def _odd_trace() -> dict[str, Any]:
@@ -96,7 +153,7 @@ def test_odd_layouts_read_back_like_convert(
     from collector.sources import kineto_columns, kineto_json
 
     monkeypatch.setattr(kineto_columns, "CHUNK", chunk)
-    monkeypatch.setattr(kineto_columns.convert_columns, "__defaults__", (chunk,))
+    monkeypatch.setattr(kineto_columns.convert_columns, "__defaults__", (None, chunk))
     if chunk < 100:
         monkeypatch.setattr(kineto_json, "_RUN", 200)
     src = tmp_path / "odd.json"

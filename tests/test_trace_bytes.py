@@ -2,8 +2,9 @@
 
 The writer is refactored under this test: a change that moves one byte of any trace (an
 interned id, a packet's place in a chunk, a clock id, a deflate chunk boundary) fails it.
-Each case writes a trace as the product does (convert: Kineto JSON through the object path
-at convert's deflate level; record: the CUPTI streams kept on the H100 through the columnar
+Each case writes a trace as the product does (convert: Kineto JSON through the columnar
+conversion, and through the object path it replaced, kept as the reference the columns are
+checked against (tests/test_kineto_columns.py), at convert's deflate level; record: the CUPTI streams kept on the H100 through the columnar
 path at the default level; plus the same slices as objects, and a synthetic run with CPU
 samples, instants and renamed threads) and compares the sha256 of the file with
 tests/data/trace_digests.json.  (The metadata holds the tool's version: a version bump
@@ -60,7 +61,20 @@ STREAMS = ["cuda_graph", "launch_bound", "multi_gpu"]
 
 
 def convert(name: str, level: int) -> Callable[[Path], None]:
-    """`xpu-perf convert` of bench/data/NAME.json.gz (object path)."""
+    """`xpu-perf convert` of bench/data/NAME.json.gz (the columnar conversion)."""
+
+    def write(out: Path) -> None:
+        from collector.commands.convert import write_trace
+        from collector.sources import kineto
+
+        src = DATA / f"{name}.json.gz"
+        write_trace(src, out, list(COMMAND_LINE), kineto.ConvertStats(), compression_level=level)
+
+    return write
+
+
+def convert_objects(name: str, level: int) -> Callable[[Path], None]:
+    """bench/data/NAME.json.gz through the object path (kineto.convert_events)."""
 
     def write(out: Path) -> None:
         from collector.commands.convert import summary_counters
@@ -167,6 +181,15 @@ CASES: dict[str, Callable[[Path], None]] = {
         for n in KINETO
     },
     f"convert/example_kineto/level{DEFAULT_COMPRESSION_LEVEL}": convert(
+        "example_kineto", DEFAULT_COMPRESSION_LEVEL
+    ),
+    **{
+        f"convert-objects/{n}/level{CONVERT_COMPRESSION_LEVEL}": convert_objects(
+            n, CONVERT_COMPRESSION_LEVEL
+        )
+        for n in KINETO
+    },
+    f"convert-objects/example_kineto/level{DEFAULT_COMPRESSION_LEVEL}": convert_objects(
         "example_kineto", DEFAULT_COMPRESSION_LEVEL
     ),
     **{f"record/{n}/columnar": record(n, False) for n in STREAMS},

@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,26 +77,8 @@ def main(args: argparse.Namespace) -> int:
             disable=not show_progress,
             transient=True,
         ) as progress:
-            head = kineto.read_head(src)
-            write = progress.add_task("convert", total=size)
-            with TraceWriter(
-                out,
-                command_line=sys.argv,
-                compression_level=CONVERT_COMPRESSION_LEVEL,
-                # Deflate at convert's level is 15-20% of the run: on a second core, where
-                # there is one, it overlaps the parsing (the same bytes; libdeflate
-                # releases the GIL).
-                compress_in_thread=len(os.sched_getaffinity(0)) > 1,
-            ) as writer:
-                producer = writer.producer("kineto")
-                events = kineto.convert_events(
-                    src, head, stats, lambda n: progress.advance(write, n)
-                )
-                producer.write_all(collected_now_and_then(events))
-                if head.host is not None:
-                    writer.set_metadata("host", head.host)
-                for key, value in summary_counters(stats).items():
-                    writer.set_metadata(f"convert_{key}", value)
+            task = progress.add_task("convert", total=size)
+            write_trace(src, out, sys.argv, stats, lambda n: progress.advance(task, n))
     except kineto.KinetoFormatError as exc:
         raise UserError(str(exc)) from None
     except PermissionError as exc:
@@ -105,6 +88,36 @@ def main(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     print_summary(console, src, out, stats, elapsed)
     return 0
+
+
+def write_trace(
+    src: Path,
+    out: Path,
+    command_line: list[str],
+    stats: kineto.ConvertStats,
+    progress: Callable[[int], None] | None = None,
+    compression_level: int = CONVERT_COMPRESSION_LEVEL,
+) -> None:
+    """Convert `src` into the trace `out` (kineto_columns.py), its counts into `stats` and
+    the trace's metadata; `progress` gets the input's bytes as they are read."""
+    from collector.sources import kineto, kineto_columns
+
+    head = kineto.read_head(src)
+    with TraceWriter(
+        out,
+        command_line=command_line,
+        compression_level=compression_level,
+        # Deflate at convert's level is 15-20% of the run: on a second core, where there
+        # is one, it overlaps the parsing (the same bytes; libdeflate releases the GIL).
+        compress_in_thread=len(os.sched_getaffinity(0)) > 1,
+    ) as writer:
+        producer = writer.producer("kineto")
+        events = kineto_columns.convert_columns(src, head, stats, progress)
+        producer.write_all(collected_now_and_then(events))
+        if head.host is not None:
+            writer.set_metadata("host", head.host)
+        for key, value in summary_counters(stats).items():
+            writer.set_metadata(f"convert_{key}", value)
 
 
 def api_device_flows(stats: kineto.ConvertStats) -> int:

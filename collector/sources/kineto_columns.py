@@ -26,7 +26,7 @@ columns, ~100 B per event), the object path's window limits.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import compress, repeat
 from operator import eq, itemgetter, not_, or_
 from pathlib import Path
@@ -212,6 +212,13 @@ class _FlowEnds:
         self.tid = np.zeros(0, np.int64)
         self.ts = np.zeros(0, np.int64)
         self.age = np.zeros(0, np.int64)  # flushes it has waited
+        self.linked = np.zeros(0, bool)  # a start with a flow written
+        self.had_end = np.zeros(0, bool)  # a start whose pair had an end
+        # Of the last bind: each end's start (-1: none), the ends of flows made, the ends
+        # bound to their start's own row.
+        self.start_of = np.zeros(0, np.int64)
+        self.made = np.zeros(0, bool)
+        self.to_itself = np.zeros(0, bool)
 
     def extend(self, events: list[dict[str, Any]]) -> None:
         """Flow events of a run, their fields taken while the run is in the caches."""
@@ -288,6 +295,8 @@ class _FlowEnds:
             ("tid", fields[1]),
             ("ts", ts),
             ("age", np.zeros(n, np.int64)),
+            ("linked", np.zeros(n, bool)),
+            ("had_end", np.zeros(n, bool)),
         ):
             setattr(self, attr, np.concatenate((getattr(self, attr), values[ok])))
 
@@ -295,11 +304,15 @@ class _FlowEnds:
         self, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Flows of the pairs among rows with these keys: (from rows, to rows), and the
-        correlation ids that a complete API -> device pair links (not their correlation)."""
+        correlation ids that a complete API -> device pair links (not their correlation).
+        A pair's second start is dropped, counted (as kineto_flows.py does)."""
         self.take_new()
+        self._drop_repeated_starts()
         n, m = len(ts), len(self.ts)
         none = np.zeros(0, np.int64)
         self.row = np.full(m, _NONE, np.int64)
+        self.start_of = np.full(m, -1, np.int64)
+        self.made = np.zeros(m, bool)
         self.flow_categories = np.zeros(0, object)
         if not m:
             return none, none, none
@@ -316,40 +329,88 @@ class _FlowEnds:
         row = first[group[k:]]
         row[row == n] = _NONE
         self.row = row
-        # Pairs: each end's pair, its first start.
+        # Pairs: each end's pair, its start (one a pair: _drop_repeated_starts).
         pair, firsts = _group([self.category, self.ident])
         starts = np.flatnonzero(self.is_start)
-        start_of = np.full(len(firsts), m, np.int64)
-        np.minimum.at(start_of, pair[starts], starts)  # a pair's first start
-        start_of[start_of == m] = -1
+        start_of_pair = np.full(len(firsts), -1, np.int64)
+        start_of_pair[pair[starts]] = starts
+        self.start_of = np.where(self.is_start, -1, start_of_pair[pair])
         ends = np.flatnonzero(~self.is_start)
+        has_end = np.zeros(len(firsts), bool)
+        has_end[pair[ends]] = True
+        self.had_end |= self.is_start & has_end[pair]
         complete = np.unique(pair[ends])
-        complete = complete[start_of[complete] >= 0]
+        complete = complete[start_of_pair[complete] >= 0]
         correlation = self.correlation[firsts[complete]]
-        start = start_of[pair[ends]]
+        start = self.start_of[ends]
         has_start = start >= 0
         src = np.where(has_start, row[np.maximum(start, 0)], _NONE)
         dst = row[ends]
         made = has_start & (src != _NONE) & (dst != _NONE) & (src != dst)
+        self.made[ends[made]] = True
+        self.to_itself = np.zeros(m, bool)
+        self.to_itself[ends[has_start & (src == dst) & (dst != _NONE)]] = True
         names = np.array(self.categories.values, object)
         self.flow_categories = names[self.category[ends][made]]
         return src[made], dst[made], correlation[correlation != _NONE]
 
-    def forget(self, gone: np.ndarray) -> None:
-        """After a flush: drop the ends bound to rows that went (`gone` by row) and the
-        ones that waited a flush unbound (as the window forgets them)."""
+    def _drop_repeated_starts(self) -> None:
+        """A pair's starts after its first: counted and dropped (kineto_flows.py)."""
+        starts = np.flatnonzero(self.is_start)
+        if len(starts) < 2:
+            return
+        pair, _ = _group([self.category[starts], self.ident[starts]])
+        _, first = np.unique(pair, return_index=True)
+        repeated = np.ones(len(starts), bool)
+        repeated[first] = False
+        if repeated.any():
+            self._count("flow starts repeated under one id", starts[repeated])
+            keep = np.ones(len(self.ts), bool)
+            keep[starts[repeated]] = False
+            self._keep(keep)
+
+    def _count(self, reason: str, records: np.ndarray) -> None:
+        """Records (flow events) not made into flows, by their category."""
+        names = self.categories.values
+        for category, n in zip(
+            *np.unique(self.category[records], return_counts=True), strict=True
+        ):
+            self.stats.skipped[f"'{names[int(category)]}' {reason}"] += int(n)
+
+    def _keep(self, keep: np.ndarray) -> None:
+        for attr in _FLOW_COLUMNS:
+            setattr(self, attr, getattr(self, attr)[keep])
+
+    def forget(self, gone: np.ndarray, final: bool) -> None:
+        """After a flush (`gone`: the rows written): the flow events that leave are the
+        ends of flows written, the ones bound to rows written, the ones that waited a
+        flush unbound (as the window forgets them), and at the end all; each one that
+        made no flow is counted by reason (kineto_flows.py's)."""
         if not len(self.ts):
             return
         bound = self.row != _NONE
         went = np.zeros(len(self.ts), bool)
         went[bound] = gone[self.row[bound]]
-        stale = ~bound & (self.age >= 1)
-        if stale.any():
-            self.stats.skipped["flow ends at no complete event"] += int(stale.sum())
-        keep = ~(went | stale)
-        for attr in ("is_start", "category", "ident", "correlation", "pid", "tid", "ts", "age"):
-            setattr(self, attr, getattr(self, attr)[keep])
+        leaving = went | (~bound & (self.age >= 1)) | final
+        # A start whose flow to an end is written is linked (later ends may follow).
+        made_now = self.made & leaving
+        self.linked[self.start_of[made_now]] = True
+        end_left = leaving & ~self.is_start & ~made_now
+        self._count("flow pairs from an event to itself", np.flatnonzero(end_left & self.to_itself))
+        end_left &= ~self.to_itself
+        with_start = self.start_of >= 0
+        self._count("flow pairs with an end at no event", np.flatnonzero(end_left & with_start))
+        self._count("flow ends without a start", np.flatnonzero(end_left & ~with_start))
+        lone = leaving & self.is_start & ~self.linked & ~self.had_end
+        self._count("flow starts without an end", np.flatnonzero(lone))
+        self._keep(~leaving)
         self.age += 1
+
+
+_FLOW_COLUMNS = (
+    "is_start", "category", "ident", "correlation", "pid", "tid", "ts", "age", "linked",
+    "had_end",
+)  # fmt: skip
 
 
 class _Columns:
@@ -644,8 +705,8 @@ def _times_ns(values: list[Any], ok: np.ndarray) -> np.ndarray:
             return np.where(ok, us, 0) * 1000  # exact, as kineto.py
     as_float = np.array(values, np.float64)
     if bool(np.all(as_float < _TIME_LIMIT)):
-        ok &= as_float >= 0
-        return np.rint(as_float * 1000.0).astype(np.int64)  # round(): half to even
+        ok &= as_float >= 0  # (and no NaN)
+        return np.rint(np.where(ok, as_float, 0.0) * 1000.0).astype(np.int64)  # half to even
     # Large float times (decimals past float precision once in ns): per value.
     ns = [kineto._time_ns(v) for v in values]
     ok &= np.array([t is not None and t >= 0 for t in ns], bool)
@@ -711,7 +772,11 @@ def _group(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def convert_columns(
-    path: Path, head: Head, stats: ConvertStats, chunk: int = CHUNK
+    path: Path,
+    head: Head,
+    stats: ConvertStats,
+    progress: Callable[[int], None] | None = None,
+    chunk: int = CHUNK,
 ) -> Iterator[model.Event]:
     """The events of `path` for TraceWriter.producer().write(): every chunk, the object
     events before the chunk held back (names, instants, rare slices) and one SliceBatch
@@ -739,7 +804,7 @@ def convert_columns(
 
     seen_x = 0  # complete events before `pending`
     events_in = 0
-    for run in kineto.event_runs(path):
+    for run in kineto.event_runs(path, progress):
         events_in += len(run)
         phases = list(map(dict.get, run, repeat("ph")))
         is_x = list(map(eq, phases, repeat("X")))
@@ -774,7 +839,8 @@ def convert_columns(
 
 class _ObjectEvents:
     """What the columns leave, as kineto.py converts it: metadata, instants, complete
-    events of another layout (without their flows); flow events are counted only."""
+    events of another layout (text pids or tids, times that are no number: their flow
+    ends and correlation ids are not linked; _FlowEnds counts such ends as unbound)."""
 
     def __init__(self, head: Head, stats: ConvertStats, device_pids: set[int]) -> None:
         self.head = head
@@ -841,10 +907,6 @@ class _ObjectEvents:
                 event = kineto._metadata(kineto._Metadata(ev, ids, head, device_pids), stats)
                 if event is not None:
                     yield event
-            elif ph in ("s", "f"):
-                if cat == "ac2g":
-                    stats.ac2g_links_in += ph == "f"
-                stats.skipped[f"'{cat}' flow events (not linked by the prototype)"] += 1
             else:
                 stats.skipped[f"phase '{str(ph)[:20]}' events are not converted"] += 1
 
@@ -903,7 +965,7 @@ def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[mode
             emit[flow_dst[emit[flow_src]]] = True
             if int(emit.sum()) == before:
                 break
-    columns.flow_ends.forget(emit)
+    columns.flow_ends.forget(emit, final)
     going = emit[flow_src]
     flow_src, flow_dst, by_pair = flow_src[going], flow_dst[going], by_pair[going]
     pair_categories = pair_categories[going[len(going) - len(pair_categories) :]]
@@ -921,9 +983,6 @@ def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[mode
     stats.gpu_annotations += gpu_by_category.get(model.CAT_GPU_ANNOTATION, 0)
     stats.api_calls += int(((kind == _API) & emit).sum())
     stats.cpu_slices += int(((kind == _CPU) & emit).sum())
-    stats.flows += int((~by_pair).sum())
-    stats.flow_pairs.update(pair_categories.tolist())
-    stats.fwdbwd_flows += int((pair_categories == "fwdbwd").sum())
     # What the batches hold: flows from a CPU row, to a GPU op (one each) or a CPU row.
     host = ~is_gpu
     to_gpu = is_gpu[flow_dst]
@@ -934,6 +993,10 @@ def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[mode
     if not usable.all():
         stats.skipped["flows from a device op, or a second one into one"] += int((~usable).sum())
     flow_src, flow_dst, to_gpu = flow_src[usable], flow_dst[usable], to_gpu[usable]
+    pair_categories = pair_categories[usable[len(usable) - len(pair_categories) :]]
+    stats.flows += int((~by_pair[usable]).sum())
+    stats.flow_pairs.update(pair_categories.tolist())
+    stats.fwdbwd_flows += int((pair_categories == "fwdbwd").sum())
     with_api = np.zeros(n, bool)
     with_api[flow_dst[to_gpu]] = True
     stats.gpu_ops_with_api += int((with_api & device_op & emit).sum())

@@ -1,7 +1,9 @@
-"""What trace_processor reads back from `convert` (object path) and the columnar prototype
-(collector/commands/convert_columns.py) of the same Kineto input, compared part by part.
+"""What trace_processor reads back from `convert` (the columnar conversion,
+collector/sources/kineto_columns.py) and from the object path it replaced (kineto.py's
+convert_events with kineto_flows.py's window, kept as the reference the columns are
+checked against) of the same Kineto input, compared part by part.
 
-    python bench/colconv_compare.py INPUT.json[.gz] [--work DIR]
+    python bench/convert_compare.py INPUT.json[.gz] [--work DIR]
 
 Parts: slices by (name, category, track: a GPU stream, or the thread), the args of every
 slice (by its ts, dur, name, category and track), flows (by their two slices), thread and
@@ -22,8 +24,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collector import cli
-from collector.commands.convert_columns import write_trace
+from collector.sources import kineto
 from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.writer import CONVERT_COMPRESSION_LEVEL, TraceWriter
 
 SLICES = """
 select s.id, s.ts, s.dur, s.name, coalesce(s.category, '') as category,
@@ -101,12 +104,22 @@ def fingerprint(path: Path) -> dict[str, Any]:
     }
 
 
+def write_objects(src: Path, out: Path) -> None:
+    """`src` converted by the object path, as convert wrote it before the columns."""
+    stats = kineto.ConvertStats()
+    head = kineto.read_head(src)
+    with TraceWriter(out, compression_level=CONVERT_COMPRESSION_LEVEL) as writer:
+        writer.producer("kineto").write_all(kineto.convert_events(src, head, stats))
+        if head.host is not None:
+            writer.set_metadata("host", head.host)
+
+
 def compare(src: Path, work: Path) -> dict[str, tuple[int, int, list[Any], list[Any]]]:
-    """Per part: (items in the object path's, in the prototype's, some only in the first,
-    some only in the second)."""
+    """Per part: (items in the object path's, in convert's, some only in the first, some
+    only in the second)."""
     objects, columns = work / "objects.perfetto-trace", work / "columns.perfetto-trace"
-    assert cli.main(["convert", str(src), "-o", str(objects), "-q", "--no-progress"]) == 0
-    write_trace(src, columns, ["colconv"])
+    write_objects(src, objects)
+    assert cli.main(["convert", str(src), "-o", str(columns), "-q", "--no-progress"]) == 0
     want, got = fingerprint(objects), fingerprint(columns)
     out = {}
     for part in want:
@@ -127,7 +140,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path)
     args = ap.parse_args()
     for src in args.inputs:
-        work = args.work or Path(tempfile.mkdtemp(prefix="colconv_"))
+        work = args.work or Path(tempfile.mkdtemp(prefix="convert_compare_"))
         print(f"== {src}")
         for part, (n_want, n_got, only_want, only_got) in compare(src, work).items():
             if not only_want and not only_got:
