@@ -372,9 +372,7 @@ class _FlowEnds:
     def _count(self, reason: str, records: np.ndarray) -> None:
         """Records (flow events) not made into flows, by their category."""
         names = self.categories.values
-        for category, n in zip(
-            *np.unique(self.category[records], return_counts=True), strict=True
-        ):
+        for category, n in zip(*np.unique(self.category[records], return_counts=True), strict=True):
             self.stats.skipped[f"'{names[int(category)]}' {reason}"] += int(n)
 
     def _keep(self, keep: np.ndarray) -> None:
