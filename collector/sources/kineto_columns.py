@@ -143,7 +143,12 @@ class _Pending:
     have left them): their fields as lists, their args' keys and values as tuples."""
 
     def __init__(self, name_index: dict[Any, int], category_index: dict[Any, int]) -> None:
-        self.events: list[dict[str, Any]] = []
+        self.n = 0
+        # The dicts of the runs not known to be of the common layout (by their index
+        # here), for the object path; a clean run's dicts are freed while they are still
+        # in the caches (freeing a chunk's events a chunk later cost the 1M main thread
+        # ~1 s).
+        self.kept: dict[int, dict[str, Any]] = {}
         self.fields: tuple[list[Any], ...] = tuple([] for _ in _GETTERS)
         self.arg_keys: list[tuple[str, ...]] = []
         self.arg_values: list[tuple[Any, ...]] = []
@@ -153,28 +158,35 @@ class _Pending:
         self.known: tuple[list[int | None], list[int | None]] = ([], [])
 
     def __len__(self) -> int:
-        return len(self.events)
+        return self.n
 
     def extend(self, events: list[dict[str, Any]]) -> None:
         if not events:
-            return  # (and column[-0:] below would be all of it)
-        self.events += events
+            return
+        n = len(events)
         try:
-            for column, get in zip(self.fields, _GETTERS, strict=True):
-                column += map(get, events)
-            n = len(events)
-            for known, index, column in zip(self.known, self._indexes, self.fields, strict=False):
-                known += map(index.get, column[-n:])
+            run = [list(map(get, events)) for get in _GETTERS]
             args = list(map(_GET_ARGS, events))
-            self.arg_keys += map(tuple, args)
-            self.arg_values += map(tuple, map(dict.values, args))
-        except (KeyError, TypeError):  # fields left out, args no object: what kineto.py reads
+            keys = list(map(tuple, args))
+            values = list(map(tuple, map(dict.values, args)))
+            ids = [
+                list(map(index.get, column))
+                for index, column in zip(self._indexes, run[:2], strict=True)
+            ]
+        except (KeyError, TypeError):  # fields left out, args no object, a list as a name
             self._extend_slowly(events)
+            return
+        for column, values_of_run in zip(self.fields, run, strict=True):
+            column += values_of_run
+        for known, ids_of_run in zip(self.known, ids, strict=True):
+            known += ids_of_run
+        self.arg_keys += keys
+        self.arg_values += values
+        if not _common_layout(run):
+            self.kept.update(zip(range(self.n, self.n + n), events, strict=True))
+        self.n += n
 
     def _extend_slowly(self, events: list[dict[str, Any]]) -> None:
-        before = len(self.events) - len(events)
-        for column in (*self.fields, *self.known, self.arg_keys, self.arg_values):
-            del column[before:]  # undo the run's partial extend
         for known in self.known:
             known += [None] * len(events)  # looked up with the chunk
         for e in events:
@@ -185,6 +197,35 @@ class _Pending:
                 args = {}
             self.arg_keys.append(tuple(args))
             self.arg_values.append(tuple(args.values()))
+        self.kept.update(zip(range(self.n, self.n + len(events)), events, strict=True))
+        self.n += len(events)
+
+
+def _common_layout(run: list[list[Any]]) -> bool:
+    """Whether a run's fields are all of the layout the columns take whole (str names
+    and categories, finite times of [0, _TIME_LIMIT) us, int32 pids and tids): a few
+    C-level passes while the run is in the caches.  (False only means: checked per row
+    with the chunk, _Columns.add.)"""
+    names, cats, ts, dur, pids, tids = run
+    return (
+        _STR.issuperset(map(type, names))
+        and _STR.issuperset(map(type, cats))
+        and _NUMBERS.issuperset(map(type, ts))
+        and _NUMBERS.issuperset(map(type, dur))
+        and _INT.issuperset(map(type, pids))
+        and _INT.issuperset(map(type, tids))
+        # (A NaN passes min and max, not a finite sum.)
+        and min(ts) >= 0
+        and max(ts) < _TIME_LIMIT
+        and math.isfinite(sum(ts))
+        and min(dur) >= 0
+        and max(dur) < _TIME_LIMIT
+        and math.isfinite(sum(dur))
+        and min(pids) >= _INT32_MIN
+        and max(pids) < _INT32_END
+        and min(tids) >= _INT32_MIN
+        and max(tids) < _INT32_END
+    )
 
 
 # What kineto.py reads for a field left out (None: no time, or the pid/tid None).
@@ -434,42 +475,47 @@ class _Columns:
         go to `objects` with their place in the input (`first`: the number of complete
         events before these; see convert_columns)."""
         self.held_from = first
-        events = pending.events
-        if not events:
+        n = len(pending)
+        if not n:
             return
         names, cats, ts, dur, pids, tids = pending.fields
         known_names, known_categories = pending.known
         arg_keys, arg_values = pending.arg_keys, pending.arg_values
-        n = len(events)
         # The common layout (str name and cat, float or int times in range, int32 pid and
-        # tid) checked a column at a time, at C level; the rest goes to the object path.
+        # tid) checked a column at a time, at C level, where a run was not known to be of
+        # it (only those runs' dicts are kept); the rest goes to the object path.
         ok = np.ones(n, bool)
+        kept = list(pending.kept)
         for column, types, filler in (
-            (names, _STR, ""),
-            (cats, _STR, ""),
-            (ts, _NUMBERS, 0),
-            (dur, _NUMBERS, 0),
-            (pids, _INT, 0),
-            (tids, _INT, 0),
+            ()
+            if not kept
+            else (
+                (names, _STR, ""),
+                (cats, _STR, ""),
+                (ts, _NUMBERS, 0),
+                (dur, _NUMBERS, 0),
+                (pids, _INT, 0),
+                (tids, _INT, 0),
+            )
         ):
-            if not types.issuperset(map(type, column)):
-                good = np.fromiter(map(types.__contains__, map(type, column)), bool, n)
-                ok &= good
-                for i in np.flatnonzero(~good).tolist():
+            values = list(map(column.__getitem__, kept))
+            if not types.issuperset(map(type, values)):
+                good = map(types.__contains__, map(type, values))
+                for i in compress(kept, map(not_, good)):
+                    ok[i] = False
                     column[i] = filler
         ts_ns, dur_ns = _times_ns(ts, ok), _times_ns(dur, ok)
         pid, tid = _int32s(pids, ok), _int32s(tids, ok)
         if not ok.all():
-            keys = range(2 * first + 1, 2 * (first + n), 2)
-            self.objects += compress(zip(keys, events, strict=True), ~ok)
-            events = list(compress(events, ok))
+            events = pending.kept
+            self.objects += ((2 * (first + i) + 1, events[i]) for i in np.flatnonzero(~ok).tolist())
             names, cats = list(compress(names, ok)), list(compress(cats, ok))
             known_names = list(compress(known_names, ok))
             known_categories = list(compress(known_categories, ok))
             arg_keys = list(compress(arg_keys, ok))
             arg_values = list(compress(arg_values, ok))
             ts_ns, dur_ns, pid, tid = ts_ns[ok], dur_ns[ok], pid[ok], tid[ok]
-            n = len(events)
+            n = len(names)
             if not n:
                 return
         c = _Chunk(n)
