@@ -273,6 +273,40 @@ def test_deflate_thread_writes_the_same_file(
     assert len(chunks) > 1 and all(p.HasField("compressed_packets") for p in chunks)
 
 
+def test_deflate_finish_deflates_beside_the_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At finish the chunks still queued are deflated by the caller too, beside the
+    deflate thread, and every chunk is written in the order it was given."""
+    import io
+    import threading
+    import time
+
+    import deflate
+
+    compress = deflate.zlib_compress
+    by_thread: list[str] = []
+
+    def slow(data: bytes, level: int) -> bytes:
+        by_thread.append(threading.current_thread().name)
+        time.sleep(0.05)  # the queue fills: the caller finds chunks to take at finish
+        return compress(data, level)
+
+    chunks = [bytes([i]) * 5_000 + bytes(range(256)) * i for i in range(12)]
+    plain = io.BytesIO()
+    unthreaded = compression.Deflater(plain, 6, threaded=False)
+    for chunk in chunks:
+        unthreaded.put(chunk)
+    unthreaded.finish()
+    monkeypatch.setattr(deflate, "zlib_compress", slow)
+    out = io.BytesIO()
+    threaded = compression.Deflater(out, 6, threaded=True)
+    for chunk in chunks:
+        threaded.put(chunk)
+    threaded.finish()
+    assert out.getvalue() == plain.getvalue()
+    assert threaded.bytes_written == len(plain.getvalue())
+    assert "MainThread" in by_thread and "xpu-perf-deflate" in by_thread
+
+
 def test_instants_make_no_lanes(tmp_path: Path) -> None:
     """An instant written before the slices around it (they wait in the reorder window)
     lands on the thread's own track and pushes none of them onto another lane."""
