@@ -140,22 +140,18 @@ _GET_ARGS = itemgetter("args")
 class _Pending:
     """Complete events taken apart a run at a time, while the run's objects are still in
     the CPU caches (a pass over events parsed a chunk ago costs several times more: they
-    have left them): their fields as lists, their args' keys and values as tuples."""
+    have left them, and freeing them then cost the 1M main thread ~1 s more): per run,
+    times, pids and tids as int64 arrays, names and categories as ids, args' keys and
+    values as tuples; the dicts of rows of another layout kept for the object path."""
 
-    def __init__(self, name_index: dict[Any, int], category_index: dict[Any, int]) -> None:
-        self.n = 0
-        # The dicts of the runs not known to be of the common layout (by their index
-        # here), for the object path; a clean run's dicts are freed while they are still
-        # in the caches (freeing a chunk's events a chunk later cost the 1M main thread
-        # ~1 s).
-        self.kept: dict[int, dict[str, Any]] = {}
-        self.fields: tuple[list[Any], ...] = tuple([] for _ in _GETTERS)
+    def __init__(self, names: _Interned, categories: _Interned) -> None:
+        self.n = 0  # complete events taken, those of another layout included
+        self._names, self._categories = names, categories
+        self.runs: list[tuple[np.ndarray, ...]] = []  # (ts, dur, pid, tid, name, raw cat)
         self.arg_keys: list[tuple[str, ...]] = []
         self.arg_values: list[tuple[Any, ...]] = []
-        # The ids of the names and categories known so far (None for a new one): looked
-        # up here, while the strings are in the caches too.
-        self._indexes = (name_index, category_index)
-        self.known: tuple[list[int | None], list[int | None]] = ([], [])
+        # Rows of another layout: (their index here, their dict), for the object path.
+        self.others: list[tuple[int, dict[str, Any]]] = []
 
     def __len__(self) -> int:
         return self.n
@@ -163,50 +159,86 @@ class _Pending:
     def extend(self, events: list[dict[str, Any]]) -> None:
         if not events:
             return
-        n = len(events)
         try:
-            run = [list(map(get, events)) for get in _GETTERS]
+            fields = [list(map(get, events)) for get in _GETTERS]
             args = list(map(_GET_ARGS, events))
             keys = list(map(tuple, args))
             values = list(map(tuple, map(dict.values, args)))
-            ids = [
-                list(map(index.get, column))
-                for index, column in zip(self._indexes, run[:2], strict=True)
-            ]
+            clean = _common_layout(fields)
         except (KeyError, TypeError):  # fields left out, args no object, a list as a name
+            clean = False
+        if not clean:
             self._extend_slowly(events)
             return
-        for column, values_of_run in zip(self.fields, run, strict=True):
-            column += values_of_run
-        for known, ids_of_run in zip(self.known, ids, strict=True):
-            known += ids_of_run
+        names, cats, ts, dur, pids, tids = fields
+        self.runs.append(
+            (
+                _clean_times_ns(ts),
+                _clean_times_ns(dur),
+                np.array(pids, np.int64),
+                np.array(tids, np.int64),
+                self._names.ids(names),
+                self._categories.ids(cats),
+            )
+        )
         self.arg_keys += keys
         self.arg_values += values
-        if not _common_layout(run):
-            self.kept.update(zip(range(self.n, self.n + n), events, strict=True))
-        self.n += n
+        self.n += len(events)
 
     def _extend_slowly(self, events: list[dict[str, Any]]) -> None:
-        for known in self.known:
-            known += [None] * len(events)  # looked up with the chunk
+        """A run not all of the common layout: its rows checked one field at a time as
+        kineto.py reads them; those of another layout left to the object path."""
+        fields: tuple[list[Any], ...] = tuple([] for _ in _DEFAULTS)
+        keys, values = [], []
         for e in events:
-            for column, (key, default) in zip(self.fields, _DEFAULTS, strict=True):
+            for column, (key, default) in zip(fields, _DEFAULTS, strict=True):
                 column.append(e.get(key, default))
             args = e.get("args")
             if type(args) is not dict:
                 args = {}
-            self.arg_keys.append(tuple(args))
-            self.arg_values.append(tuple(args.values()))
-        self.kept.update(zip(range(self.n, self.n + len(events)), events, strict=True))
-        self.n += len(events)
+            keys.append(tuple(args))
+            values.append(tuple(args.values()))
+        n = len(events)
+        names, cats, ts, dur, pids, tids = fields
+        ok = np.ones(n, bool)
+        for column, types, filler in (
+            (names, _STR, ""),
+            (cats, _STR, ""),
+            (ts, _NUMBERS, 0),
+            (dur, _NUMBERS, 0),
+            (pids, _INT, 0),
+            (tids, _INT, 0),
+        ):
+            if not types.issuperset(map(type, column)):
+                good = np.fromiter(map(types.__contains__, map(type, column)), bool, n)
+                ok &= good
+                for i in np.flatnonzero(~good).tolist():
+                    column[i] = filler
+        ts_ns, dur_ns = _times_ns(ts, ok), _times_ns(dur, ok)
+        pid, tid = _int32s(pids, ok), _int32s(tids, ok)
+        self.others += ((self.n + i, events[i]) for i in np.flatnonzero(~ok).tolist())
+        self.n += n
+        if not ok.any():
+            return
+        self.runs.append(
+            (
+                ts_ns[ok],
+                dur_ns[ok],
+                pid[ok],
+                tid[ok],
+                self._names.ids(list(compress(names, ok))),
+                self._categories.ids(list(compress(cats, ok))),
+            )
+        )
+        self.arg_keys += compress(keys, ok)
+        self.arg_values += compress(values, ok)
 
 
-def _common_layout(run: list[list[Any]]) -> bool:
+def _common_layout(fields: list[list[Any]]) -> bool:
     """Whether a run's fields are all of the layout the columns take whole (str names
     and categories, finite times of [0, _TIME_LIMIT) us, int32 pids and tids): a few
-    C-level passes while the run is in the caches.  (False only means: checked per row
-    with the chunk, _Columns.add.)"""
-    names, cats, ts, dur, pids, tids = run
+    C-level passes while the run is in the caches."""
+    names, cats, ts, dur, pids, tids = fields
     return (
         _STR.issuperset(map(type, names))
         and _STR.issuperset(map(type, cats))
@@ -226,6 +258,12 @@ def _common_layout(run: list[list[Any]]) -> bool:
         and min(tids) >= _INT32_MIN
         and max(tids) < _INT32_END
     )
+
+
+def _clean_times_ns(us: list[float | int]) -> np.ndarray:
+    """Times of the common layout (ints and floats in [0, _TIME_LIMIT)) as int64 ns: the
+    values of _times_ns (below the limit a float product is exact for ints too)."""
+    return np.rint(np.array(us, np.float64) * 1000.0).astype(np.int64)
 
 
 # What kineto.py reads for a field left out (None: no time, or the pid/tid None).
@@ -475,54 +513,14 @@ class _Columns:
         go to `objects` with their place in the input (`first`: the number of complete
         events before these; see convert_columns)."""
         self.held_from = first
-        n = len(pending)
-        if not n:
+        self.objects += ((2 * (first + i) + 1, event) for i, event in pending.others)
+        if not pending.runs:
             return
-        names, cats, ts, dur, pids, tids = pending.fields
-        known_names, known_categories = pending.known
-        arg_keys, arg_values = pending.arg_keys, pending.arg_values
-        # The common layout (str name and cat, float or int times in range, int32 pid and
-        # tid) checked a column at a time, at C level, where a run was not known to be of
-        # it (only those runs' dicts are kept); the rest goes to the object path.
-        ok = np.ones(n, bool)
-        kept = list(pending.kept)
-        for column, types, filler in (
-            ()
-            if not kept
-            else (
-                (names, _STR, ""),
-                (cats, _STR, ""),
-                (ts, _NUMBERS, 0),
-                (dur, _NUMBERS, 0),
-                (pids, _INT, 0),
-                (tids, _INT, 0),
-            )
-        ):
-            values = list(map(column.__getitem__, kept))
-            if not types.issuperset(map(type, values)):
-                good = map(types.__contains__, map(type, values))
-                for i in compress(kept, map(not_, good)):
-                    ok[i] = False
-                    column[i] = filler
-        ts_ns, dur_ns = _times_ns(ts, ok), _times_ns(dur, ok)
-        pid, tid = _int32s(pids, ok), _int32s(tids, ok)
-        if not ok.all():
-            events = pending.kept
-            self.objects += ((2 * (first + i) + 1, events[i]) for i in np.flatnonzero(~ok).tolist())
-            names, cats = list(compress(names, ok)), list(compress(cats, ok))
-            known_names = list(compress(known_names, ok))
-            known_categories = list(compress(known_categories, ok))
-            arg_keys = list(compress(arg_keys, ok))
-            arg_values = list(compress(arg_values, ok))
-            ts_ns, dur_ns, pid, tid = ts_ns[ok], dur_ns[ok], pid[ok], tid[ok]
-            n = len(names)
-            if not n:
-                return
-        c = _Chunk(n)
-        c.ts, c.dur = ts_ns, dur_ns
-        c.pid, c.tid = pid, tid
-        c.name = self.names.ids(names, known_names)
-        raw = self.raw_categories.ids(cats, known_categories)
+        ts, dur, pid, tid, name, raw = (
+            np.concatenate(column) for column in zip(*pending.runs, strict=True)
+        )
+        c = _Chunk(len(ts))
+        c.ts, c.dur, c.pid, c.tid, c.name = ts, dur, pid, tid, name
         for value in self.raw_categories.values[len(self._kind_of) :]:
             self._kind_of.append(
                 _GPU if value in GPU_CATEGORIES else _API if value in API_CATEGORIES else _CPU
@@ -533,7 +531,7 @@ class _Columns:
         self.device_pids.update(np.unique(c.pid[c.kind == _GPU]).tolist())
         c.device = c.pid.copy()  # GPU ops: the device and stream args, else pid and tid
         c.stream = c.tid.copy()
-        self._args(c, arg_keys, arg_values, raw)
+        self._args(c, pending.arg_keys, pending.arg_values, raw)
         self.chunks.append(c)
 
     def _categories(self, c: _Chunk, raw: np.ndarray) -> np.ndarray:
@@ -826,7 +824,7 @@ def convert_columns(
     events before the chunk held back (names, instants, rare slices) and one SliceBatch
     per host process."""
     columns = _Columns(stats)
-    pending = _Pending(columns.names.index, columns.raw_categories.index)
+    pending = _Pending(columns.names, columns.raw_categories)
     # The other events, keyed by their place among the complete ones (the object path's
     # synthetic ids, for text pids and tids, are numbered in input order): 2k for one
     # after k complete events, 2k + 1 for the complete event k (_Columns.add).
@@ -867,7 +865,7 @@ def convert_columns(
         if len(pending) >= chunk:
             columns.add(pending, seen_x)
             seen_x += len(pending)
-            pending = _Pending(columns.names.index, columns.raw_categories.index)
+            pending = _Pending(columns.names, columns.raw_categories)
             if len(columns.chunks) > 1:
                 yield from objects_before(2 * columns.held_from)
                 yield from _flush(columns, stats, final=False)
