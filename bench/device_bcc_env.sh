@@ -4,8 +4,10 @@
 # /opt/xpu-bcc (never over /), links /lib/modules/$(uname -r)/{build,source} to those headers
 # when the kernel ships none, mounts tracefs, and exports PYTHONPATH / LD_LIBRARY_PATH.
 # Fetch the .debs on a Debian 12 machine with:
-#   apt-get download python3-bpfcc libbpfcc libbpf1 libclang-cpp14 libllvm14 \
+#   apt-get download python3-bpfcc libbpfcc libbpf1 libclang-cpp14 libllvm14 libz3-4 \
 #       linux-headers-6.1.0-NN-amd64 linux-headers-6.1.0-NN-common
+# (libz3-4: libLLVM-14 links it; the GPU machine's image has none, and without it bcc does
+# not load: the eBPF sampler is then off and the run says so.)
 deb_dir=${1:?usage: . bench/device_bcc_env.sh DEB_DIR}
 root=/opt/xpu-bcc
 mkdir -p "$root"
