@@ -16,15 +16,15 @@ rm -rf "$work"; mkdir -p "$out" "$work"
 python3 -m collector.inject_build >/dev/null || echo "inject build failed"
 printf '%-6s %7s %4s  %s\n' round wall rc "PM sampling / hung / lost final flush"
 for round in $(seq 1 "$rounds"); do
-    start=$(date +%s.%N)
+    start=$(date +%s%N)
     timeout 280 python3 -m collector.cli record --no-cpu -o "$work/gpt2-$round.perfetto-trace" \
         -- python3 bench/workloads/gpt2_train.py 30 > "$work/gpt2-$round.out" 2>&1
     rc=$?
-    wall=$(echo "$(date +%s.%N) - $start" | bc)
+    wall=$(( ($(date +%s%N) - start) / 1000000000 ))
     pm=$(grep -oE 'PM sampling [0-9]+ samples, [0-9]+ dropped' "$work/gpt2-$round.out" | head -1)
     hung=$(grep -c 'did not stop' "$work/gpt2-$round.out")
     lost=$(grep -c 'without their final flush' "$work/gpt2-$round.out")
-    printf '%-6s %7.1f %4s  %s / %s / %s\n' "$round" "$wall" "$rc" "${pm:-none}" "$hung" "$lost"
+    printf '%-6s %6ss %4s  %s / %s / %s\n' "$round" "$wall" "$rc" "${pm:-none}" "$hung" "$lost"
 done
 timeout 120 env XPU_PERF_PM_DEBUG=1 python3 -m collector.cli record --no-cpu \
     -o "$out/phases.perfetto-trace" -- python3 -m bench.workloads.gpu_phases --seconds 3 \
