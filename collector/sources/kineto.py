@@ -471,30 +471,10 @@ def convert_events(
                         yield event
                 stats.events_out += 1
                 continue
-            if "ts" not in ev:
-                stats.skipped["complete event without ts"] += 1
+            parts = complete_event(ev, ids, stats)
+            if parts is None:
                 continue
-            ts = _time_ns(ev["ts"])
-            dur = _time_ns(ev.get("dur", 0))
-            if ts is None or ts < 0:
-                stats.skipped[
-                    "complete events with a ts that is no time (not a number, "
-                    "negative or past 2**62 ns)"
-                ] += 1
-                continue
-            if dur is None or dur < 0:
-                stats.skipped[
-                    "complete events with a duration that is no time (not a "
-                    "number, negative or past 2**62 ns)"
-                ] += 1
-                continue
-            name = ev.get("name", "")
-            if type(name) is not str:
-                name = str(name)
-            args = ev.get("args")
-            if type(args) is not dict:
-                args = {}
-            pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid"))
+            ts, dur, name, args, pid, tid = parts
             if cat in GPU_CATEGORIES:
                 device_pids.add(pid)
                 slot = _gpu_op(ev, cat, ts, dur, name, args, stats, ids)
@@ -568,6 +548,37 @@ def convert_events(
     skipped = Counter(linker.skipped)
     skipped.update(stats.skipped)
     stats.skipped = skipped
+
+
+def complete_event(
+    ev: dict[str, Any], ids: _Ids, stats: ConvertStats
+) -> tuple[int, int, str, dict[str, Any], int, int] | None:
+    """A complete event's (ts, dur, name, args, pid, tid) as the trace takes them (times
+    in ns, names as text, args an object, text pids and tids numbered); None, counted by
+    reason, where its ts or duration is no time."""
+    if "ts" not in ev:
+        stats.skipped["complete event without ts"] += 1
+        return None
+    ts = _time_ns(ev["ts"])
+    dur = _time_ns(ev.get("dur", 0))
+    if ts is None or ts < 0:
+        stats.skipped[
+            "complete events with a ts that is no time (not a number, negative or past 2**62 ns)"
+        ] += 1
+        return None
+    if dur is None or dur < 0:
+        stats.skipped[
+            "complete events with a duration that is no time (not a number, negative or past "
+            "2**62 ns)"
+        ] += 1
+        return None
+    name = ev.get("name", "")
+    if type(name) is not str:
+        name = str(name)
+    args = ev.get("args")
+    if type(args) is not dict:
+        args = {}
+    return ts, dur, name, args, ids.get(ev.get("pid")), ids.get(ev.get("tid"))
 
 
 class _Metadata:

@@ -45,6 +45,7 @@ from collector.sources.kineto import (
     Head,
 )
 from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
+from exporters.perfetto.batch_writer import group_rows
 
 # Events whose dicts are held before they become columns (their args dicts are the
 # memory: ~1 KB an event).
@@ -398,18 +399,18 @@ class _FlowEnds:
         # The first row at each end's key, among the rows at an end's time.
         candidates = np.flatnonzero(np.isin(ts, self.ts))
         k = len(candidates)
-        group, _ = _group(
-            [np.concatenate((pid[candidates], self.pid)),
-             np.concatenate((tid[candidates], self.tid)),
-             np.concatenate((ts[candidates], self.ts))]
-        )  # fmt: skip
+        group, _ = group_rows(
+            np.concatenate((pid[candidates], self.pid)),
+            np.concatenate((tid[candidates], self.tid)),
+            np.concatenate((ts[candidates], self.ts)),
+        )
         first = np.full(int(group.max()) + 1, n, np.int64)
         np.minimum.at(first, group[:k], candidates)
         row = first[group[k:]]
         row[row == n] = _NONE
         self.row = row
         # Pairs: each end's pair, its start (one a pair: _drop_repeated_starts).
-        pair, firsts = _group([self.category, self.ident])
+        pair, firsts = group_rows(self.category, self.ident)
         starts = np.flatnonzero(self.is_start)
         start_of_pair = np.full(len(firsts), -1, np.int64)
         start_of_pair[pair[starts]] = starts
@@ -438,7 +439,7 @@ class _FlowEnds:
         starts = np.flatnonzero(self.is_start)
         if len(starts) < 2:
             return
-        pair, _ = _group([self.category[starts], self.ident[starts]])
+        pair, _ = group_rows(self.category[starts], self.ident[starts])
         _, first = np.unique(pair, return_index=True)
         repeated = np.ones(len(starts), bool)
         repeated[first] = False
@@ -669,7 +670,7 @@ class _Columns:
                 present[rows] = True
         few = joined
         if few:
-            group, firsts = _group([text_id])
+            group, firsts = group_rows(text_id)
             first_rows = firsts.tolist()
         else:
             group, first_rows = text_id, firsts_of_text
@@ -797,22 +798,6 @@ def _structured(name: str, value: Any, gpu: bool) -> Entry:
     return ((name, kineto._json_text(value)),)
 
 
-def _group(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(group of each row, first row of each group) for rows equal in all `keys`."""
-    order = np.lexsort(keys[::-1])
-    new = np.ones(len(order), bool)
-    if len(order) > 1:
-        same = np.ones(len(order) - 1, bool)
-        for key in keys:
-            sorted_key = key[order]
-            same &= sorted_key[1:] == sorted_key[:-1]
-        new[1:] = ~same
-    group_sorted = np.cumsum(new) - 1
-    groups = np.empty(len(order), np.int64)
-    groups[order] = group_sorted
-    return groups, order[new]
-
-
 def convert_columns(
     path: Path,
     head: Head,
@@ -901,18 +886,10 @@ class _ObjectEvents:
             if type(cat) is not str:
                 cat = ""
             if ph == "X":
-                ts = kineto._time_ns(ev.get("ts"))
-                dur = kineto._time_ns(ev.get("dur", 0))
-                if ts is None or ts < 0 or dur is None or dur < 0:
-                    stats.skipped["complete events with a ts or duration that is no time"] += 1
+                parts = kineto.complete_event(ev, ids, stats)
+                if parts is None:
                     continue
-                name = ev.get("name", "")
-                if type(name) is not str:
-                    name = str(name)
-                args = ev.get("args")
-                if type(args) is not dict:
-                    args = {}
-                pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid"))
+                ts, dur, name, args, pid, tid = parts
                 if cat in GPU_CATEGORIES:
                     device_pids.add(pid)
                     item = kineto._gpu_op(ev, cat, ts, dur, name, args, stats, ids).item

@@ -58,7 +58,7 @@ def _int64(column: model.Column) -> np.ndarray:
     return np.asarray(column, dtype=np.int64)
 
 
-def _group(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def group_rows(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(group of each row, first row of each group) for rows equal in all `keys`."""
     order = np.lexsort(keys[::-1])
     new = np.ones(len(order), bool)
@@ -282,7 +282,7 @@ def _heads(prod: ProducerState, part: _Slices) -> tuple[list[bytes], np.ndarray]
     keys = [part.uuid, part.name, part.category, part.args]
     if part.stack is not None:
         keys.append(part.stack)
-    group, firsts = _group(*keys)
+    group, firsts = group_rows(*keys)
     heads = []
     cache = prod.begin_cache
     for row in firsts.tolist():
