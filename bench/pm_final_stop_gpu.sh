@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool, .whl carried): the PM sampler's stop at the program's exit
-# now runs on the injection library's PM thread with a deadline (pm_sampling.c,
-# PM_FINAL_DEADLINE_S), since CUPTI's stop once never returned at a GPT-2 run's exit and held
-# the program (bench/sampler_handlers_gpu.sh, docs/benchmarks.md).  Records GPT-2 training
-# ROUNDS times (default 5) with the default GPU metrics (PM sampling) and prints, per round:
-# wall time, exit status, the summary's PM sampling line, and whether the stop hung or a
+# On the GPU machine (device tool, .whl carried): how the PM sampler's stop at the program's
+# exit behaves (CUPTI's stop once never returned at a GPT-2 run's exit and held the program:
+# bench/sampler_handlers_gpu.sh, docs/benchmarks.md).  Records GPT-2 training ROUNDS times
+# (default 5) with the default GPU metrics (PM sampling) and prints, per round: wall time,
+# exit status, the summary's PM sampling line, and whether a stop passed its deadline or a
 # process lost its final flush; then the GPU phases workload once, its trace kept in $OUT
-# (fold it here: bench/pm_sampling_report.py reads it; the machine has no wasmtime).
+# (read it back here: the machine has no wasmtime).  It measured the stop moved to the PM
+# thread (all GPT-2 runs crashed at exit; reverted) and serves for the next attempt.
 #   . bench/device_deps.sh && bash bench/pm_final_stop_gpu.sh
 set -u
 out=${OUT:-/tmp/pm-final-stop}

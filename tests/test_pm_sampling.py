@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -163,24 +162,6 @@ def test_overflow_counts_the_samples_lost(fake: FakeCupti, tmp_path: Path) -> No
     with open_trace(out) as t:
         assert metadata(t, "gpu_metrics_pm_samples_dropped") == lost
         assert metadata(t, "gpu_metrics_pm_buffer_overflows") == lost // 3
-        assert metadata(t, "gpu_metrics_source") == "cupti_pm_sampling"
-
-
-def test_a_stop_that_never_returns_does_not_hold_the_program(
-    fake: FakeCupti, tmp_path: Path
-) -> None:
-    """CUPTI's stop of the PM sampler at the program's exit hung once in three GPT-2 runs on
-    an H200 (inside NVPW_GPU_PeriodicSampler_StopSampling), and the program never ended.
-    The stop has a deadline now: the program ends, the run says so, the final flush is
-    written (the samples decoded before the stop are kept)."""
-    started = time.monotonic()
-    out, proc = record_phases(fake, tmp_path, "stop_hangs", FAKE_PM="stop_hangs")
-    assert time.monotonic() - started < 60
-    assert "PM sampling did not stop" in proc.stderr
-    assert "ended without their final flush" not in proc.stderr
-    with open_trace(out) as t:
-        assert metadata(t, "gpu_metrics_pm_stops_hung") == 1
-        assert metadata(t, "gpu_metrics_pm_samples") > 0
         assert metadata(t, "gpu_metrics_source") == "cupti_pm_sampling"
 
 

@@ -262,12 +262,6 @@ class GpuMetricsRecording:
                 f"{c['pm_samples_dropped']} dropped (hardware buffer overflowed "
                 f"{c['pm_buffer_overflows']} times)" + (f"; {cost}" if cost else "")
             )
-        if pm is not None and pm.counts["pm_stops_hung"]:
-            lines.append(
-                f"GPU metrics: PM sampling did not stop at the exit of "
-                f"{pm.counts['pm_stops_hung']} process(es) (CUPTI's stop did not return "
-                "within 5 s); their samples since the last decode are lost"
-            )
         lines += [f"GPU metrics refused: {why}" for why in self._refused()]
         # One line per device and reason: a short capture window leaves every interval
         # metric without a value, which would otherwise be a dozen lines.

@@ -26,9 +26,6 @@ COUNTERS = (
     "pm_buffer_overflows",
     "pm_samples_unevaluated",
     "pm_samples_short",
-    # Processes whose exit found CUPTI's stop of the sampler not returned by the deadline
-    # (their samples since the last decode are lost).
-    "pm_stops_hung",
     # What it cost the program's processes: its thread's wall time starting devices (once)
     # and then in its rounds (CUPTI calls), that thread's CPU time, and the time sampling
     # ran (the rounds' share of it).

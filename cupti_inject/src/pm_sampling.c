@@ -446,30 +446,6 @@ static void pm_round(void) {
     }
 }
 
-/* The final flush's stop (pm_main, under pm_lock, once stop_requested): sampling stops on
- * each running device and the rest of its hardware buffer is decoded.  On our thread, not the
- * exiting one, so that a stop that never returns (NVPW's StopSampling hung at a GPT-2 run's
- * exit on an H200, once in three) holds no one: pm_sampling_final waits for it until a
- * deadline. */
-static void stop_and_decode(void) {
-    final_flush = 1;
-    uint64_t final_start = xp_now_ns();
-    for (unsigned i = 0; i < PM_MAX_DEVICES; i++) {
-        struct pm_device *d = &devices[i];
-        if (d->state != PM_RUNNING) continue;
-        PM_PARAMS(CUpti_PmSampling_Stop_Params, sp);
-        sp.pPmSamplingObject = d->sampler;
-        CUptiResult r = p_cuptiPmSamplingStop(&sp);
-        d->stopped = 1;
-        if (r != CUPTI_SUCCESS) CHECK(r);
-        log_debug("%s", i, "stopped at the final flush");
-        decode(i, d, 1);
-        d->state = PM_ENDED;
-        log_debug("%s", i, "final decode done; sampler and host object left to the exit");
-    }
-    busy_ns += xp_now_ns() - final_start;
-}
-
 static void *pm_main(void *arg) {
     (void)arg;
     sigset_t all; /* the application's signals are not ours to take */
@@ -485,7 +461,6 @@ static void *pm_main(void *arg) {
         if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
         while (!stop_requested && pthread_cond_timedwait(&pm_cond, &pm_lock, &until) != ETIMEDOUT) {}
     }
-    stop_and_decode();
     struct timespec cpu;
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
         thread_cpu_ns = (uint64_t)cpu.tv_sec * 1000000000ull + (uint64_t)cpu.tv_nsec;
@@ -583,20 +558,31 @@ void pm_sampling_final(void) {
     pthread_mutex_unlock(&pm_lock);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += PM_FINAL_DEADLINE_S;
+    until.tv_sec += 3;
+    if (pthread_timedjoin_np(thread, NULL, &until) != 0) {
+        fprintf(stderr, "xpu-perf: PM sampling thread did not end; last samples not decoded\n");
+        thread_running = 0;
+        return;
+    }
     thread_running = 0;
-    /* Past the deadline our thread is left inside CUPTI, holding pm_lock: the counters are
-     * written without it (nothing else writes them any more), and the exit ends the thread. */
-    int hung = pthread_timedjoin_np(thread, NULL, &until) != 0;
-    if (hung) {
-        fprintf(stderr,
-                "xpu-perf: PM sampling did not stop within %d s at the exit (CUPTI's stop did "
-                "not return); the samples since its last decode are lost\n",
-                PM_FINAL_DEADLINE_S);
-    } else {
-        pthread_mutex_lock(&pm_lock);
+    pthread_mutex_lock(&pm_lock);
+    final_flush = 1;
+    uint64_t final_start = xp_now_ns();
+    for (unsigned i = 0; i < PM_MAX_DEVICES; i++) {
+        struct pm_device *d = &devices[i];
+        if (d->state != PM_RUNNING) continue;
+        PM_PARAMS(CUpti_PmSampling_Stop_Params, sp);
+        sp.pPmSamplingObject = d->sampler;
+        CUptiResult r = p_cuptiPmSamplingStop(&sp);
+        d->stopped = 1;
+        if (r != CUPTI_SUCCESS) CHECK(r);
+        log_debug("%s", i, "stopped at the final flush");
+        decode(i, d, 1);
+        d->state = PM_ENDED;
+        log_debug("%s", i, "final decode done; sampler and host object left to the exit");
     }
     uint64_t end = xp_now_ns();
+    busy_ns += end - final_start; /* the final decode runs on the exiting thread, counted too */
     if (debug) {
         char what[224];
         snprintf(what, sizeof what,
@@ -620,8 +606,7 @@ void pm_sampling_final(void) {
     xp_emit_counter("pm_samples_unevaluated", n_values_failed);
     xp_emit_counter("pm_samples_short", n_short);
     xp_emit_counter("pm_sampling_clock", (uint64_t)clock_mode);
-    xp_emit_counter("pm_stops_hung", (uint64_t)hung);
-    if (!hung) pthread_mutex_unlock(&pm_lock);
+    pthread_mutex_unlock(&pm_lock);
 }
 
 /* The child has none of our thread, and must not call CUPTI: its stream says nothing of PM

@@ -24,9 +24,6 @@
  * 91-92%; each decode took ~70 ms there), every 200 ms lost none (91 of 91).
  * XPU_PERF_PM_DECODE_MS changes it. */
 #define PM_DECODE_MS 200
-/* How long the exit waits for our thread to stop sampling and decode the rest (a real
- * final decode takes well under a second; past this CUPTI's stop is taken as hung). */
-#define PM_FINAL_DEADLINE_S 5
 #define PM_DECODE_FAILURES 10
 #define PM_CLOCK_SLACK_NS (10ull * 1000000000ull)
 /* A CUPTI parameter struct, zeroed but for its size (pPriv NULL, as the headers ask). */

@@ -12,8 +12,6 @@
  *   FAKE_PM=overflow     every third decode loses the 3 oldest samples it holds (the
  *                        hardware buffer kept the latest), reporting overflow; the count of
  *                        lost samples is fake_pm_lost()
- *   FAKE_PM=stop_hangs   cuptiPmSamplingStop never returns (as NVPW's StopSampling hung
- *                        at a GPT-2 run's exit on an H200, once in three)
  *   FAKE_PM_NO_NVLINK=1  the chip has no NVLink metrics (ConfigAddMetrics refuses them)
  * The config image takes at most 16 metrics in one pass; more need two.
  * What the H100 (CUPTI 13) showed, modelled: DecodeData into an image that already holds
@@ -30,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -252,8 +249,6 @@ EXPORT CUptiResult cuptiPmSamplingStop(CUpti_PmSampling_Stop_Params *p) {
     fake_fork_check(__func__);
     struct CUpti_PmSampling_Object *o = p->pPmSamplingObject;
     if (!o || !o->next_start) return CUPTI_ERROR_INVALID_OPERATION;
-    if (scenario("stop_hangs"))
-        for (;;) pause();
     o->stopped_at = realtime_ns();
     return CUPTI_SUCCESS;
 }
