@@ -161,6 +161,43 @@ def test_odd_layouts_read_back_like_convert(
     _assert_same(src, tmp_path, lanes_too=chunk > 3)
 
 
+def test_arg_sets_of_rows_written_are_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Args that take a new value at every event (a copy's bandwidth) make a new arg set
+    each: past ARG_SETS_KEPT only the held rows' sets are kept, and the trace reads back
+    the same as the object path's."""
+    from collector.sources import kineto_columns, kineto_json
+
+    chunk = 8
+    monkeypatch.setattr(kineto_columns, "CHUNK", chunk)
+    monkeypatch.setattr(kineto_columns.convert_columns, "__defaults__", (None, chunk))
+    monkeypatch.setattr(kineto_columns, "ARG_SETS_KEPT", 12)
+    monkeypatch.setattr(kineto_json, "_RUN", 300)
+    sizes: list[tuple[int, int]] = []
+    prune = kineto_columns._Columns.prune_arg_sets
+
+    def counted(self: Any) -> None:
+        before = len(self.arg_sets.values)
+        prune(self)
+        sizes.append((before, len(self.arg_sets.values)))
+
+    monkeypatch.setattr(kineto_columns._Columns, "prune_arg_sets", counted)
+    events = [
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7,
+         "ts": 100.0 + 10 * i, "dur": 2.0,
+         "args": {"device": 0, "stream": 7, "correlation": i, "bytes": 4096,
+                  "memory bandwidth (GB/s)": 1.5 + i / 7}}
+        for i in range(200)
+    ]  # fmt: skip
+    src = tmp_path / "unique_args.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    _assert_same(src, tmp_path)
+    assert sizes, "never pruned"
+    assert max(after for _, after in sizes) <= 2 * chunk
+    assert max(before for before, _ in sizes) <= 12 + 2 * chunk
+
+
 def test_nested_check_agrees_with_place() -> None:
     """batch_writer._properly_nested: all on lane 0 exactly when LaneSet.place() would
     put them there, and the lane's state afterwards the same."""

@@ -65,6 +65,8 @@ _FLOW_FIELDS = ("ph", "cat", "id", "pid", "tid", "ts")
 # GPU op args carried by the contract's own fields (track, correlation id).
 _GPU_OWN_ARGS = frozenset(("device", "stream", "correlation"))
 _XYZ = ("grid", "block")
+# Distinct arg sets held past a flush before those no held row uses are forgotten.
+ARG_SETS_KEPT = 1 << 16
 _FEW_ROWS = 16
 _FEW_VALUES = 64
 # An entry of a head column: the (key, value) args one event's value becomes (none for
@@ -507,6 +509,18 @@ class _Columns:
         self.device_pids: set[int] = set()  # pids of device ops (their labels name nothing)
         self.held_from = 0  # complete events before the last chunk
         self.flow_ends = _FlowEnds(stats)
+
+    def prune_arg_sets(self) -> None:
+        """Only the arg sets of the held rows kept, renumbered: a trace whose args take new
+        values all along (a copy's bandwidth, a float per kernel) would otherwise hold every
+        set it ever had.  (The writer keys what it caches by the set's content.)"""
+        held = self.chunks[0]
+        used, held.args = np.unique(held.args, return_inverse=True)
+        old = self.arg_sets
+        key_of = {ident: key for key, ident in old.index.items()}
+        self.arg_sets = _Interned()
+        for ident in used.tolist():
+            self.arg_sets.add(old.values[ident], key_of[ident])
 
     # -- rows -----------------------------------------------------------------------------
     def add(self, pending: _Pending, first: int) -> None:
@@ -1058,6 +1072,9 @@ def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[mode
         local[flow_src[~to_gpu]],
         local[flow_dst[~to_gpu]],
     )
+    # (After the batch is written: it holds the list of arg sets its ids point into.)
+    if not final and len(columns.arg_sets.values) > ARG_SETS_KEPT:
+        columns.prune_arg_sets()
 
 
 def _take_ints(
