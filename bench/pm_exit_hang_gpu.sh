@@ -14,7 +14,7 @@ rounds=${ROUNDS:-8}
 hang_s=${HANG_S:-75}
 rm -rf "$work"; mkdir -p "$out" "$work"
 python3 -m collector.inject_build >/dev/null || echo "inject build failed"
-printf '%-6s %6s %4s  %s\n' round wall rc "PM sampling line / lost final flush"
+printf '%-6s %6s %4s  %s\n' round wall rc "PM sampling line / lost final flush / kernel sampler"
 for round in $(seq 1 "$rounds"); do
     start=$(date +%s)
     python3 -m collector.cli record -o "$work/gpt2-$round.perfetto-trace" \
@@ -39,7 +39,9 @@ for round in $(seq 1 "$rounds"); do
     fi
     pm=$(grep -oE 'PM sampling [0-9]+ samples, [0-9]+ dropped' "$work/gpt2-$round.out" | head -1)
     lost=$(grep -c 'without their final flush' "$work/gpt2-$round.out")
-    printf '%-6s %5ss %4s  %s / %s\n' "$round" $(( $(date +%s) - start )) "$rc" "${pm:-none}" "$lost"
+    kernel=$(grep -oE 'cpu samples in the kernel: [^(]*' "$work/gpt2-$round.out" | head -1)
+    printf '%-6s %5ss %4s  %s / %s / %s\n' "$round" $(( $(date +%s) - start )) "$rc" "${pm:-none}" \
+        "$lost" "${kernel:-no kernel-sampler line}"
     [ "$rc" = hung ] && break
 done
 tail -3 "$work/gpt2-1.out"
