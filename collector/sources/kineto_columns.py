@@ -1,26 +1,25 @@
-"""Kineto JSON -> SliceBatches in columns: a prototype of a columnar `convert` (issue 24).
+"""Kineto JSON -> SliceBatches in columns: what `convert` runs (issue 24).
 
-The object path (kineto.py) makes a model object, an args dict and a window slot per
-event, and the writer's object path encodes each one: that per-event object work, not
-the parse, is most of convert's time (docs/benchmarks.md, "Big traces").  Here the
-complete (`X`) events of the common layout only have their dicts collected; every
-CHUNK events they become columns with C-level passes (`map`, `zip`, numpy): names and
-categories as ids, times as int64 ns, and args split per *shape* (the event's kind and
-its tuple of arg keys):
-- int args (External id, Record function id, Sequence number, correlation...) become
-  varying int columns (model.IntArgColumn), written as varints by batch_writer.py;
-- every other arg (texts, floats, bools, shapes as JSON text, kernel grid/block) is a
-  head column: its distinct values interned, and each distinct combination of a shape's
-  head values is one arg set of the batch, encoded once.
-At the end, API calls and device ops are joined by correlation id (numpy) and each
-host process becomes one SliceBatch with the device ops its calls caused (one more for
-the ops no call caused), which the writer's columnar path encodes.
-
-Left to the object path's functions (no flows): instants, metadata, complete events of
-another layout (text or huge pids/tids and times, missing fields).  Not done (see
-docs/benchmarks.md, "Big traces"): flow pairs (ac2g / fwdbwd `s`/`f` events: API calls
-and ops are linked by correlation id alone), bounded memory (the whole file is held in
-columns, ~100 B per event), the object path's window limits.
+The object path (kineto.convert_events, kept as the reference the tests hold this to)
+makes a model object, an args dict and a window slot per event, and the writer's object
+path encodes each one: that per-event object work, not the parse, was most of its time
+(docs/benchmarks.md, "Big traces").  Here each of the reader's runs (~200 events) is taken
+apart while it is in the CPU caches (_Pending): the complete (`X`) events of the common
+layout become int64 arrays (times in ns, pids, tids) and name and category ids, their
+args' keys and values tuples, and the run's dicts are freed then; flow events (`s`/`f`)
+go to the flow columns (_FlowEnds); the rest (metadata, instants, complete events of
+another layout) to kineto.py's per-event functions, in input order (_ObjectEvents).
+Every CHUNK complete events make a chunk of columns (_Columns.add), args split per
+*shape* (the event's kind and its tuple of arg keys):
+- int args that vary (External id, Record function id, Sequence number...) become int
+  columns (model.IntArgColumn), written as varints by batch_writer.py;
+- every other arg (texts, floats, bools, lists as JSON text, kernel grid/block, few-valued
+  ints) goes into the row's arg set, each distinct set encoded once.
+At each chunk the rows held but the last chunk's are linked and written as one
+SliceBatch (_flush): flows by correlation id and the input's flow pairs, both ends of a
+flow in one batch, so every row meets the rows a chunk before and after it.  Every flow
+event that makes no flow is counted by reason.  Memory: two chunks of columns, the
+distinct names, at most ARG_SETS_KEPT arg sets past a flush.
 """
 
 from __future__ import annotations
