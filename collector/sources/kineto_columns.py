@@ -46,14 +46,13 @@ from collector.sources.kineto import (
 from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
 from exporters.perfetto.batch_writer import group_rows
 
-# Events whose dicts are held before they become columns (their args dicts are the
-# memory: ~1 KB an event).
+# Complete events a chunk of columns holds (two chunks are held: kineto_flows.py's window).
 CHUNK = 1 << 16
 _NONE = model.NONE
 _CPU, _API, _GPU = 0, 1, 2
-_TIME_LIMIT = (1 << 53) / 1000  # below it, us * 1000.0 is exact (kineto._FLOAT_EXACT_US)
-_INT32_MIN, _INT32_END = -(1 << 31), 1 << 31
-_MAX_US = (1 << 62) // 1000  # kineto._MAX_NS in us
+_TIME_LIMIT = kineto._FLOAT_EXACT_US  # below it, us * 1000.0 is exact
+_INT32_MIN, _INT32_END = kineto._INT32.start, kineto._INT32.stop
+_MAX_US = kineto._MAX_NS // 1000
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NUMBERS = frozenset((int, float))
 _STR = frozenset((str,))
@@ -88,13 +87,11 @@ class _Interned:
             self.values.append(value)
         return ident
 
-    def ids(self, items: Sequence[Any], found: list[int | None] | None = None) -> np.ndarray:
-        """The id of every item (hashable, distinct values equal only if the same);
-        `found`: the ids of those known already (None for the others), where looked up."""
+    def ids(self, items: Sequence[Any]) -> np.ndarray:
+        """The id of every item (hashable, distinct values equal only if the same)."""
         index = self.index
-        # One lookup per item where all are known (after the first chunks: names repeat).
-        if found is None:
-            found = list(map(index.get, items))
+        # One lookup per item where all are known (after the first runs: names repeat).
+        found = list(map(index.get, items))
         if None in found:
             for value in dict.fromkeys(items):
                 if value not in index:
