@@ -247,3 +247,26 @@ def test_flamegraph_is_the_same_cached_and_not(trace: Path, tmp_path: Path) -> N
         svgs.append(out.read_bytes())
     assert svgs[0] == svgs[1] == svgs[2]
     assert b"<svg" in svgs[0]
+
+
+def test_arrays_are_kept_like_rows(trace: Path, tmp_path: Path) -> None:
+    """query_arrays (the report's timeline reads its intervals so) answers a second look
+    from the store: the same cells, the same types, and no engine."""
+    sql = "select id, ts, name, parent_id, dur * 0.5 as half from slice order by id"
+    root = tmp_path / "results"
+    looks = []
+    for _ in range(2):
+        with open_cached(trace, root=root) as t:
+            arrays = t.query_arrays(sql)
+            looks.append(
+                ({c: [(type(v), v) for v in a] for c, a in arrays.items()}, t.engine_loaded)
+            )
+    with open_trace(trace) as t:
+        _, rows = t.query_columns(sql)
+    expected = {
+        c: [(type(r[i]), r[i]) for r in rows]
+        for i, c in enumerate(["id", "ts", "name", "parent_id", "half"])
+    }
+    assert looks[0] == (expected, True)
+    assert looks[1] == (expected, False)
+    assert len(rows) > 100 and any(r[3] is None for r in rows)

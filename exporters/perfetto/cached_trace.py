@@ -42,6 +42,7 @@ from exporters.perfetto.trace_processor import (
     QueryError,
     Trace,
     check_trace_file,
+    object_array,
     open_trace,
     resolve_shell,
 )
@@ -157,6 +158,17 @@ class CachedTrace(Trace):
 
         kept = self._answer("columns", sql, run, lambda r: len(r["rows"]) * len(r["columns"]))
         return list(kept["columns"]), [tuple(r) for r in kept["rows"]]
+
+    def query_arrays(self, sql: str) -> dict[str, Any]:
+        def run(trace: Trace) -> dict[str, Any]:
+            arrays = trace.query_arrays(sql)
+            return {"columns": list(arrays), "values": [a.tolist() for a in arrays.values()]}
+
+        def cells(kept: dict[str, Any]) -> int:
+            return sum(len(v) for v in kept["values"])
+
+        kept = self._answer("arrays", sql, run, cells)
+        return {c: object_array(v) for c, v in zip(kept["columns"], kept["values"], strict=True)}
 
     def execute(self, script: str) -> None:
         def run(trace: Trace) -> None:

@@ -18,6 +18,7 @@ from exporters.perfetto import wire
 from exporters.perfetto.engine_limit import EngineMemoryError, too_big
 
 if TYPE_CHECKING:
+    import numpy as np
     from perfetto.trace_processor import TraceProcessor
 
     from exporters.perfetto.wasm_engine import WasmTransport
@@ -108,6 +109,31 @@ def _one_line(text: str) -> str:
     return lines[-1] if lines[0].startswith("Traceback") else lines[0]
 
 
+def _row_tuples(result: Any, columns: list[str]) -> list[tuple[Any, ...]]:
+    """The result's rows as tuples, taken a column at a time from the cells the perfetto
+    package decoded (a numpy object array, row after row): its own iterator makes an object
+    per row and sets each cell as an attribute, 0.08 s for 48k rows of 3 columns against
+    0.007 s so.  The same cell objects either way."""
+    cells = getattr(result, "cells", None)
+    n = len(columns)
+    if n == 0:
+        return []
+    if cells is None or len(cells) != len(result) * n:
+        return [tuple(getattr(row, c) for c in columns) for row in result]
+    if isinstance(cells, list):  # the package without numpy keeps a list
+        return [tuple(cells[i : i + n]) for i in range(0, len(cells), n)]
+    return list(zip(*(cells[i::n].tolist() for i in range(n)), strict=True))
+
+
+def object_array(values: list[Any]) -> np.ndarray:
+    """A one-dimensional numpy array of these cells, whatever they are."""
+    import numpy as np
+
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
 class Trace:
     """An opened trace.  `query` returns rows as dicts; errors are `QueryError`."""
 
@@ -118,14 +144,12 @@ class Trace:
         columns, rows = self.query_columns(sql)
         return [dict(zip(columns, row, strict=True)) for row in rows]
 
-    def query_columns(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Column names and row tuples, for table/csv output."""
+    def _result(self, sql: str) -> Any:
+        """The perfetto package's result of `sql`, its failures as this module's errors."""
         from perfetto.trace_processor.api import TraceProcessorException
 
         try:
-            result = self._tp.query(sql)
-            columns = list(result.column_names)
-            return columns, [tuple(getattr(row, c) for c in columns) for row in result]
+            return self._tp.query(sql)
         except TraceProcessorException as exc:
             raise QueryError(_one_line(str(exc))) from None
         except EngineMemoryError:
@@ -134,6 +158,27 @@ class Trace:
             raise EngineFailure(too_big("the trace with the tables this command builds")) from None
         except RuntimeError as exc:  # the embedded engine aborted (WasmEngineError)
             raise EngineFailure(_one_line(str(exc))) from None
+
+    def query_columns(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Column names and row tuples, for table/csv output."""
+        result = self._result(sql)
+        columns = list(result.column_names)
+        return columns, _row_tuples(result, columns)
+
+    def query_arrays(self, sql: str) -> dict[str, np.ndarray]:
+        """The result's columns as numpy object arrays of the decoded cells (the caller makes
+        int64 of those it knows are integers), for work over many rows that numpy does in a
+        fraction of the engine's time (a binning of 80k intervals: 0.2 s of SQL in the wasm
+        engine)."""
+        import numpy as np
+
+        result = self._result(sql)
+        columns = list(result.column_names)
+        cells = getattr(result, "cells", None)
+        if not isinstance(cells, np.ndarray) or len(cells) != len(result) * len(columns):
+            cells = object_array([v for row in _row_tuples(result, columns) for v in row])
+        n = len(columns)
+        return {c: cells[i::n] for i, c in enumerate(columns)}
 
     def execute(self, script: str) -> None:
         """Run statements for their effect (views, tables); trace_processor runs them all."""
