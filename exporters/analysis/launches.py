@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from exporters.perfetto.trace_processor import Trace
+from exporters.analysis import stream_queue
+from exporters.perfetto.trace_processor import Trace, sql_literal
 
 
 def load_stack_lookup(trace: Trace) -> None:
@@ -22,6 +23,7 @@ def load(trace: Trace) -> None:
     load_stack_lookup(trace)
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_launch'"):
         trace.execute(resources.files("exporters.analysis").joinpath("launches.sql").read_text())
+        stream_queue.create(trace)
 
 
 @dataclass(frozen=True)
@@ -49,15 +51,6 @@ def _nearest_rank(trace: Trace, column: str, where: str = "1") -> int:
     return int(value or 0)
 
 
-def _sql_value(value: Any) -> str:
-    """A text value, number or NULL as a SQL literal."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    return repr(value)
-
-
 def _copies(trace: Trace) -> list[dict[str, Any]]:
     """Copies per direction and host memory, most time first.  The p50 is the nearest rank
     among the group's copies sorted by bandwidth (those without one first, as SQLite sorts
@@ -74,8 +67,8 @@ def _copies(trace: Trace) -> list[dict[str, Any]]:
         rank = (int(g["m"]) * 50 + 99) // 100
         p50 = (
             trace.scalar(
-                f"select gb_per_s from xpu_copy where direction is {_sql_value(g['direction'])} "
-                f"and host_memory is {_sql_value(g['host_memory'])} "
+                f"select gb_per_s from xpu_copy where direction is {sql_literal(g['direction'])} "
+                f"and host_memory is {sql_literal(g['host_memory'])} "
                 f"order by gb_per_s limit 1 offset {rank - 1}"
             )
             if rank

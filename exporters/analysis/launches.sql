@@ -26,26 +26,7 @@ SELECT name, n AS launches,
        sum(dur) AS gpu_ns
 FROM ranked GROUP BY name;
 
--- Queue depth per stream: ops launched and not yet finished, seen at each launch.
-CREATE PERFETTO TABLE xpu_stream_queue AS
-WITH ev AS (
-  SELECT device_track_id, stream, api_ts AS ts, 1 AS delta FROM xpu_launch
-  UNION ALL
-  SELECT device_track_id, stream, end_ts, -1 FROM xpu_launch
-),
-depth AS (
-  SELECT device_track_id, stream, delta,
-         sum(delta) OVER (PARTITION BY device_track_id, stream ORDER BY ts, delta
-                          ROWS UNBOUNDED PRECEDING) AS depth
-  FROM ev
-)
-SELECT q.device_track_id, t.name AS device, q.stream, q.max_depth, q.mean_depth_at_launch,
-       q.launches
-FROM (
-  SELECT device_track_id, stream, max(depth) AS max_depth, avg(depth) AS mean_depth_at_launch,
-         count(*) AS launches
-  FROM depth WHERE delta = 1 GROUP BY device_track_id, stream
-) q JOIN track t ON t.id = q.device_track_id;
+-- xpu_stream_queue (queue depth per stream) is made by stream_queue.py after this file.
 
 -- Copies one by one: direction, host memory (pageable / pinned, from the recorded
 -- `debug.host_memory`, else from Kineto's op name "Memcpy HtoD (Pageable -> Device)"),

@@ -125,6 +125,15 @@ def _row_tuples(result: Any, columns: list[str]) -> list[tuple[Any, ...]]:
     return list(zip(*(cells[i::n].tolist() for i in range(n)), strict=True))
 
 
+def sql_literal(value: Any) -> str:
+    """A text value, number or NULL as a SQL literal."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
+
+
 def object_array(values: list[Any]) -> np.ndarray:
     """A one-dimensional numpy array of these cells, whatever they are."""
     import numpy as np
