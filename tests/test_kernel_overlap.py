@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from collector import model
-from exporters.analysis.analyze import load as load_analysis
+from exporters.analysis.analyze import load_for_query as load_analysis
 from exporters.perfetto.trace_processor import open_trace
 from exporters.perfetto.views import load_views
 from exporters.perfetto.writer import TraceWriter

@@ -132,7 +132,7 @@ def _single(trace_path: Path, sql: str, args: argparse.Namespace) -> int:
             load_views(trace)
             if ANALYSIS_VIEWS.search(sql):
                 # Built only when asked for: they cost a pass over the GPU ops.
-                from exporters.analysis.analyze import load as load_analysis
+                from exporters.analysis.analyze import load_for_query as load_analysis
 
                 load_analysis(trace)
             columns, rows = trace.query_columns(sql)

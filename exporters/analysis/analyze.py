@@ -18,7 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from exporters.analysis import device_memory, gpu_metrics, launches, tables
+import numpy as np
+
+from exporters.analysis import busy, device_memory, gpu_metrics, launches, tables
+from exporters.analysis.busy import ANY, gpu_busy
 from exporters.analysis.findings import Context, Finding, findings
 from exporters.analysis.idle import IdleSummary, summary
 from exporters.analysis.launches import LaunchStats, launch_stats
@@ -27,7 +30,7 @@ from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import load_views
 
-__all__ = ["Analysis", "Scope", "analyze", "load"]
+__all__ = ["Analysis", "Scope", "analyze", "load", "load_for_query"]
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ class Analysis:
 
 
 def load(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = None) -> None:
-    """The analysis tables (views first), for `query` and the commands."""
+    """The analysis tables (views first), for the commands."""
     load_views(trace, window)
     tables.load(trace, scope)
     launches.load(trace)
@@ -136,18 +139,30 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = None) 
     device_memory.load(trace)
 
 
+def load_for_query(trace: Trace) -> None:
+    """The analysis tables and `xpu_analysis_busy_island` (the analyses use the islands as
+    arrays; a table of them is made only for a user's SQL)."""
+    load(trace)
+    if not trace.scalar(
+        "select count(*) from sqlite_master where name = 'xpu_analysis_busy_island'"
+    ):
+        busy.create_island_table(trace)
+
+
 def analyze(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = None) -> Analysis:
     load(trace, scope, window)
     row = trace.query(
         "select s.ts, s.end_ts, s.dur, s.kind, (select count(*) from xpu_analysis_region) as r, "
-        "(select coalesce(sum(end_ts - ts), 0) from xpu_analysis_busy_island "
-        " where kind = 'any') as busy, "
         "(select count(distinct device_track_id) from xpu_analysis_op) as devices, "
-        "f.ts as f_ts, f.dur as f_dur, f.kind as f_kind, f.steps, "
-        "(select coalesce(sum(max(0, min(i.end_ts, f.end_ts) - max(i.ts, f.ts))), 0) "
-        " from xpu_analysis_busy_island i where i.kind = 'any') as f_busy "
+        "f.ts as f_ts, f.end_ts as f_end, f.dur as f_dur, f.kind as f_kind, f.steps "
         "from xpu_analysis_span s, xpu_analysis_focus f"
     )[0]
+    # The devices' busy islands inside the regions, whole and inside the focus.
+    found = gpu_busy(trace).device_islands(ANY, analysed=True)
+    f_ts, f_end = int(row["f_ts"]), int(row["f_end"])
+    in_focus = np.minimum(found.end_ts, f_end) - np.maximum(found.ts, f_ts)
+    row["busy"] = int((found.end_ts - found.ts).sum())
+    row["f_busy"] = int(np.maximum(in_focus, 0).sum())
     span = Span(
         ts=int(row["ts"]),
         end_ts=int(row["end_ts"]),

@@ -20,7 +20,9 @@
 -- thread's last sample before the API call, if it is at most {stale_ns} older than the gap.
 
 -- Gaps between the device's busy islands, clipped to the regions; next_op_id: the op whose
--- start ends the gap (unset where a region's end clips the gap).
+-- start ends the gap (unset where a region's end clips the gap).  _xpu_op_opening
+-- (busy.py): the ops that start after every earlier op of their device ended, prev_end
+-- the furthest end before.
 CREATE PERFETTO TABLE _xpu_gap_raw AS
 SELECT g.device_track_id, max(g.prev_end, r.ts) AS ts, min(g.ts, r.end_ts) AS end_ts,
        CASE WHEN g.ts <= r.end_ts THEN g.id END AS next_op_id,
@@ -29,7 +31,7 @@ SELECT g.device_track_id, max(g.prev_end, r.ts) AS ts, min(g.ts, r.end_ts) AS en
        CASE WHEN g.ts <= r.end_ts THEN o.api_name END AS api_name,
        CASE WHEN g.ts <= r.end_ts THEN o.api_ts END AS api_ts,
        CASE WHEN g.ts <= r.end_ts THEN o.utid END AS utid
-FROM _xpu_op_reach g
+FROM _xpu_op_opening g
 JOIN xpu_analysis_region r ON g.prev_end < r.end_ts AND g.ts > r.ts
 JOIN xpu_analysis_op o ON o.id = g.id
 WHERE g.ts > g.prev_end;

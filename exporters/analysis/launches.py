@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from exporters.analysis import stream_queue
+from exporters.analysis import kernel_overlap, stream_queue
 from exporters.perfetto.trace_processor import Trace, sql_literal
 
 
@@ -24,6 +24,7 @@ def load(trace: Trace) -> None:
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_launch'"):
         trace.execute(resources.files("exporters.analysis").joinpath("launches.sql").read_text())
         stream_queue.create(trace)
+        kernel_overlap.create(trace)
 
 
 @dataclass(frozen=True)

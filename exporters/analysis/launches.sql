@@ -49,37 +49,5 @@ SELECT c.id, c.ts, c.dur, c.name, c.api_id, c.direction, c.host_memory, c.bytes,
        c.api_name, c.api_dur  -- the launching call's, as span.sql joined it
 FROM c;
 
--- Kernel-type overlap per device: time compute kernels overlap NCCL kernels, copies, sets.
--- overlap_ns = the sum over (compute island, other island) pairs of their common time.
--- The islands of one device and kind do not overlap each other, which is what
--- trace_processor's interval intersect (stdlib intervals.intersect) asks of each side: it
--- gives every overlapping pair's common part, per device and other kind (each compute
--- island once per other kind of its device).  (A pairwise range join took 7 of report's
--- 9 s on a 100k-slice trace, a sweep over the islands' edges with three window functions
--- 0.66 s on 1M slices, this 0.15 s; tests/test_kernel_overlap.py holds it to the pairwise
--- definition.)
-INCLUDE PERFETTO MODULE intervals.intersect;
-
-CREATE PERFETTO TABLE _xpu_overlap_other AS
-SELECT row_number() OVER () AS id, device_track_id, kind,
-       CASE kind WHEN 'nccl' THEN 1 WHEN 'memcpy' THEN 2 ELSE 3 END AS kind_no,
-       ts, end_ts - ts AS dur
-FROM xpu_analysis_busy_island
-WHERE kind IN ('nccl', 'memcpy', 'memset');
-
-CREATE PERFETTO TABLE _xpu_overlap_compute AS
-SELECT row_number() OVER () AS id,
-       c.device_track_id, k.kind_no, c.ts, c.end_ts - c.ts AS dur
-FROM xpu_analysis_busy_island c
-JOIN (SELECT DISTINCT device_track_id, kind_no FROM _xpu_overlap_other) k
-  USING (device_track_id)
-WHERE c.kind = 'compute';
-
-CREATE PERFETTO TABLE xpu_kernel_overlap AS
-SELECT x.device_track_id,
-       CASE x.kind_no WHEN 1 THEN 'nccl' WHEN 2 THEN 'memcpy' ELSE 'memset' END AS kind,
-       sum(x.dur) AS overlap_ns
-FROM _interval_intersect!((_xpu_overlap_compute, _xpu_overlap_other), (device_track_id, kind_no)) x
-GROUP BY x.device_track_id, x.kind_no
-HAVING overlap_ns > 0
-ORDER BY x.device_track_id, kind;
+-- xpu_kernel_overlap (time compute kernels overlap NCCL kernels, copies, sets per device)
+-- is made by kernel_overlap.py after this file, from busy.py's islands.

@@ -61,66 +61,6 @@ WHERE m.ts < s.end_ts AND m.end_ts > s.ts
 UNION ALL
 SELECT ts, end_ts FROM xpu_analysis_span WHERE NOT EXISTS (SELECT 1 FROM win);
 
--- Busy islands (the union of the intervals of the ops) per device, of all ops ('any') and
--- of each kind of work: compute kernels, NCCL kernels, copies, sets; overlaps on streams
--- count once.  One sort and running maximum per key: prev_end is the furthest end of the
--- earlier ops of the same device (and kind); an op that starts after it opens an island,
--- which ends at the running maximum just before the next island opens.  The 'any' pass
--- also gives the gaps (gaps.sql) and the report's device busy time (gpu_busy.sql).
--- (Only what the islands and gaps need: gaps.sql looks the next op's call up by id; the
--- op's names and call carried through the sort made it 0.15 s instead of 0.11 at 1M slices.)
-CREATE PERFETTO TABLE _xpu_op_reach AS
-SELECT id, device_track_id, ts, end_ts, max(end_ts) OVER (
-         PARTITION BY device_track_id ORDER BY ts, end_ts
-         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-FROM xpu_analysis_op;
-
--- (Each op's kind as a table of its own first: the window sorts it faster than the same
--- expression inside it, 0.03 + 0.12 s against 0.20 s at 1M slices.)
-CREATE PERFETTO TABLE _xpu_op_kind AS
-SELECT device_track_id,
-       CASE WHEN category != 'kernel' THEN category
-            WHEN name LIKE 'nccl%' OR name LIKE 'void nccl%' THEN 'nccl'
-            ELSE 'compute' END AS kind,
-       ts, end_ts
-FROM xpu_analysis_op;
-
-CREATE PERFETTO TABLE _xpu_kind_reach AS
-SELECT device_track_id, kind, ts, end_ts, max(end_ts) OVER (
-         PARTITION BY device_track_id, kind ORDER BY ts, end_ts
-         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-FROM _xpu_op_kind;
-
--- Busy islands from ops with their running maximum ($reach: device_track_id, the $key column
--- the islands are per, ts, prev_end; $ends: device_track_id, $key, end_ts of the same ops):
--- an island opens at an op that starts after prev_end and ends at the running maximum just
--- before the next opening; the last one has no next opening and ends at the furthest end
--- of all (looked up for those few rows only).  Also used by the report (gpu_busy.sql).
-CREATE PERFETTO MACRO _xpu_islands(
-  reach TableOrSubquery, key ColumnName, ends TableOrSubquery
-) RETURNS TableOrSubquery AS (
-  SELECT o.device_track_id, o.$key AS key, o.ts,
-         coalesce(o.end_ts, (SELECT max(e.end_ts) FROM $ends e
-                             WHERE e.device_track_id = o.device_track_id AND e.$key = o.$key))
-           AS end_ts
-  FROM (
-    SELECT device_track_id, $key, ts,
-           lead(prev_end) OVER (PARTITION BY device_track_id, $key ORDER BY ts) AS end_ts
-    FROM $reach WHERE prev_end IS NULL OR ts > prev_end
-  ) o
-);
-
--- Every island, unclipped.
-CREATE PERFETTO TABLE xpu_busy_island_all AS
-SELECT device_track_id, key AS kind, ts, end_ts
-FROM _xpu_islands!(
-  (SELECT device_track_id, 'any' AS kind, ts, prev_end FROM _xpu_op_reach), kind,
-  (SELECT device_track_id, 'any' AS kind, end_ts FROM _xpu_op_reach))
-UNION ALL
-SELECT device_track_id, key, ts, end_ts
-FROM _xpu_islands!(_xpu_kind_reach, kind, _xpu_kind_reach);
-
--- The islands inside the regions.
-CREATE PERFETTO TABLE xpu_analysis_busy_island AS
-SELECT m.device_track_id, m.kind, max(m.ts, r.ts) AS ts, min(m.end_ts, r.end_ts) AS end_ts
-FROM xpu_busy_island_all m JOIN xpu_analysis_region r ON m.ts < r.end_ts AND m.end_ts > r.ts;
+-- The busy islands of the devices (per device, and per kind of work) are merged in numpy
+-- from xpu_analysis_op (busy.py): gaps.sql reads their openings (_xpu_op_opening), the
+-- step and overlap sums are made from them there.

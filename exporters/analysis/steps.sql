@@ -142,38 +142,12 @@ JOIN slice a ON a.id = o.api_id
 JOIN thread_track tt ON tt.id = a.track_id
 JOIN thread t USING (utid);
 
-CREATE PERFETTO INDEX _xpu_busy_island_ts ON xpu_analysis_busy_island(ts);
-
 -- Per step: GPU busy by kind of work (summed over the process's devices) and idle.
 CREATE PERFETTO TABLE _xpu_step_device AS
 SELECT st.step, st.ts, st.end_ts, coalesce(pd.device_track_id, d.device_track_id) AS device
 FROM xpu_step st
 LEFT JOIN _xpu_process_device pd ON pd.upid = st.upid
 LEFT JOIN (SELECT DISTINCT device_track_id FROM xpu_analysis_op) d ON pd.upid IS NULL;
-
-CREATE PERFETTO TABLE xpu_step_busy AS
-WITH busy AS MATERIALIZED (
-  -- Islands are ordered by start; one starting up to the longest island's length before
-  -- the step can still reach into it, so the index on ts bounds the search.
-  SELECT dv.step, i.kind, sum(min(i.end_ts, dv.end_ts) - max(i.ts, dv.ts)) AS ns
-  FROM _xpu_step_device dv
-  JOIN xpu_analysis_busy_island i
-    ON i.ts < dv.end_ts
-   AND i.ts > dv.ts - (SELECT coalesce(max(end_ts - ts), 0) FROM xpu_analysis_busy_island)
-  WHERE i.device_track_id = dv.device AND i.end_ts > dv.ts
-  GROUP BY dv.step, i.kind
-),
-devices AS MATERIALIZED (SELECT step, count(*) AS n FROM _xpu_step_device GROUP BY step)
-SELECT st.step, st.name, st.ts, st.dur, st.source, dv.n AS devices,
-       coalesce(sum(CASE WHEN b.kind = 'compute' THEN b.ns END), 0) AS compute_ns,
-       coalesce(sum(CASE WHEN b.kind = 'nccl' THEN b.ns END), 0) AS nccl_ns,
-       coalesce(sum(CASE WHEN b.kind = 'memcpy' THEN b.ns END), 0) AS memcpy_ns,
-       coalesce(sum(CASE WHEN b.kind = 'memset' THEN b.ns END), 0) AS memset_ns,
-       coalesce(sum(CASE WHEN b.kind = 'any' THEN b.ns END), 0) AS busy_ns
-FROM xpu_step st
-JOIN devices dv ON dv.step = st.step
-LEFT JOIN busy b ON b.step = st.step
-GROUP BY st.step;
 
 -- What the findings look at: from each process's second step to the end of the active
 -- span (set-up before the loop and the first step, its warm-up: lazy kernel loading,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from exporters.perfetto.trace_processor import Trace, sql_literal
+from exporters.perfetto.trace_processor import Trace, table_sql
 
 COLUMNS = ("device_track_id", "device", "stream", "max_depth", "mean_depth_at_launch", "launches")
 
@@ -67,10 +67,4 @@ def create(trace: Trace) -> None:
         device, name = by_code[code]
         if device in names:  # an op track under no device track names no device
             rows.append((device, names[device], name, max_depth, mean, launches))
-    select = ", ".join(f"column{i + 1} AS {c}" for i, c in enumerate(COLUMNS))
-    if rows:
-        values = ", ".join("(" + ", ".join(map(sql_literal, r)) + ")" for r in rows)
-        body = f"SELECT {select} FROM (VALUES {values})"
-    else:
-        body = "SELECT " + ", ".join(f"NULL AS {c}" for c in COLUMNS) + " WHERE 0"
-    trace.execute(f"CREATE PERFETTO TABLE xpu_stream_queue AS {body}")
+    trace.execute(table_sql("xpu_stream_queue", COLUMNS, rows))

@@ -1,4 +1,5 @@
-"""Loads the analysis tables (span.sql, gaps.sql, steps.sql) into an opened trace, once.
+"""Loads the analysis tables (span.sql, busy.py's gap openings, gaps.sql, steps.sql,
+step_busy.py) into an opened trace, once.
 
 Needs the shared views (exporters/perfetto/views.py).  The tables depend on the span asked
 for and on how steps are found, so a trace holds one set of them; a second load must ask
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
+from exporters.analysis import busy, step_busy
 from exporters.folded.folded import recorded_frequency
 from exporters.perfetto.trace_processor import Trace
 
@@ -71,10 +73,13 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
         "{detect}": "1" if scope.detect_steps else "0",
     }
     for name in ("span.sql", "gaps.sql", "steps.sql"):
+        if name == "gaps.sql":
+            busy.create_openings(trace)  # the gaps lie between busy islands
         text = _sql(name)
         for key, value in params.items():
             text = text.replace(key, value)
         trace.execute(text)
+    step_busy.create(trace)
     trace.execute(
         "create perfetto table xpu_analysis_scope as select "
         f"{int(scope.span_all)} as span_all, '{_glob_literal(scope.steps_glob)}' as steps_glob, "

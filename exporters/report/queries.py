@@ -20,6 +20,7 @@ from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
 from exporters.report import top_functions, units
 from exporters.report.analysis_sections import analysis_facts, launch_sections, lead_sections
+from exporters.report.gpu_busy import StreamIslands, device_names, stream_islands, stream_rows
 from exporters.report.gpu_sections import gpu_sections
 from exporters.report.sections import Column, Section
 
@@ -86,7 +87,7 @@ _SPECS = (
     _Spec(
         "gpu_streams",
         "GPU busy vs idle over the analysed span (per device '*' and per stream)",
-        "gpu_streams.sql",
+        "",  # gpu_busy.py
         (
             Column("device", "device"),
             Column("stream", "stream"),
@@ -166,7 +167,7 @@ _SPECS = (
 
 
 def sql_text(name: str, **params: int) -> str:
-    """A report SQL file with its integer parameters ({top}, {bins}) filled in."""
+    """A report SQL file with its integer parameters ({top}) filled in."""
     text = resources.files("exporters.report").joinpath(name).read_text()
     for key, value in params.items():
         text = text.replace("{" + key + "}", str(int(value)))
@@ -181,7 +182,7 @@ def _load_tables(trace: Trace, window: int | None, scope: Scope = DEFAULT_SCOPE)
     analysis = analyze(trace, scope, window)
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_folded_gpu'"):
         trace.execute(resources.files("exporters.folded").joinpath("stacks.sql").read_text())
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_report_busy'"):
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_report_window'"):
         trace.execute(sql_text("gpu_busy.sql"))
     return analysis
 
@@ -208,6 +209,7 @@ def collect(
     function; whole CPU stacks too with `stacks`.  Frames read as
     exporters/folded/frames.py shows them unless all_frames."""
     analysis = _load_tables(trace, window, scope)
+    busy = stream_islands(trace)
     launch_stacks = trace.scalar("select count(*) from xpu_launch_stack")
     sections = []
     for spec in _SPECS:
@@ -224,7 +226,10 @@ def collect(
                 if launch_stacks
                 else "context = the CPU slices enclosing each API call (no launch stacks)"
             )
-        rows = trace.query(sql_text(spec.sql, top=top, bins=bins))
+        if spec.key == "gpu_streams":
+            rows = stream_rows(trace, busy)
+        else:
+            rows = trace.query(sql_text(spec.sql, top=top))
         for row in rows:
             if isinstance(row.get("stack"), str):
                 row["stack"] = frames.filter_folded(row["stack"], row.get("modules"), all_frames)
@@ -250,7 +255,7 @@ def collect(
         + analysis_facts(analysis)
         + source_facts(trace),
         sections=sections + launch_sections(analysis, top) + gpu_sections(trace, analysis, top),
-        timeline=_timeline(trace, bins),
+        timeline=_timeline(trace, busy, bins),
         flame=flame,
         flame_note=flame_note,
         analysis=analysis,
@@ -328,36 +333,21 @@ def _flame_stacks(
     return stacks, note
 
 
-def _timeline(trace: Trace, bins: int) -> Timeline:
+def _timeline(trace: Trace, busy: StreamIslands, bins: int) -> Timeline:
     """Busy time per bin of `bins` equal bins over the report's window, per device (stream
     '*') and per stream, devices by name and streams by number."""
-    # numpy only here: a second look answered from the result cache imports what it runs.
-    import numpy as np
-
     from exporters.report.timeline_bins import busy_per_bin, stream_number
 
     bounds = trace.query("select start_ts, dur from xpu_report_window")[0]
     t0, dur = int(bounds["start_ts"]), int(bounds["dur"])
     bin_ns = max(1, -(-dur // bins))
-    busy = trace.query_arrays(
-        "select device_track_id as device, coalesce(stream, '*') as stream, ts, end_ts "
-        "from xpu_report_busy"
-    )
-    if not len(busy["ts"]):
-        return Timeline(t0=t0, dur_ns=dur, bin_ns=bin_ns, bins=bins, rows=[])
-    streams, stream_code = np.unique(busy["stream"].astype(str), return_inverse=True)
-    devices, device_code = np.unique(busy["device"].astype(np.int64), return_inverse=True)
-    keys, series = np.unique(device_code * len(streams) + stream_code, return_inverse=True)
-    ts, end_ts = busy["ts"].astype(np.int64), busy["end_ts"].astype(np.int64)
-    per_bin = busy_per_bin(series, ts, end_ts, len(keys), t0, bin_ns, bins)
-    ids = ", ".join(str(int(d)) for d in devices)
-    names = {
-        r["id"]: r["name"] for r in trace.query(f"select id, name from track where id in ({ids})")
-    }
-    rows = []
-    for k, key in enumerate(keys.tolist()):
-        device = names.get(int(devices[key // len(streams)])) or "GPU ?"
-        rows.append(StreamBusy(device, str(streams[key % len(streams)]), per_bin[k].tolist()))
+    found = busy.found
+    per_bin = busy_per_bin(found.group, found.ts, found.end_ts, len(busy.device), t0, bin_ns, bins)
+    names = device_names(trace, busy.device)
+    rows = [
+        StreamBusy(names[device], stream, per_bin[k].tolist())
+        for k, (device, stream) in enumerate(zip(busy.device, busy.stream, strict=True))
+    ]
     rows.sort(key=lambda r: (r.device, r.stream != "*", stream_number(r.stream), r.stream))
     return Timeline(t0=t0, dur_ns=dur, bin_ns=bin_ns, bins=bins, rows=rows)
 

@@ -1,0 +1,37 @@
+"""`xpu_step_busy`: per step, the time the busy islands of each kind of work cover inside
+it on the step's devices (busy.py's islands inside the analysed regions), then the table
+itself (step_busy.sql).  The range join of steps and islands in SQL took 0.18 s for 6k steps
+at 1M slices; here a lookup in each device's sorted islands."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+
+from exporters.analysis.busy import KINDS, covered, gpu_busy
+from exporters.perfetto.trace_processor import Trace, table_sql
+
+# A step of no device (its process launched nothing and the trace has no device) matches
+# no island; busy.NO_DEVICE (-1) is the device of ops under no device track, which SQL's
+# NULL = NULL never matched either.
+_UNMATCHED = -2
+
+COLUMNS = ("step", *(f"{'busy' if k == 'any' else k}_ns" for k in KINDS))
+
+
+def create(trace: Trace) -> None:
+    steps = trace.query_arrays(
+        f"select step, ts, end_ts, coalesce(device, {_UNMATCHED}) as device from _xpu_step_device"
+    )
+    step = steps["step"].astype(np.int64)
+    ts, end_ts = steps["ts"].astype(np.int64), steps["end_ts"].astype(np.int64)
+    device = steps["device"].astype(np.int64)
+    found = gpu_busy(trace).analysed
+    numbers, row = np.unique(step, return_inverse=True)
+    sums = np.zeros((len(KINDS), numbers.size), dtype=np.int64)
+    for k in range(len(KINDS)):
+        np.add.at(sums[k], row, covered(found, device * len(KINDS) + k, ts, end_ts))
+    rows = list(zip(numbers.tolist(), *(s.tolist() for s in sums), strict=True))
+    trace.execute(table_sql("_xpu_step_kind_busy", COLUMNS, rows))
+    trace.execute(resources.files("exporters.analysis").joinpath("step_busy.sql").read_text())

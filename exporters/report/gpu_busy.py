@@ -1,0 +1,82 @@
+"""GPU busy time per device (stream '*') and per stream, for the report's busy/idle table and
+its timeline: the islands of exporters/analysis/busy.py, per device over all its streams
+(the analysis's 'any' islands) and per stream (ops overlap on a stream's sibling lanes).
+Over the analysed span, `xpu_report_window` (gpu_busy.sql)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from exporters.analysis.busy import ANY, Islands, gpu_busy, islands, running_reach
+from exporters.perfetto.trace_processor import Trace
+
+DEVICE = "*"  # the stream name of a device's own row
+
+
+@dataclass(frozen=True)
+class StreamIslands:
+    """Busy intervals of each series (a device's streams together, or one stream)."""
+
+    device: list[int]  # per series: the device track id
+    stream: list[str]  # per series: the stream's name, DEVICE for the device
+    ops: list[int]  # per series: the ops it ran
+    found: Islands  # group = series index
+
+
+def stream_islands(trace: Trace) -> StreamIslands:
+    busy = gpu_busy(trace)
+    ops = busy.ops
+    if ops.ts.size == 0:
+        return StreamIslands([], [], [], busy.device_islands())
+    streams, stream_code = np.unique(ops.stream.astype(str), return_inverse=True)
+    devices, device_code = np.unique(ops.device, return_inverse=True)
+    # Series 0..len(devices)-1: the devices; then one per (device, stream) that has ops.
+    keys, series, counts = np.unique(
+        device_code * len(streams) + stream_code, return_inverse=True, return_counts=True
+    )
+    per_stream = islands(running_reach(series, ops.ts, ops.end_ts))
+    per_device = busy.device_islands(ANY)
+    device_ops = np.bincount(device_code, minlength=len(devices))
+    found = Islands(
+        np.r_[np.searchsorted(devices, per_device.group), per_stream.group + len(devices)],
+        np.r_[per_device.ts, per_stream.ts],
+        np.r_[per_device.end_ts, per_stream.end_ts],
+    )
+    return StreamIslands(
+        device=devices.tolist() + devices[keys // len(streams)].tolist(),
+        stream=[DEVICE] * len(devices) + [str(s) for s in streams[keys % len(streams)]],
+        ops=device_ops.tolist() + counts.tolist(),
+        found=found,
+    )
+
+
+def device_names(trace: Trace, ids: list[int]) -> dict[int, str]:
+    """Device track id -> name ('GPU ?' where the track has none, or there is no track)."""
+    known = ", ".join(str(int(i)) for i in set(ids)) or "NULL"
+    rows = trace.query(f"select id, name from track where id in ({known})")
+    names = {r["id"]: r["name"] for r in rows}
+    return {i: names.get(i) or "GPU ?" for i in ids}
+
+
+def stream_rows(trace: Trace, busy: StreamIslands) -> list[dict[str, Any]]:
+    """The busy/idle table: per device, then its streams by busy time."""
+    dur = int(trace.scalar("select dur from xpu_report_window"))
+    spent = np.zeros(len(busy.device), dtype=np.int64)
+    np.add.at(spent, busy.found.group, busy.found.end_ts - busy.found.ts)
+    names = device_names(trace, busy.device)
+    rows = [
+        {
+            "device": names[device],
+            "stream": stream,
+            "busy_ns": int(ns),
+            "idle_ns": dur - int(ns),
+            "busy_pct": 100.0 * int(ns) / dur,
+            "ops": int(n),
+        }
+        for device, stream, ns, n in zip(busy.device, busy.stream, spent, busy.ops, strict=True)
+    ]
+    rows.sort(key=lambda r: (r["device"], r["stream"] != DEVICE, -r["busy_ns"], r["stream"]))
+    return rows
