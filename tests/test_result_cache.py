@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from exporters.analysis.idle_stacks import fold_mode
@@ -270,3 +271,40 @@ def test_arrays_are_kept_like_rows(trace: Path, tmp_path: Path) -> None:
     assert looks[0] == (expected, True)
     assert looks[1] == (expected, False)
     assert len(rows) > 100 and any(r[3] is None for r in rows)
+
+
+def test_int_and_text_columns_are_kept_in_numpys_format(trace: Path, tmp_path: Path) -> None:
+    """The GPU ops the analyses read out (integers and names) are kept as .npz, read back
+    cell for cell; a kept file that is a symlink or names another key is a miss."""
+    sql = "select id, ts, dur, name from slice where dur > 0 order by id"
+    root = tmp_path / "results"
+    looks = []
+    for _ in range(2):
+        with open_cached(trace, root=root) as t:
+            arrays = t.query_arrays(sql)
+            looks.append(
+                ({c: [(type(v), v) for v in a] for c, a in arrays.items()}, t.engine_loaded)
+            )
+    with open_trace(trace) as t:
+        _, rows = t.query_columns(sql)
+    expected = {
+        c: [(type(r[i]), r[i]) for r in rows] for i, c in enumerate(["id", "ts", "dur", "name"])
+    }
+    assert looks == [(expected, True), (expected, False)]
+    kept = list(root.rglob("*.npz"))
+    assert len(kept) == 1 and kept[0].stat().st_mode & 0o777 == 0o600
+    # A planted link in its place: never followed, the engine answers again.
+    target = tmp_path / "planted.npz"
+    shutil.copy(kept[0], target)
+    kept[0].unlink()
+    kept[0].symlink_to(target)
+    with open_cached(trace, root=root) as t:
+        assert [(type(v), v) for v in t.query_arrays(sql)["name"]] == expected["name"]
+        assert t.engine_loaded
+    # Another statement's answer under this one's name: a miss.
+    store = result_cache.ResultStore(kept[0].parent.name, root)
+    assert store.put_arrays("other", {"id": np.array([1, 2], dtype=object)})
+    (kept[0].parent / "other.npz").replace(kept[0])
+    with open_cached(trace, root=root) as t:
+        assert [(type(v), v) for v in t.query_arrays(sql)["id"]] == expected["id"]
+        assert t.engine_loaded

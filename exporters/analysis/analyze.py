@@ -18,10 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from exporters.analysis import busy, device_memory, gpu_metrics, launches, tables
-from exporters.analysis.busy import ANY, gpu_busy
+from exporters.analysis import device_memory, gpu_metrics, launches, tables
 from exporters.analysis.findings import Context, Finding, findings
 from exporters.analysis.idle import IdleSummary, summary
 from exporters.analysis.launches import LaunchStats, launch_stats
@@ -142,6 +139,8 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = None) 
 def load_for_query(trace: Trace) -> None:
     """The analysis tables and `xpu_analysis_busy_island` (the analyses use the islands as
     arrays; a table of them is made only for a user's SQL)."""
+    from exporters.analysis import busy
+
     load(trace)
     if not trace.scalar(
         "select count(*) from sqlite_master where name = 'xpu_analysis_busy_island'"
@@ -157,7 +156,12 @@ def analyze(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = Non
         "f.ts as f_ts, f.end_ts as f_end, f.dur as f_dur, f.kind as f_kind, f.steps "
         "from xpu_analysis_span s, xpu_analysis_focus f"
     )[0]
-    # The devices' busy islands inside the regions, whole and inside the focus.
+    # The devices' busy islands inside the regions, whole and inside the focus.  (numpy
+    # where it is used: `folded` imports this module, and its second look runs no numpy.)
+    import numpy as np
+
+    from exporters.analysis.busy import ANY, gpu_busy
+
     found = gpu_busy(trace).device_islands(ANY, analysed=True)
     f_ts, f_end = int(row["f_ts"]), int(row["f_end"])
     in_focus = np.minimum(found.end_ts, f_end) - np.maximum(found.ts, f_ts)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from exporters.analysis import kernel_overlap, stream_queue
 from exporters.perfetto.trace_processor import Trace, sql_literal
 
 
@@ -23,6 +22,9 @@ def load(trace: Trace) -> None:
     load_stack_lookup(trace)
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_launch'"):
         trace.execute(resources.files("exporters.analysis").joinpath("launches.sql").read_text())
+        # numpy, imported here: not for a `folded` answered from the result cache
+        from exporters.analysis import kernel_overlap, stream_queue
+
         stream_queue.create(trace)
         kernel_overlap.create(trace)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
-from exporters.analysis import busy, step_busy
 from exporters.folded.folded import recorded_frequency
 from exporters.perfetto.trace_processor import Trace
 
@@ -72,6 +71,8 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
         "{steps_glob}": _glob_literal(scope.steps_glob),
         "{detect}": "1" if scope.detect_steps else "0",
     }
+    from exporters.analysis import busy, step_busy  # numpy: not for a cached `folded`
+
     for name in ("span.sql", "gaps.sql", "steps.sql"):
         if name == "gaps.sql":
             busy.create_openings(trace)  # the gaps lie between busy islands

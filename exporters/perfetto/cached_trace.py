@@ -160,15 +160,38 @@ class CachedTrace(Trace):
         return list(kept["columns"]), [tuple(r) for r in kept["rows"]]
 
     def query_arrays(self, sql: str) -> dict[str, Any]:
-        def run(trace: Trace) -> dict[str, Any]:
-            arrays = trace.query_arrays(sql)
-            return {"columns": list(arrays), "values": [a.tolist() for a in arrays.values()]}
-
-        def cells(kept: dict[str, Any]) -> int:
-            return sum(len(v) for v in kept["values"])
-
-        kept = self._answer("arrays", sql, run, cells)
-        return {c: object_array(v) for c, v in zip(kept["columns"], kept["values"], strict=True)}
+        """Columns of integers or text are kept in numpy's format (result_cache.put_arrays:
+        the GPU ops the analyses merge in numpy are too many for JSON rows); others, and an
+        error, as `_answer` keeps rows."""
+        self._state = state = _chain(self._state, "arrays", sql)
+        arrays = self.store.get_arrays(state)
+        if arrays is None:
+            outcome = self.store.get(state)
+            if outcome is None:
+                try:
+                    arrays = self._open_engine().query_arrays(sql)
+                except EngineFailure:
+                    raise  # not the statement's answer: nothing kept
+                except QueryError as exc:
+                    outcome = Outcome(error=str(exc))
+                    self.store.put(state, outcome)
+                else:
+                    if not self.store.put_arrays(state, arrays):
+                        values = [a.tolist() for a in arrays.values()]
+                        if sum(len(v) for v in values) <= MAX_CELLS:
+                            kept = {"columns": list(arrays), "values": values}
+                            self.store.put(state, Outcome(rows=kept))
+            if arrays is None:
+                assert outcome is not None
+                if outcome.error is not None:
+                    self._asked.append(sql)
+                    raise QueryError(outcome.error)
+                arrays = {
+                    c: object_array(v)
+                    for c, v in zip(outcome.rows["columns"], outcome.rows["values"], strict=True)
+                }
+        self._asked.append(sql)
+        return arrays
 
     def execute(self, script: str) -> None:
         def run(trace: Trace) -> None:
