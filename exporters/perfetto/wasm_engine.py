@@ -36,6 +36,10 @@ _EBADF = 8
 _ENOENT = 44
 _ENOSYS = 52
 _WASM_PAGE = 65536
+# wasm32 passes addresses as i32, which reach Python signed: past 2 GiB of heap a pointer
+# reads negative (and Memory.read of a negative start reads elsewhere), so every address
+# from the engine is taken as unsigned.
+_U32 = 0xFFFFFFFF
 # The engine copies each request into a buffer of this size (the UI uses 32 MiB).
 REQUEST_BUFFER_BYTES = 32 * 1024 * 1024
 # wasm32 addresses 4 GiB: the engine's heap can grow no further, whatever the machine has.
@@ -203,7 +207,7 @@ class WasmTransport:
         self._reply_index = table.grow(self._store, 1, reply_fn)
         self._request_buf = exports["trace_processor_rpc_init"](
             self._store, self._reply_index, REQUEST_BUFFER_BYTES
-        )
+        ) & _U32
         self._on_request = exports["trace_processor_on_rpc_request"]
         self._stack = tuple(
             exports[f"emscripten_stack_get_{which}"] for which in ("current", "base", "end")
@@ -292,20 +296,23 @@ class WasmTransport:
     # --- callbacks from the engine ------------------------------------------------------
     def _on_reply(self, ptr: int, size: int) -> None:
         assert self._memory is not None
+        ptr, size = ptr & _U32, size & _U32
         self._replies += self._memory.read(self._store, ptr, ptr + size)
 
     def _cstr(self, ptr: int) -> str:
         assert self._memory is not None
+        ptr &= _U32
         raw = self._memory.read(self._store, ptr, ptr + 4096)
         return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
     def _u32(self, ptr: int) -> int:
         assert self._memory is not None
+        ptr &= _U32
         return struct.unpack("<I", self._memory.read(self._store, ptr, ptr + 4))[0]
 
     def _put(self, ptr: int, fmt: str, *values: int) -> None:
         assert self._memory is not None
-        self._memory.write(self._store, struct.pack(fmt, *values), ptr)
+        self._memory.write(self._store, struct.pack(fmt, *values), ptr & _U32)
 
     def _imports(self, module: wasmtime.Module) -> list[wasmtime.Func]:
         handlers: dict[str, Callable[..., object]] = {
@@ -378,6 +385,7 @@ class WasmTransport:
 
     def _fd_write(self, fd: int, iovs: int, iovs_len: int, written_ptr: int) -> int:
         assert self._memory is not None
+        iovs &= _U32
         total = 0
         for i in range(iovs_len):
             base, length = struct.unpack(
