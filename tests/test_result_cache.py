@@ -259,9 +259,8 @@ def test_arrays_are_kept_like_rows(trace: Path, tmp_path: Path) -> None:
     for _ in range(2):
         with open_cached(trace, root=root) as t:
             arrays = t.query_arrays(sql)
-            looks.append(
-                ({c: [(type(v), v) for v in a] for c, a in arrays.items()}, t.engine_loaded)
-            )
+            cells = {c: [(type(v), v) for v in a.tolist()] for c, a in arrays.items()}
+            looks.append((cells, t.engine_loaded))
     with open_trace(trace) as t:
         _, rows = t.query_columns(sql)
     expected = {
@@ -282,9 +281,8 @@ def test_int_and_text_columns_are_kept_in_numpys_format(trace: Path, tmp_path: P
     for _ in range(2):
         with open_cached(trace, root=root) as t:
             arrays = t.query_arrays(sql)
-            looks.append(
-                ({c: [(type(v), v) for v in a] for c, a in arrays.items()}, t.engine_loaded)
-            )
+            cells = {c: [(type(v), v) for v in a.tolist()] for c, a in arrays.items()}
+            looks.append((cells, t.engine_loaded))
     with open_trace(trace) as t:
         _, rows = t.query_columns(sql)
     expected = {
@@ -299,12 +297,12 @@ def test_int_and_text_columns_are_kept_in_numpys_format(trace: Path, tmp_path: P
     kept[0].unlink()
     kept[0].symlink_to(target)
     with open_cached(trace, root=root) as t:
-        assert [(type(v), v) for v in t.query_arrays(sql)["name"]] == expected["name"]
+        assert [(type(v), v) for v in t.query_arrays(sql)["name"].tolist()] == expected["name"]
         assert t.engine_loaded
     # Another statement's answer under this one's name: a miss.
     store = result_cache.ResultStore(kept[0].parent.name, root)
     assert store.put_arrays("other", {"id": np.array([1, 2], dtype=object)})
     (kept[0].parent / "other.npz").replace(kept[0])
     with open_cached(trace, root=root) as t:
-        assert [(type(v), v) for v in t.query_arrays(sql)["id"]] == expected["id"]
+        assert [(type(v), v) for v in t.query_arrays(sql)["id"].tolist()] == expected["id"]
         assert t.engine_loaded

@@ -10,7 +10,7 @@ from importlib import resources
 import numpy as np
 
 from exporters.analysis.busy import KINDS, covered, gpu_busy
-from exporters.perfetto.trace_processor import Trace, table_sql
+from exporters.perfetto.trace_processor import ArrayTable, Trace
 
 # A step of no device (its process launched nothing and the trace has no device) matches
 # no island; busy.NO_DEVICE (-1) is the device of ops under no device track, which SQL's
@@ -24,14 +24,15 @@ def create(trace: Trace) -> None:
     steps = trace.query_arrays(
         f"select step, ts, end_ts, coalesce(device, {_UNMATCHED}) as device from _xpu_step_device"
     )
-    step = steps["step"].astype(np.int64)
-    ts, end_ts = steps["ts"].astype(np.int64), steps["end_ts"].astype(np.int64)
-    device = steps["device"].astype(np.int64)
+    step = np.asarray(steps["step"], dtype=np.int64)
+    ts = np.asarray(steps["ts"], dtype=np.int64)
+    end_ts = np.asarray(steps["end_ts"], dtype=np.int64)
+    device = np.asarray(steps["device"], dtype=np.int64)
     found = gpu_busy(trace).analysed
     numbers, row = np.unique(step, return_inverse=True)
     sums = np.zeros((len(KINDS), numbers.size), dtype=np.int64)
     for k in range(len(KINDS)):
         np.add.at(sums[k], row, covered(found, device * len(KINDS) + k, ts, end_ts))
-    rows = list(zip(numbers.tolist(), *(s.tolist() for s in sums), strict=True))
-    trace.execute(table_sql("_xpu_step_kind_busy", COLUMNS, rows))
+    columns = dict(zip(COLUMNS, [numbers, *sums], strict=True))
+    trace.create_table(ArrayTable("_xpu_step_kind_busy", columns))
     trace.execute(resources.files("exporters.analysis").joinpath("step_busy.sql").read_text())

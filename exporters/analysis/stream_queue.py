@@ -1,15 +1,16 @@
 """Queue depth per stream (`xpu_stream_queue`): the ops launched onto a stream and not yet
 finished, seen at each launch; per stream its maximum and its mean over the launches.
 
-A running sum over every launch and every end, in numpy: as a window function in the
-engine's SQL it took 0.22 s for the 48k launches of a 1M-slice trace (SQLite in wasm,
-~1.5 us a row per window), read out and summed here 0.03 s.  The table is made from the
-few rows it has (one per stream), for `query` and the report as before."""
+A running sum over every launch and every end, in numpy, over the ops busy.py reads out:
+as a window function in the engine's SQL it took 0.22 s for the 48k launches of a
+1M-slice trace (SQLite in wasm, ~1.5 us a row per window), here milliseconds.  The table
+is made from the few rows it has (one per stream), for `query` and the report as before."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from exporters.analysis.busy import gpu_busy
 from exporters.perfetto.trace_processor import Trace, table_sql
 
 COLUMNS = ("device_track_id", "device", "stream", "max_depth", "mean_depth_at_launch", "launches")
@@ -47,24 +48,23 @@ def depth_per_stream(
 
 
 def create(trace: Trace) -> None:
-    """`xpu_stream_queue` from the launches of `xpu_launch` (launches.sql)."""
-    ops = trace.query_arrays("select device_track_id, stream, api_ts, end_ts from xpu_launch")
-    keys = list(zip(ops["device_track_id"].tolist(), ops["stream"].tolist(), strict=True))
-    codes: dict[tuple[int, str], int] = {}
-    stream = np.fromiter((codes.setdefault(k, len(codes)) for k in keys), np.int64, len(keys))
-    by_code = {code: key for key, code in codes.items()}
+    """`xpu_stream_queue` from the launched ops (`xpu_launch`: those with an API call), read
+    out once for all the analyses (busy.py)."""
+    ops = gpu_busy(trace).ops
+    mine = np.flatnonzero(ops.launched)
+    devices, device_code = np.unique(ops.device[mine], return_inverse=True)
+    n_streams = max(1, len(ops.stream_names))
+    depths = depth_per_stream(
+        device_code * n_streams + ops.stream[mine], ops.api_ts[mine], ops.end_ts[mine]
+    )
+    known = ", ".join(str(int(d)) for d in devices) or "NULL"
     names = {
-        r["id"]: r["name"]
-        for r in trace.query(
-            "select id, name from track where id in (select distinct device_track_id "
-            "from xpu_launch)"
-        )
+        r["id"]: r["name"] for r in trace.query(f"select id, name from track where id in ({known})")
     }
     rows = []
-    for code, max_depth, mean, launches in depth_per_stream(
-        stream, ops["api_ts"].astype(np.int64), ops["end_ts"].astype(np.int64)
-    ):
-        device, name = by_code[code]
+    for code, max_depth, mean, launches in depths:
+        device = int(devices[code // n_streams])
         if device in names:  # an op track under no device track names no device
-            rows.append((device, names[device], name, max_depth, mean, launches))
+            stream = ops.stream_names[code % n_streams]
+            rows.append((device, names[device], stream, max_depth, mean, launches))
     trace.execute(table_sql("xpu_stream_queue", COLUMNS, rows))

@@ -38,6 +38,7 @@ from exporters.perfetto.result_cache import (
     trace_key,
 )
 from exporters.perfetto.trace_processor import (
+    ArrayTable,
     EngineFailure,
     QueryError,
     Trace,
@@ -45,6 +46,7 @@ from exporters.perfetto.trace_processor import (
     object_array,
     open_trace,
     resolve_shell,
+    typed_column,
 )
 
 
@@ -96,7 +98,7 @@ class CachedTrace(Trace):
         self._shell = shell
         self._key = key
         self._state = _chain(f"format {FORMAT}", key, engine)
-        self._asked: list[str] = []
+        self._asked: list[str | ArrayTable] = []
         self._engine: Trace | None = None
 
     def _open_engine(self) -> Trace:
@@ -115,10 +117,13 @@ class CachedTrace(Trace):
                     self.snapshots.save(engine, load_s)
             self.engine_loaded = True
             # The statements answered so far made views and tables the next one may use.
-            for sql in self._asked:
+            for asked in self._asked:
                 # A failure here failed the same way when its answer was kept.
                 with contextlib.suppress(QueryError):
-                    engine.execute(sql)
+                    if isinstance(asked, ArrayTable):
+                        engine.create_table(asked)
+                    else:
+                        engine.execute(asked)
             self._engine = engine
         return self._engine
 
@@ -187,11 +192,19 @@ class CachedTrace(Trace):
                     self._asked.append(sql)
                     raise QueryError(outcome.error)
                 arrays = {
-                    c: object_array(v)
+                    c: typed_column(object_array(v))
                     for c, v in zip(outcome.rows["columns"], outcome.rows["values"], strict=True)
                 }
         self._asked.append(sql)
         return arrays
+
+    def create_table(self, table: ArrayTable) -> None:
+        """Chained by the rows' digest; the SQL is built only if the engine runs it (now, or
+        when a later statement misses and the engine replays what was asked)."""
+        self._state = _chain(self._state, "table", table.digest())
+        if self._engine is not None:
+            self._engine.create_table(table)
+        self._asked.append(table)
 
     def execute(self, script: str) -> None:
         def run(trace: Trace) -> None:

@@ -174,7 +174,7 @@ class ResultStore:
                         values = kept[f"values{i}"].astype(object)
                         out[name] = values[kept[f"codes{i}"]]
                     else:
-                        out[name] = kept[f"ints{i}"].astype(object)
+                        out[name] = kept[f"ints{i}"]
         except (ValueError, KeyError, OSError, IndexError):
             return None
         return out
@@ -193,11 +193,12 @@ class ResultStore:
             "format": np.array(FORMAT),
             "names": np.array(list(columns), dtype=str),
         }
-        for i, cells in enumerate(columns.values()):
-            kinds = {type(v) for v in cells.tolist()}
-            if kinds <= {int}:
-                arrays[f"ints{i}"] = np.asarray(cells, dtype=np.int64)
-            elif kinds == {str}:
+        from exporters.perfetto.trace_processor import typed_column
+
+        for i, cells in enumerate(map(typed_column, columns.values())):
+            if cells.dtype == np.int64:
+                arrays[f"ints{i}"] = cells
+            elif {type(v) for v in cells.tolist()} == {str}:
                 values, codes = np.unique(cells.astype(str), return_inverse=True)
                 arrays[f"values{i}"], arrays[f"codes{i}"] = values, codes.astype(np.int64)
             else:

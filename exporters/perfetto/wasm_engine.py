@@ -205,9 +205,12 @@ class WasmTransport:
         )
         # Same as Emscripten's addFunction: append the callback to the function table.
         self._reply_index = table.grow(self._store, 1, reply_fn)
-        self._request_buf = exports["trace_processor_rpc_init"](
-            self._store, self._reply_index, REQUEST_BUFFER_BYTES
-        ) & _U32
+        self._request_buf = (
+            exports["trace_processor_rpc_init"](
+                self._store, self._reply_index, REQUEST_BUFFER_BYTES
+            )
+            & _U32
+        )
         self._on_request = exports["trace_processor_on_rpc_request"]
         self._stack = tuple(
             exports[f"emscripten_stack_get_{which}"] for which in ("current", "base", "end")

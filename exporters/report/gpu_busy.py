@@ -31,7 +31,7 @@ def stream_islands(trace: Trace) -> StreamIslands:
     ops = busy.ops
     if ops.ts.size == 0:
         return StreamIslands([], [], [], busy.device_islands())
-    streams, stream_code = np.unique(ops.stream.astype(str), return_inverse=True)
+    streams, stream_code = np.array(ops.stream_names, dtype=object), ops.stream
     devices, device_code = np.unique(ops.device, return_inverse=True)
     # Series 0..len(devices)-1: the devices; then one per (device, stream) that has ops.
     keys, series, counts = np.unique(
