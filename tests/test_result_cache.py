@@ -306,3 +306,31 @@ def test_int_and_text_columns_are_kept_in_numpys_format(trace: Path, tmp_path: P
     with open_cached(trace, root=root) as t:
         assert [(type(v), v) for v in t.query_arrays(sql)["id"].tolist()] == expected["id"]
         assert t.engine_loaded
+
+
+def test_a_table_python_wrote_is_replayed_for_a_new_statement(trace: Path, tmp_path: Path) -> None:
+    """A table of Python's rows is chained by their digest, not written to the engine on a
+    look the store answers, and written when a later statement needs the engine."""
+    from exporters.perfetto.trace_processor import ArrayTable
+
+    root = tmp_path / "results"
+    table = ArrayTable(
+        "t_py",
+        {"a": np.array([1, 2, 3], dtype=np.int64), "b": np.array([-1, 5, 6], dtype=np.int64)},
+        {"b": -1},
+    )
+    with open_cached(trace, root=root) as t:
+        t.create_table(table)
+        assert t.query("select a, b from t_py order by a") == [
+            {"a": 1, "b": None},
+            {"a": 2, "b": 5},
+            {"a": 3, "b": 6},
+        ]
+    with open_cached(trace, root=root) as t:
+        t.create_table(table)
+        assert t.query("select a, b from t_py order by a")[0] == {"a": 1, "b": None}
+        assert not t.engine_loaded
+        assert t.scalar("select sum(a) + sum(b) from t_py") == 17  # new: the engine replays
+        assert t.engine_loaded
+    other = ArrayTable("t_py", {"a": np.array([7], dtype=np.int64), "b": np.array([8])})
+    assert other.digest() != table.digest()

@@ -114,7 +114,9 @@ def launch_stats(trace: Trace, top: int = 10) -> LaunchStats:
         kernels=trace.query(
             f"select * from xpu_launch_kernel_stats order by launches desc limit {int(top)}"
         ),
-        queues=trace.query("select * from xpu_stream_queue order by launches desc"),
+        queues=trace.query(
+            "select * from xpu_stream_queue order by launches desc, device_track_id, stream"
+        ),
         copies=_copies(trace),
         overlap=trace.query(
             "select t.name as device, o.kind, o.overlap_ns from xpu_kernel_overlap o "

@@ -67,4 +67,5 @@ def create(trace: Trace) -> None:
         if device in names:  # an op track under no device track names no device
             stream = ops.stream_names[code % n_streams]
             rows.append((device, names[device], stream, max_depth, mean, launches))
+    rows.sort(key=lambda r: (r[0], r[2]))  # by device and stream, as a GROUP BY would
     trace.execute(table_sql("xpu_stream_queue", COLUMNS, rows))
