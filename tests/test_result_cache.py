@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -250,11 +251,11 @@ def test_flamegraph_is_the_same_cached_and_not(trace: Path, tmp_path: Path) -> N
     assert b"<svg" in svgs[0]
 
 
-def test_arrays_are_kept_like_rows(trace: Path, tmp_path: Path) -> None:
-    """query_arrays (the report's timeline reads its intervals so) answers a second look
-    from the store: the same cells, the same types, and no engine."""
-    sql = "select id, ts, name, parent_id, dur * 0.5 as half from slice order by id"
-    root = tmp_path / "results"
+def _two_array_looks(
+    trace: Path, root: Path, sql: str
+) -> tuple[list[tuple[dict[str, list[Any]], bool]], dict[str, list[Any]], list[tuple[Any, ...]]]:
+    """Two cached looks of query_arrays (each: the cells with their types, and whether the
+    engine loaded), what the engine itself gives as rows, in the same form, and the rows."""
     looks = []
     for _ in range(2):
         with open_cached(trace, root=root) as t:
@@ -262,13 +263,17 @@ def test_arrays_are_kept_like_rows(trace: Path, tmp_path: Path) -> None:
             cells = {c: [(type(v), v) for v in a.tolist()] for c, a in arrays.items()}
             looks.append((cells, t.engine_loaded))
     with open_trace(trace) as t:
-        _, rows = t.query_columns(sql)
-    expected = {
-        c: [(type(r[i]), r[i]) for r in rows]
-        for i, c in enumerate(["id", "ts", "name", "parent_id", "half"])
-    }
-    assert looks[0] == (expected, True)
-    assert looks[1] == (expected, False)
+        columns, rows = t.query_columns(sql)
+    expected = {c: [(type(r[i]), r[i]) for r in rows] for i, c in enumerate(columns)}
+    return looks, expected, rows
+
+
+def test_arrays_are_kept_like_rows(trace: Path, tmp_path: Path) -> None:
+    """query_arrays (the report's timeline reads its intervals so) answers a second look
+    from the store: the same cells, the same types, and no engine."""
+    sql = "select id, ts, name, parent_id, dur * 0.5 as half from slice order by id"
+    looks, expected, rows = _two_array_looks(trace, tmp_path / "results", sql)
+    assert looks == [(expected, True), (expected, False)]
     assert len(rows) > 100 and any(r[3] is None for r in rows)
 
 
@@ -277,17 +282,7 @@ def test_int_and_text_columns_are_kept_in_numpys_format(trace: Path, tmp_path: P
     cell for cell; a kept file that is a symlink or names another key is a miss."""
     sql = "select id, ts, dur, name from slice where dur > 0 order by id"
     root = tmp_path / "results"
-    looks = []
-    for _ in range(2):
-        with open_cached(trace, root=root) as t:
-            arrays = t.query_arrays(sql)
-            cells = {c: [(type(v), v) for v in a.tolist()] for c, a in arrays.items()}
-            looks.append((cells, t.engine_loaded))
-    with open_trace(trace) as t:
-        _, rows = t.query_columns(sql)
-    expected = {
-        c: [(type(r[i]), r[i]) for r in rows] for i, c in enumerate(["id", "ts", "dur", "name"])
-    }
+    looks, expected, _ = _two_array_looks(trace, root, sql)
     assert looks == [(expected, True), (expected, False)]
     kept = list(root.rglob("*.npz"))
     assert len(kept) == 1 and kept[0].stat().st_mode & 0o777 == 0o600
