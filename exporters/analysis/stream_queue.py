@@ -67,5 +67,6 @@ def create(trace: Trace) -> None:
         if device in names:  # an op track under no device track names no device
             stream = ops.stream_names[code % n_streams]
             rows.append((device, names[device], stream, max_depth, mean, launches))
-    rows.sort(key=lambda r: (r[0], r[2]))  # by device and stream, as a GROUP BY would
+    # by device and stream, as a GROUP BY would (a stream track without a name first)
+    rows.sort(key=lambda r: (r[0], r[2] is not None, r[2] or ""))
     trace.execute(table_sql("xpu_stream_queue", COLUMNS, rows))

@@ -55,7 +55,7 @@ def stream_islands(trace: Trace) -> StreamIslands:
 
 def device_names(trace: Trace, ids: list[int]) -> dict[int, str]:
     """Device track id -> name ('GPU ?' where the track has none, or there is no track)."""
-    known = ", ".join(str(int(i)) for i in set(ids)) or "NULL"
+    known = ", ".join(str(int(i)) for i in sorted(set(ids))) or "NULL"
     rows = trace.query(f"select id, name from track where id in ({known})")
     names = {r["id"]: r["name"] for r in rows}
     return {i: names.get(i) or "GPU ?" for i in ids}
