@@ -200,6 +200,13 @@ def compute(ops: GpuOps, regions: list[tuple[int, int]]) -> GpuBusy:
     return GpuBusy(ops, any_reach, found, clip(found, regions))
 
 
+def track_names(trace: Trace, ids: list[int]) -> dict[int, str | None]:
+    """The name of each of these tracks that exists (None where it has no name)."""
+    known = ", ".join(str(int(i)) for i in sorted(set(ids))) or "NULL"
+    rows = trace.query(f"select id, name from track where id in ({known})")
+    return {r["id"]: r["name"] for r in rows}
+
+
 _LOADED: weakref.WeakKeyDictionary[Trace, GpuBusy] = weakref.WeakKeyDictionary()
 
 

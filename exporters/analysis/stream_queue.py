@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from exporters.analysis.busy import gpu_busy
+from exporters.analysis.busy import gpu_busy, track_names
 from exporters.perfetto.trace_processor import Trace, table_sql
 
 COLUMNS = ("device_track_id", "device", "stream", "max_depth", "mean_depth_at_launch", "launches")
@@ -57,10 +57,7 @@ def create(trace: Trace) -> None:
     depths = depth_per_stream(
         device_code * n_streams + ops.stream[mine], ops.api_ts[mine], ops.end_ts[mine]
     )
-    known = ", ".join(str(int(d)) for d in devices) or "NULL"
-    names = {
-        r["id"]: r["name"] for r in trace.query(f"select id, name from track where id in ({known})")
-    }
+    names = track_names(trace, devices.tolist())
     rows = []
     for code, max_depth, mean, launches in depths:
         device = int(devices[code // n_streams])

@@ -188,13 +188,13 @@ class ResultStore:
 
         import numpy as np
 
+        from exporters.perfetto.trace_processor import typed_column
+
         arrays: dict[str, Any] = {
             "key": np.array(key),
             "format": np.array(FORMAT),
             "names": np.array(list(columns), dtype=str),
         }
-        from exporters.perfetto.trace_processor import typed_column
-
         for i, cells in enumerate(map(typed_column, columns.values())):
             if cells.dtype == np.int64:
                 arrays[f"ints{i}"] = cells

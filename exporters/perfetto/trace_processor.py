@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,8 +122,6 @@ def _row_tuples(result: Any, columns: list[str]) -> list[tuple[Any, ...]]:
         return []
     if cells is None or len(cells) != len(result) * n:
         return [tuple(getattr(row, c) for c in columns) for row in result]
-    if isinstance(cells, list):  # the package without numpy keeps a list
-        return [tuple(cells[i : i + n]) for i in range(0, len(cells), n)]
     return list(zip(*(cells[i::n].tolist() for i in range(n)), strict=True))
 
 
@@ -136,22 +134,29 @@ def sql_literal(value: Any) -> str:
     return repr(value)
 
 
+def _values_table(
+    name: str, columns: Iterable[str], select: list[str], literals: list[Iterable[str]]
+) -> str:
+    """CREATE PERFETTO TABLE `name` AS SELECT `select` over the rows whose cells, a column
+    at a time, are these SQL literals (`columnN` in `select`); with no rows, an empty table
+    of NULL `columns`."""
+    rows = "),(".join(map(",".join, zip(*literals, strict=True)))
+    if not rows:
+        nothing = ", ".join(f"NULL AS {c}" for c in columns)
+        return f"CREATE PERFETTO TABLE {name} AS SELECT {nothing} WHERE 0"
+    return f"CREATE PERFETTO TABLE {name} AS SELECT {', '.join(select)} FROM (VALUES ({rows}))"
+
+
 def table_sql(name: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
     """CREATE PERFETTO TABLE `name` of these rows (values as SQL literals): for the small
-    tables Python works out (per stream, per step); the engine parses ~0.5 us a cell."""
-    if rows:
-        select = ", ".join(f"column{i + 1} AS {c}" for i, c in enumerate(columns))
-        # A column at a time, integers by str(): a second look builds this text again (it
-        # names the statement in the result cache's chain), 0.4 s for 90k cells row by row.
-        cells = [
-            map(str, col) if all(type(v) is int for v in col) else map(sql_literal, col)
-            for col in zip(*rows, strict=True)
-        ]
-        values = "(" + "),(".join(map(",".join, zip(*cells, strict=True))) + ")"
-        body = f"SELECT {select} FROM (VALUES {values})"
-    else:
-        body = "SELECT " + ", ".join(f"NULL AS {c}" for c in columns) + " WHERE 0"
-    return f"CREATE PERFETTO TABLE {name} AS {body}"
+    tables Python works out (per stream, per device); the engine parses ~0.5 us a cell."""
+    select = [f"column{i + 1} AS {c}" for i, c in enumerate(columns)]
+    # A column at a time, integers by str(): 0.4 s for 90k cells row by row.
+    literals = [
+        map(str, col) if all(type(v) is int for v in col) else map(sql_literal, col)
+        for col in zip(*rows, strict=True)
+    ] or [iter(()) for _ in columns]
+    return _values_table(name, columns, select, literals)
 
 
 @dataclass(frozen=True)
@@ -173,18 +178,14 @@ class ArrayTable:
         return h.hexdigest()
 
     def sql(self) -> str:
-        select = ", ".join(
+        select = [
             f"nullif(column{i + 1}, {self.null_if[c]}) AS {c}"
             if c in self.null_if
             else f"column{i + 1} AS {c}"
             for i, c in enumerate(self.columns)
-        )
-        if not len(next(iter(self.columns.values()), ())):
-            nothing = ", ".join(f"NULL AS {c}" for c in self.columns)
-            return f"CREATE PERFETTO TABLE {self.name} AS SELECT {nothing} WHERE 0"
-        cells = [map(str, values.tolist()) for values in self.columns.values()]
-        rows = "(" + "),(".join(map(",".join, zip(*cells, strict=True))) + ")"
-        return f"CREATE PERFETTO TABLE {self.name} AS SELECT {select} FROM (VALUES {rows})"
+        ]
+        literals = [map(str, values.tolist()) for values in self.columns.values()]
+        return _values_table(self.name, self.columns, select, literals)
 
 
 def typed_column(cells: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from exporters.analysis.busy import ANY, Islands, gpu_busy, islands, running_reach
+from exporters.analysis.busy import ANY, Islands, gpu_busy, islands, running_reach, track_names
 from exporters.perfetto.trace_processor import Trace
 
 DEVICE = "*"  # the stream name of a device's own row
@@ -21,6 +21,7 @@ class StreamIslands:
     """Busy intervals of each series (a device's streams together, or one stream)."""
 
     device: list[int]  # per series: the device track id
+    device_name: list[str]  # per series: the device's name ('GPU ?' where it has none)
     stream: list[str]  # per series: the stream's name, DEVICE for the device
     ops: list[int]  # per series: the ops it ran
     found: Islands  # group = series index
@@ -30,7 +31,7 @@ def stream_islands(trace: Trace) -> StreamIslands:
     busy = gpu_busy(trace)
     ops = busy.ops
     if ops.ts.size == 0:
-        return StreamIslands([], [], [], busy.device_islands())
+        return StreamIslands([], [], [], [], busy.device_islands())
     streams, stream_code = np.array(ops.stream_names, dtype=object), ops.stream
     devices, device_code = np.unique(ops.device, return_inverse=True)
     # Series 0..len(devices)-1: the devices; then one per (device, stream) that has ops.
@@ -45,20 +46,15 @@ def stream_islands(trace: Trace) -> StreamIslands:
         np.r_[per_device.ts, per_stream.ts],
         np.r_[per_device.end_ts, per_stream.end_ts],
     )
+    device = devices.tolist() + devices[keys // len(streams)].tolist()
+    names = track_names(trace, device)
     return StreamIslands(
-        device=devices.tolist() + devices[keys // len(streams)].tolist(),
+        device=device,
+        device_name=[names.get(d) or "GPU ?" for d in device],
         stream=[DEVICE] * len(devices) + [str(s) for s in streams[keys % len(streams)]],
         ops=device_ops.tolist() + counts.tolist(),
         found=found,
     )
-
-
-def device_names(trace: Trace, ids: list[int]) -> dict[int, str]:
-    """Device track id -> name ('GPU ?' where the track has none, or there is no track)."""
-    known = ", ".join(str(int(i)) for i in sorted(set(ids))) or "NULL"
-    rows = trace.query(f"select id, name from track where id in ({known})")
-    names = {r["id"]: r["name"] for r in rows}
-    return {i: names.get(i) or "GPU ?" for i in ids}
 
 
 def stream_rows(trace: Trace, busy: StreamIslands) -> list[dict[str, Any]]:
@@ -66,17 +62,16 @@ def stream_rows(trace: Trace, busy: StreamIslands) -> list[dict[str, Any]]:
     dur = int(trace.scalar("select dur from xpu_report_window"))
     spent = np.zeros(len(busy.device), dtype=np.int64)
     np.add.at(spent, busy.found.group, busy.found.end_ts - busy.found.ts)
-    names = device_names(trace, busy.device)
     rows = [
         {
-            "device": names[device],
+            "device": name,
             "stream": stream,
             "busy_ns": int(ns),
             "idle_ns": dur - int(ns),
             "busy_pct": 100.0 * int(ns) / dur,
             "ops": int(n),
         }
-        for device, stream, ns, n in zip(busy.device, busy.stream, spent, busy.ops, strict=True)
+        for name, stream, ns, n in zip(busy.device_name, busy.stream, spent, busy.ops, strict=True)
     ]
     rows.sort(key=lambda r: (r["device"], r["stream"] != DEVICE, -r["busy_ns"], r["stream"]))
     return rows

@@ -20,7 +20,7 @@ from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
 from exporters.report import top_functions, units
 from exporters.report.analysis_sections import analysis_facts, launch_sections, lead_sections
-from exporters.report.gpu_busy import StreamIslands, device_names, stream_islands, stream_rows
+from exporters.report.gpu_busy import StreamIslands, stream_islands, stream_rows
 from exporters.report.gpu_sections import gpu_sections
 from exporters.report.sections import Column, Section
 
@@ -343,10 +343,9 @@ def _timeline(trace: Trace, busy: StreamIslands, bins: int) -> Timeline:
     bin_ns = max(1, -(-dur // bins))
     found = busy.found
     per_bin = busy_per_bin(found.group, found.ts, found.end_ts, len(busy.device), t0, bin_ns, bins)
-    names = device_names(trace, busy.device)
     rows = [
-        StreamBusy(names[device], stream, per_bin[k].tolist())
-        for k, (device, stream) in enumerate(zip(busy.device, busy.stream, strict=True))
+        StreamBusy(name, stream, per_bin[k].tolist())
+        for k, (name, stream) in enumerate(zip(busy.device_name, busy.stream, strict=True))
     ]
     rows.sort(key=lambda r: (r.device, r.stream != "*", stream_number(r.stream), r.stream))
     return Timeline(t0=t0, dur_ns=dur, bin_ns=bin_ns, bins=bins, rows=rows)
