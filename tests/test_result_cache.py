@@ -294,6 +294,12 @@ def test_int_and_text_columns_are_kept_in_numpys_format(trace: Path, tmp_path: P
     with open_cached(trace, root=root) as t:
         assert [(type(v), v) for v in t.query_arrays(sql)["name"].tolist()] == expected["name"]
         assert t.engine_loaded
+    # A damaged file (cut short): a miss, not a traceback.
+    data = kept[0].read_bytes()
+    kept[0].write_bytes(data[: len(data) // 2])
+    with open_cached(trace, root=root) as t:
+        assert [(type(v), v) for v in t.query_arrays(sql)["name"].tolist()] == expected["name"]
+        assert t.engine_loaded
     # Another statement's answer under this one's name: a miss.
     store = result_cache.ResultStore(kept[0].parent.name, root)
     assert store.put_arrays("other", {"id": np.array([1, 2], dtype=object)})

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import stat
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,8 +176,8 @@ class ResultStore:
                         out[name] = values[kept[f"codes{i}"]]
                     else:
                         out[name] = kept[f"ints{i}"]
-        except (ValueError, KeyError, OSError, IndexError):
-            return None
+        except (ValueError, KeyError, OSError, IndexError, EOFError, zipfile.BadZipFile):
+            return None  # damaged or not ours: a miss
         return out
 
     def put_arrays(self, key: str, columns: dict[str, Any]) -> bool:
