@@ -10,5 +10,5 @@ echo "== top GPU kernels =="
 "$xp" query "$out" "select name, count(*) as n, sum(dur) as total_ns from slice
   where category = 'kernel' group by name order by total_ns desc limit 5"
 echo "== folded stacks (gpu mode, ns), heaviest 5 =="
-"$xp" folded "$out" --mode gpu --unit ns | awk '{w = $NF; $NF = ""; print w "\t" substr($0, 1, 140)}' | sort -nr | head -5
+"$xp" folded "$out" --mode gpu --unit ns | awk '{w = $NF; $NF = ""; print w "\t" substr($0, 1, 140)}' | sort -nr | awk 'NR <= 5'
 echo "open $out in https://ui.perfetto.dev"
