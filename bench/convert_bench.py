@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from collector import model  # noqa: E402
 from collector.sources import kineto  # noqa: E402
-from exporters.perfetto.writer import CONVERT_COMPRESSION_LEVEL, TraceWriter  # noqa: E402
+from exporters.perfetto.writer import DEFAULT_COMPRESSION_LEVEL, TraceWriter  # noqa: E402
 
 NAMES = [f"void kernel_{i}<float, 128>(float const*, float*, int)" for i in range(50)]
 
@@ -271,7 +271,7 @@ def bench_convert(src: Path, rounds: int, baseline: Any | None) -> dict[str, flo
         raw = src.stat().st_size
     gz = src.stat().st_size
     runs: dict[str, tuple[Any, dict[str, Any]]] = {
-        "current": (TraceWriter, {"compression_level": CONVERT_COMPRESSION_LEVEL})
+        "current": (TraceWriter, {"compression_level": DEFAULT_COMPRESSION_LEVEL})
     }
     if baseline:
         # The same level for both, where the baseline's writer takes one: comparing

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from collector import cli
 from collector.sources import kineto
 from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.writer import CONVERT_COMPRESSION_LEVEL, TraceWriter
+from exporters.perfetto.writer import DEFAULT_COMPRESSION_LEVEL, TraceWriter
 
 SLICES = """
 select s.id, s.ts, s.dur, s.name, coalesce(s.category, '') as category,
@@ -108,7 +108,7 @@ def write_objects(src: Path, out: Path) -> None:
     """`src` converted by the object path, as convert wrote it before the columns."""
     stats = kineto.ConvertStats()
     head = kineto.read_head(src)
-    with TraceWriter(out, compression_level=CONVERT_COMPRESSION_LEVEL) as writer:
+    with TraceWriter(out, compression_level=DEFAULT_COMPRESSION_LEVEL) as writer:
         writer.producer("kineto").write_all(kineto.convert_events(src, head, stats))
         if head.host is not None:
             writer.set_metadata("host", head.host)

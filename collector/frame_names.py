@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-import cxxfilt
-
 from collector.frames import is_python_frame
 
 _RETURN_TYPE = re.compile(r"^(?:[\w:]+[\s*&]+)+(?=[\w~:]*(?:operator|\w)[^\s]*$)")
@@ -44,6 +42,8 @@ def short_name(name: str) -> str:
     if name.startswith(_DEVICE_STUB + "Z"):
         # nvcc's host stub of a kernel carries the kernel's mangled name in its own.
         mangled = "_" + name[len(_DEVICE_STUB) :].split("(", 1)[0]
+        import cxxfilt  # here: `convert` (no native frames) never loads its libstdc++ demangler
+
         try:
             return f"{_DEVICE_STUB} {short_name(cxxfilt.demangle(mangled))}"
         except cxxfilt.InvalidName:

@@ -179,3 +179,29 @@ def test_grid_that_is_not_three_numbers_is_kept_as_text(tmp_path: Path) -> None:
             "extract_arg(arg_set_id, 'debug.block_x') as bx from slice where name = 'k'"
         )[0]
     assert row == {"grid": "[null,null,null]", "bx": 128}
+
+
+def test_compression_level_trades_size_and_keeps_every_event(tmp_path: Path) -> None:
+    """--compression-level: the default (6) and 10 read back the same slices; 10 is the
+    smaller file, 0 writes none deflated; a level out of range is one line, no output."""
+    src = REPO / "bench/data/kineto_launch_bound.json.gz"
+    sizes, readings = {}, {}
+    for level in (None, "10", "0"):
+        out = tmp_path / f"level{level}.perfetto-trace"
+        extra = ["--compression-level", level] if level else []
+        run_cli("convert", src, "-o", out, *extra, check=True)
+        sizes[level] = out.stat().st_size
+        with open_trace(out) as t:
+            readings[level] = t.query_columns(
+                "select ts, dur, name, category, depth from slice order by ts, dur, name, depth"
+            )[1]
+    assert readings[None] == readings["10"] == readings["0"]
+    assert len(readings[None]) > 10_000
+    assert sizes["10"] < sizes[None] < sizes["0"]
+    for bad in ("13", "-1", "fast"):
+        out = tmp_path / f"bad{bad}.perfetto-trace"
+        proc = run_cli("convert", src, "-o", out, "--compression-level", bad)
+        assert proc.returncode == 2
+        assert "is not a deflate level: pass 0 (none) to 12" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert not out.exists()

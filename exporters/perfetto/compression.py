@@ -22,12 +22,12 @@ from exporters.perfetto import wire
 # ones only for levels above the default, where size comes first.
 CHUNK_BYTES = 1 << 20
 LARGE_CHUNK_BYTES = 1 << 22
-# Deflate levels (libdeflate, 1..12; 0 writes the packets uncompressed).  The default is
-# what `record` writes: level 6 costs ~0.6 us per GPU op.  `convert` writes a file once
-# from a file, where size matters more: level 10 is 2-7% smaller than 6 and ~10% slower
-# to convert (docs/benchmarks.md).
+# Deflate levels (libdeflate, 1..12; 0 writes the packets uncompressed).  The default,
+# what `record` and `convert` write: level 6 costs ~0.6 us per GPU op.  Level 10 makes a
+# converted trace 2-7% smaller for ~12x the deflate CPU (a 2-core convert's wait for its
+# last chunks, docs/benchmarks.md): `convert --compression-level 10` where size comes first.
 DEFAULT_COMPRESSION_LEVEL = 6
-CONVERT_COMPRESSION_LEVEL = 10
+MAX_COMPRESSION_LEVEL = 12
 
 
 def chunk_bytes(level: int) -> int:

@@ -56,8 +56,8 @@ from collector.files import OutputFile
 from exporters.perfetto import compression, wire
 from exporters.perfetto.chunks import ChunkBuffer
 from exporters.perfetto.compression import (
-    CONVERT_COMPRESSION_LEVEL,
     DEFAULT_COMPRESSION_LEVEL,
+    MAX_COMPRESSION_LEVEL,
     Deflater,
 )
 from exporters.perfetto.producer import Producer
@@ -70,10 +70,10 @@ from exporters.perfetto.trace_state import TraceState
 # What code outside the package imports from here (commands, bench, tests).  Tunables
 # are not re-exported: a test patches them where they are read (producer, compression).
 __all__ = [
-    "CONVERT_COMPRESSION_LEVEL",
     "CPU_SAMPLE_TIMEBASE",
     "DEFAULT_COMPRESSION_LEVEL",
     "INCREMENTAL_CLOCK_ID",
+    "MAX_COMPRESSION_LEVEL",
     "METADATA_CATEGORY",
     "TOOL_NAME",
     "Producer",
