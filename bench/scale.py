@@ -288,7 +288,7 @@ def _converted(r: dict[str, Any]) -> str:
     reader = f"{fast['s']} ({fast['mb_s']})" if fast else "-"
     fast_x = f", {convert['x_parse_fast']}x" if fast else ""
     return (
-        f"{r['json_mb']} | {parse['s']} ({parse['mb_s']}) | {reader} | "
+        f"{r.get('json_mb', '-')} | {parse['s']} ({parse['mb_s']}) | {reader} | "
         f"{convert['s']} ({convert['mb_s']}, {convert['x_parse']}x{fast_x}) | {convert['rss_mb']}"
     )
 
