@@ -52,8 +52,41 @@ class Reach:
     opening: np.ndarray  # bool: the op opens an island
 
 
-def running_reach(group: np.ndarray, ts: np.ndarray, end_ts: np.ndarray) -> Reach:
-    order = np.lexsort((end_ts, ts, group))
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) of int64 values: the distinct values, sorted,
+    and each value's index among them.  Keys here (devices, streams, kinds) are few and
+    close together, so a table over their range does it without a sort: 1.3 ms for 530k
+    ops against np.unique's 28 ms."""
+    if values.size == 0:
+        return values.astype(np.int64), np.zeros(0, dtype=np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 4 * values.size + (1 << 16):  # sparse: the sort is cheaper than the table
+        return np.unique(values, return_inverse=True)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[values - lo] = True
+    index = np.cumsum(present, dtype=np.int64) - 1
+    return np.flatnonzero(present) + lo, index[values - lo]
+
+
+def time_order(ts: np.ndarray, end_ts: np.ndarray) -> np.ndarray:
+    """The ops' order by (ts, end_ts), ties in input order: what running_reach sorts each
+    grouping's ops within a group by (computed once for all of them)."""
+    return np.lexsort((end_ts, ts))
+
+
+def running_reach(
+    group: np.ndarray, ts: np.ndarray, end_ts: np.ndarray, by_time: np.ndarray | None = None
+) -> Reach:
+    """`by_time`: time_order(ts, end_ts), where the caller has it."""
+    if by_time is None:
+        by_time = time_order(ts, end_ts)
+    # Sorted by (group, ts, end_ts), ties in input order, as np.lexsort((end_ts, ts, group))
+    # would: a stable sort by group of the ops in time order; by group code, whose sort
+    # is a radix sort where the codes fit 16 bits (7 ms for 530k ops against 19 ms).
+    _, code = dense_codes(group[by_time])
+    if code.size and int(code.max()) < (1 << 15):
+        code = code.astype(np.int16)
+    order = by_time[np.argsort(code, kind="stable")]
     g, s, e = group[order], ts[order], end_ts[order]
     first = np.ones(g.size, dtype=bool)
     first[1:] = g[1:] != g[:-1]
@@ -147,6 +180,7 @@ class GpuOps:
     kind: np.ndarray  # index into KINDS
     launched: np.ndarray  # bool: an API call launched it (api_ts is its start)
     api_ts: np.ndarray
+    by_time: np.ndarray  # time_order(ts, end_ts)
 
 
 def codes(values: np.ndarray) -> tuple[list[Any], np.ndarray]:
@@ -174,23 +208,26 @@ class GpuBusy:
 def _read(trace: Trace) -> GpuOps:
     cols = trace.query_arrays(OPS_SQL)
     names, stream = codes(cols["stream"])
+    ts = np.asarray(cols["ts"], dtype=np.int64)
+    end_ts = np.asarray(cols["end_ts"], dtype=np.int64)
     return GpuOps(
         id=np.asarray(cols["id"], dtype=np.int64),
         device=np.asarray(cols["device"], dtype=np.int64),
         stream=stream,
         stream_names=names,
-        ts=np.asarray(cols["ts"], dtype=np.int64),
-        end_ts=np.asarray(cols["end_ts"], dtype=np.int64),
+        ts=ts,
+        end_ts=end_ts,
         kind=np.asarray(cols["kind"], dtype=np.int64),
         launched=np.asarray(cols["launched"], dtype=np.int64) != 0,
         api_ts=np.asarray(cols["api_ts"], dtype=np.int64),
+        by_time=time_order(ts, end_ts),
     )
 
 
 def compute(ops: GpuOps, regions: list[tuple[int, int]]) -> GpuBusy:
     n = len(KINDS)
-    any_reach = running_reach(ops.device, ops.ts, ops.end_ts)
-    by_kind = islands(running_reach(ops.device * n + ops.kind, ops.ts, ops.end_ts))
+    any_reach = running_reach(ops.device, ops.ts, ops.end_ts, ops.by_time)
+    by_kind = islands(running_reach(ops.device * n + ops.kind, ops.ts, ops.end_ts, ops.by_time))
     per_device = islands(any_reach)
     found = Islands(
         np.r_[per_device.group * n + ANY, by_kind.group],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from exporters.analysis.busy import gpu_busy, track_names
+from exporters.analysis.busy import dense_codes, gpu_busy, track_names
 from exporters.perfetto.trace_processor import Trace, table_sql
 
 COLUMNS = ("device_track_id", "device", "stream", "max_depth", "mean_depth_at_launch", "launches")
@@ -52,7 +52,7 @@ def create(trace: Trace) -> None:
     out once for all the analyses (busy.py)."""
     ops = gpu_busy(trace).ops
     mine = np.flatnonzero(ops.launched)
-    devices, device_code = np.unique(ops.device[mine], return_inverse=True)
+    devices, device_code = dense_codes(ops.device[mine])
     n_streams = max(1, len(ops.stream_names))
     depths = depth_per_stream(
         device_code * n_streams + ops.stream[mine], ops.api_ts[mine], ops.end_ts[mine]

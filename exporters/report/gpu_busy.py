@@ -10,7 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from exporters.analysis.busy import ANY, Islands, gpu_busy, islands, running_reach, track_names
+from exporters.analysis.busy import (
+    ANY,
+    Islands,
+    dense_codes,
+    gpu_busy,
+    islands,
+    running_reach,
+    track_names,
+)
 from exporters.perfetto.trace_processor import Trace
 
 DEVICE = "*"  # the stream name of a device's own row
@@ -33,12 +41,11 @@ def stream_islands(trace: Trace) -> StreamIslands:
     if ops.ts.size == 0:
         return StreamIslands([], [], [], [], busy.device_islands())
     streams, stream_code = np.array(ops.stream_names, dtype=object), ops.stream
-    devices, device_code = np.unique(ops.device, return_inverse=True)
+    devices, device_code = dense_codes(ops.device)
     # Series 0..len(devices)-1: the devices; then one per (device, stream) that has ops.
-    keys, series, counts = np.unique(
-        device_code * len(streams) + stream_code, return_inverse=True, return_counts=True
-    )
-    per_stream = islands(running_reach(series, ops.ts, ops.end_ts))
+    keys, series = dense_codes(device_code * len(streams) + stream_code)
+    counts = np.bincount(series, minlength=len(keys))
+    per_stream = islands(running_reach(series, ops.ts, ops.end_ts, ops.by_time))
     per_device = busy.device_islands(ANY)
     device_ops = np.bincount(device_code, minlength=len(devices))
     found = Islands(
