@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,44 @@ from .fake_cupti.build import FakeCupti, build_fake
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "bench" / "data" / "example_kineto.json.gz"
+
+# What set-up builds into the cache (scripts/setup.sh), which a session's cache starts with.
+BUILT = ("wasm", "sampler", "cupti_inject", "cpython")
+_session_cache: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite looks at hundreds of traces: their answers and engine snapshots go to a
+    cache of the session's own, not the user's (whose 32 traces' answers and 4 GiB of
+    snapshots they would push out).  It starts with hard links to what set-up built in the
+    user's cache (regular files of the same owner, as the cache's checks want; a build
+    replaces its file, so a link never writes through)."""
+    global _session_cache
+    from collector import cache_trust
+
+    user = cache_trust.cache_root()
+    user.mkdir(parents=True, exist_ok=True)
+    _session_cache = Path(tempfile.mkdtemp(prefix="xpu-perf-tests-", dir=user))
+    (_session_cache / "xpu-perf").mkdir(mode=0o700)
+    for name in BUILT:
+        built = user / "xpu-perf" / name
+        if built.is_dir():
+            shutil.copytree(
+                built, _session_cache / "xpu-perf" / name, symlinks=True, copy_function=_link
+            )
+    os.environ["XDG_CACHE_HOME"] = str(_session_cache)  # run_cli's children too
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _session_cache is not None:
+        shutil.rmtree(_session_cache, ignore_errors=True)
+
+
+def _link(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or links refused: a copy
+        shutil.copy2(src, dst)
 
 
 def run_cli(*args: str | Path, check: bool = False) -> subprocess.CompletedProcess[str]:
