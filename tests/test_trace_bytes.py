@@ -3,7 +3,7 @@
 The writer is refactored under this test: a change that moves one byte of any trace (an
 interned id, a packet's place in a chunk, a clock id, a deflate chunk boundary) fails it.
 Each case writes a trace as the product does (convert: Kineto JSON through the columnar
-conversion at convert's deflate level, and through the object path it replaced, kept as
+conversion at convert's default level and at 10, and through the object path it replaced, kept as
 the reference the columns are checked against (tests/test_kineto_columns.py); record: the
 CUPTI streams kept on the H100 through the columnar path at the default level; plus the
 same slices as objects, and a synthetic run with CPU samples, instants and renamed
