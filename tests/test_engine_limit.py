@@ -117,7 +117,7 @@ def test_record_warns_before_writing_a_trace_too_big(
     from collector.recording.trace import write_trace
     from exporters.perfetto import engine_limit
 
-    limit = engine_limit.MAX_SLICES * engine_limit.STREAM_BYTES_PER_SLICE
+    limit = engine_limit.ANALYSED_UP_TO * engine_limit.STREAM_BYTES_PER_SLICE
     size = limit + 10**6 if over else limit - 10**6
     out = tmp_path / "run.perfetto-trace"
     write_trace(out, [_BigStreams(size)], ["xpu-perf", "record"])  # type: ignore[list-item]
@@ -125,7 +125,7 @@ def test_record_warns_before_writing_a_trace_too_big(
     assert out.exists()  # warned, then written all the same
     if over:
         assert err.count("\n") == 1 and "warning" in err
-        assert "more than the embedded trace_processor opens" in err
+        assert "more than `report` and `folded` have room for in the embedded" in err
         assert "--trace-processor" in err and "--capture-range" in err
     else:
         assert err == ""
