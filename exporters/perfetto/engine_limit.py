@@ -12,7 +12,6 @@ imports wasmtime or perfetto: `record` uses it.
 
 from __future__ import annotations
 
-HEAP_BYTES = 4 * 1024**3
 # Slices of the largest converted traces measured: 10,009,729 loaded (the heap then at its
 # ceiling, ~410 B a slice); `folded` and `report` ran on 8,511,790 (engine RSS 3.6 GB
 # after the report) and ran out on 9,501,937.  Traces `record` writes were not measured
