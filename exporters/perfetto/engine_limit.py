@@ -43,8 +43,8 @@ class EngineMemoryError(RuntimeError):
 
 
 def record_warning(recorded_bytes: int) -> str | None:
-    """What `record` says before it writes a trace of `recorded_bytes` of streams that the
-    embedded engine will not open, or None."""
+    """What `record` says before it writes a trace of `recorded_bytes` of streams too big
+    for `report` and `folded` on the embedded engine, or None."""
     slices = recorded_bytes // STREAM_BYTES_PER_SLICE
     if slices <= ANALYSED_UP_TO:
         return None
