@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from exporters.analysis.busy import KINDS, NO_DEVICE, covered, gpu_busy
+from exporters.analysis.busy import KINDS, NO_DEVICE, covered, dense_codes, gpu_busy
 from exporters.perfetto.trace_processor import Trace, table_sql
 
 OTHER = ("nccl", "memcpy", "memset")
@@ -28,9 +28,9 @@ def create(trace: Trace) -> None:
         mine = kind == KINDS.index(other)
         # each other island against its device's compute islands
         ns = covered(found, device[mine] * n + compute, found.ts[mine], found.end_ts[mine])
-        per_device = np.unique(device[mine])
+        per_device, at = dense_codes(device[mine])
         sums = np.zeros(per_device.size, dtype=np.int64)
-        np.add.at(sums, np.searchsorted(per_device, device[mine]), ns)
+        np.add.at(sums, at, ns)
         # ops under no device track are no device's (SQL's NULL = NULL matched nothing)
         rows += [
             (d, other, s)
