@@ -258,6 +258,7 @@ def test_samples_counted_from_rows_without_final_flush() -> None:
                 6,
                 device=np.array([0] * 6, np.uint32).tobytes(),
                 start=np.array([10, 10, 20, 20, 30, 30], np.uint64).tobytes(),
+                end=np.array([20, 20, 30, 30, 40, 40], np.uint64).tobytes(),
                 metric=np.array([0, 1] * 3, np.uint32).tobytes(),
                 value=np.zeros(6).tobytes(),
             ),
@@ -270,3 +271,70 @@ def test_samples_counted_from_rows_without_final_flush() -> None:
     pm = PmSampling()
     pm.add(Stream())  # type: ignore[arg-type]
     assert pm.counts["pm_samples"] == 3
+
+
+def test_phases_are_covered_by_samples(phases) -> None:
+    """Sampling runs through both phases at the interval: the two 200 ms kernels are inside
+    fine samples; only work before sampling started (the context's warm-up kernel) may be
+    uncovered, and the summary says so only then."""
+    out, proc = phases
+    with open_trace(out) as t:
+        work = metadata(t, "gpu_metrics_pm_work_ns")
+        unsampled = metadata(t, "gpu_metrics_pm_work_unsampled_ns")
+        coarse = metadata(t, "gpu_metrics_pm_work_coarse_ns")
+        (warmup,) = t.query("select sum(dur) d from slice where name = 'warmup_kernel'")
+    assert work >= 0.4e9
+    assert coarse == 0
+    assert unsampled <= warmup["d"]
+    assert ("PM sampling missed" in proc.stderr) == (unsampled > 0)
+
+
+def test_a_long_first_sample_is_said(fake: FakeCupti, tmp_path: Path) -> None:
+    """The H200's first PM sample lasted 0.72-0.95 s whatever the interval, over the whole of
+    a short program's first GPU phase: the GPU work only such a sample covers is measured
+    and said, in the summary, the metadata and report's facts (not '0 dropped' alone)."""
+    out, proc = record_phases(fake, tmp_path, "long_first", FAKE_PM="long_first")
+    with open_trace(out) as t:
+        coarse = metadata(t, "gpu_metrics_pm_work_coarse_ns")
+        said = metadata(t, "gpu_metrics_pm_coverage")
+        (tensor,) = t.query("select dur from slice where name = 'tensor_kernel'")
+        load_views(t)
+        facts = dict(gpu_metrics.source_facts(t))
+    # The tensor-bound kernel (350-550 ms after the warm-up) lies inside the 900 ms sample.
+    assert coarse >= tensor["dur"]
+    line = next(x for x in proc.stderr.splitlines() if "PM sampling missed" in x)
+    assert "only in samples far longer than the 10 ms interval" in line
+    assert f"{coarse / 1e9:.3f} s only in samples" in line
+    assert "GPU 0:" in said and facts["GPU counters missed"] == said
+
+
+def test_coverage_of_work_by_samples() -> None:
+    """PmSampling.coverage on known intervals: work before the first sample, in a gap
+    between samples, and under a long sample, each measured exactly."""
+    from collector.sources.cupti_pm_sampling import PmDevice, PmSampling
+
+    pm = PmSampling(devices={0: PmDevice(started=True)})
+    ms = 1_000_000
+    # Samples (10 ms interval): one long [100, 400), then [400, 410) ... [490, 500), then a
+    # gap, then [600, 700) in tens.
+    fine = [(400 + 10 * i, 410 + 10 * i) for i in range(10)] + [
+        (600 + 10 * i, 610 + 10 * i) for i in range(10)
+    ]
+    spans = np.array([(100, 400), *fine], np.int64) * ms
+    pm._sample_spans[0] = [spans]
+    # Work: [50, 150) (50 ms before sampling, 50 in the long sample), [200, 250) (long),
+    # [450, 550) (50 fine, 50 in the gap), [650, 660) (fine), overlapping [655, 665).
+    work = np.array([(50, 150), (200, 250), (450, 550), (650, 660), (655, 665)], np.int64) * ms
+    pm.add_gpu_work(np.zeros(len(work), np.uint32), work[:, 0], work[:, 1])
+    (c,) = pm.coverage(10 * ms)
+    assert c.work_ns == (100 + 50 + 100 + 15) * ms
+    assert c.uncovered_ns == (50 + 50) * ms
+    assert c.coarse_ns == (50 + 50) * ms
+    # Grouped by the gap between samples, from the first op at 50 ms: before the first
+    # sample [0, 50) and in the gap [450, 500) (both 50 ms: the earlier first).
+    assert c.uncovered_spans == [(0, 50 * ms), (450 * ms, 500 * ms)]
+    assert c.first_sample_after_ns == 50 * ms
+    assert c.longest_sample_ns == 300 * ms
+    words = c.words(10 * ms)
+    assert "0.100 s of GPU work had no sample (sampling started after the first GPU op)" in words
+    assert "0.100 s only in samples far longer than the 10 ms interval (up to 0.30 s" in words

@@ -41,7 +41,14 @@ def timed(name: str, seconds: float, body: object) -> tuple[int, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=3.0, help="per phase")
+    parser.add_argument("--idle-seconds", type=float, help="the idle phase (default --seconds)")
+    parser.add_argument("--gemm-seconds", type=float, help="the GEMM phase (default --seconds)")
+    parser.add_argument("--vector-seconds", type=float, help="the vector add (default --seconds)")
     args = parser.parse_args()
+    idle, gemm, vector = (
+        args.seconds if v is None else v
+        for v in (args.idle_seconds, args.gemm_seconds, args.vector_seconds)
+    )
     torch.cuda.init()
     a = torch.randn(GEMM_N, GEMM_N, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(GEMM_N, GEMM_N, device="cuda", dtype=torch.bfloat16)
@@ -52,11 +59,11 @@ def main() -> None:
     torch.add(x, y, out=out)
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push("idle")
-    time.sleep(args.seconds)
+    time.sleep(idle)
     torch.cuda.nvtx.range_pop()
-    n, s = timed("gemm", args.seconds, lambda: torch.matmul(a, b, out=c))
+    n, s = timed("gemm", gemm, lambda: torch.matmul(a, b, out=c))
     print(f"gemm: {n} x bf16 {GEMM_N}^3 in {s:.2f} s: {2 * GEMM_N**3 * n / s / 1e12:.0f} TFLOP/s")
-    n, s = timed("vector_add", args.seconds, lambda: torch.add(x, y, out=out))
+    n, s = timed("vector_add", vector, lambda: torch.add(x, y, out=out))
     print(f"vector_add: {n} x 2^28 fp32 in {s:.2f} s: {3 * 4 * VECTOR_N * n / s / 1e9:.0f} GB/s")
 
 

@@ -161,6 +161,10 @@ class GpuMetricsRecording:
         if pm is not None and pm.wanted:
             out["pm_devices"] = len(pm.started)
             out |= pm.counts
+            for c in pm.coverage(self._interval_ns):
+                out["pm_work_ns"] = out.get("pm_work_ns", 0) + c.work_ns
+                out["pm_work_unsampled_ns"] = out.get("pm_work_unsampled_ns", 0) + c.uncovered_ns
+                out["pm_work_coarse_ns"] = out.get("pm_work_coarse_ns", 0) + c.coarse_ns
             out["nvml_tracks_replaced"] = self._superseded
             out["nvml_tracks_beside_pm"] = self._kept_beside
         return out
@@ -205,10 +209,25 @@ class GpuMetricsRecording:
             out["gpu_metrics_refused"] = "; ".join(refused)
         if pm is not None and pm.clock:
             out["gpu_metrics_pm_clock"] = pm.clock
+        coverage = self._coverage_lines()
+        if coverage:
+            out["gpu_metrics_pm_coverage"] = "; ".join(coverage)
         missing = self.missing()
         if missing:
             out["gpu_metrics_missing"] = "; ".join(missing)
         return out
+
+    @property
+    def _interval_ns(self) -> int:
+        return round(1e9 / self.rate_hz)
+
+    def _coverage_lines(self) -> list[str]:
+        """Per GPU, the GPU work PM sampling's samples left out or covered only coarsely."""
+        pm = self._pm()
+        if pm is None or not pm.started:
+            return []
+        lines = (c.words(self._interval_ns) for c in pm.coverage(self._interval_ns))
+        return [line for line in lines if line]
 
     def missing(self) -> list[str]:
         """`GPU D: counter (why)` for each counter that never had a value, and GPM reads
@@ -262,6 +281,7 @@ class GpuMetricsRecording:
                 f"{c['pm_samples_dropped']} dropped (hardware buffer overflowed "
                 f"{c['pm_buffer_overflows']} times)" + (f"; {cost}" if cost else "")
             )
+        lines += [f"GPU metrics: PM sampling missed {why}" for why in self._coverage_lines()]
         lines += [f"GPU metrics refused: {why}" for why in self._refused()]
         # One line per device and reason: a short capture window leaves every interval
         # metric without a value, which would otherwise be a dozen lines.

@@ -183,6 +183,12 @@ class CuptiSource:
             counts["gpu_ops_outside_window"] += int(outside.sum())
         flow_from, flow_to = link(stream, gpu, counts)
         instants = nvtx_rows(stream, strings, pid, cpu, counts)  # after link: API rows first
+        if self.pm_sampling.wanted and gpu.rows:
+            ts = gpu.column("ts")
+            work = gpu.column("category") != gpu.categories.index_of([model.CAT_SYNC])[0]
+            self.pm_sampling.add_gpu_work(
+                gpu.column("device")[work], ts[work], (ts + gpu.column("dur"))[work]
+            )
         counts["gpu_ops"] += gpu.rows
         counts["gpu_ops_with_flow"] += len(flow_to)
         yield model.SliceBatch(pid, cpu.columns(), gpu.columns(), flow_from, flow_to)

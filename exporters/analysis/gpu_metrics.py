@@ -93,7 +93,8 @@ def source_facts(trace: Trace) -> list[tuple[str, str]]:
         r["key"]: r["value"]
         for r in trace.query(
             "select key, coalesce(string_value, int_value, real_value) as value from xpu_metadata "
-            "where key in ('gpu_metrics_source', 'gpu_metrics_refused', 'gpu_metrics_rate_hz')"
+            "where key in ('gpu_metrics_source', 'gpu_metrics_refused', 'gpu_metrics_rate_hz', "
+            "'gpu_metrics_pm_coverage')"
         )
     }
     if "gpu_metrics_source" not in meta:
@@ -104,6 +105,8 @@ def source_facts(trace: Trace) -> list[tuple[str, str]]:
     ]
     if meta.get("gpu_metrics_refused"):
         facts.append(("GPU counters refused", str(meta["gpu_metrics_refused"])))
+    if meta.get("gpu_metrics_pm_coverage"):
+        facts.append(("GPU counters missed", str(meta["gpu_metrics_pm_coverage"])))
     return facts
 
 

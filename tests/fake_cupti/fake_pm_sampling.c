@@ -12,6 +12,10 @@
  *   FAKE_PM=overflow     every third decode loses the 3 oldest samples it holds (the
  *                        hardware buffer kept the latest), reporting overflow; the count of
  *                        lost samples is fake_pm_lost()
+ *   FAKE_PM=long_first   the first sample lasts FAKE_PM_FIRST_MS (default 900) ms whatever
+ *                        the interval, as the H200 (CUPTI 13) showed at 10 and 100 Hz: one
+ *                        0.72-0.95 s sample over the program's first GPU phase; its values
+ *                        are the phase's at its start
  *   FAKE_PM_NO_NVLINK=1  the chip has no NVLink metrics (ConfigAddMetrics refuses them)
  * The config image takes at most 16 metrics in one pass; more need two.
  * What the H100 (CUPTI 13) showed, modelled: DecodeData into an image that already holds
@@ -187,6 +191,7 @@ struct CUpti_PmSampling_Object {
     uint64_t interval, next_start; /* the next sample's start (0: not started) */
     uint64_t stopped_at;           /* 0: running */
     uint32_t decodes;
+    uint64_t made; /* samples decoded so far */
 };
 
 /* The counter-data image: a header, then per sample its times and phase. */
@@ -294,10 +299,15 @@ EXPORT CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params 
         lost += 3;
         p->overflow = 1;
     }
-    while (o->next_start + o->interval <= until && h->count < h->max) {
+    uint64_t first = o->interval;
+    if (scenario("long_first") && o->made == 0) {
+        const char *ms = getenv("FAKE_PM_FIRST_MS");
+        first = (ms ? strtoull(ms, NULL, 10) : 900) * 1000000ull;
+    }
+    while (o->next_start + (o->made ? o->interval : first) <= until && h->count < h->max) {
         struct image_sample *s = &samples(p->pCounterDataImage)[h->count++];
         s->start = o->next_start;
-        s->end = o->next_start + o->interval;
+        s->end = o->next_start + (o->made++ ? o->interval : first);
         s->phase = (uint32_t)phase_at(s->start);
         o->next_start = s->end;
     }
