@@ -3,11 +3,16 @@ headless Chromium (Debian's chromium; missing chromium fails these tests)."""
 
 from __future__ import annotations
 
+import html
 import http.client
+import http.server
 import json
+import os
 import socket
+import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -35,14 +40,14 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedTrace:
 
 @dataclass(frozen=True)
 class Served:
-    """A running server: its origin (no token) and the run's token."""
+    """A running server: its origin (no secret) and the run's secret path prefix."""
 
     origin: str
-    token: str
+    secret: str
 
     def __add__(self, path: str) -> str:
-        """origin + path, with the token: `served + "localtrace"`."""
-        return f"{self.origin}{path}{'&' if '?' in path else '?'}token={self.token}"
+        """origin + the secret prefix + path: `served + "localtrace"`."""
+        return f"{self.origin}{self.secret}/{path}"
 
 
 @pytest.fixture
@@ -50,7 +55,7 @@ def served(example_trace: Path) -> Iterator[Served]:
     server = serve_ui(example_trace, port=0)
     start_in_thread(server)
     try:
-        yield Served(server.origin, server.token)
+        yield Served(server.origin, server.secret)
     finally:
         server.shutdown()
         server.server_close()
@@ -71,8 +76,11 @@ def test_server_answers_the_ui_hooks_and_serves_the_trace(served: Served, exampl
     assert status == 200 and body == example_trace.read_bytes()
     status, headers, body = _get(served + "")
     assert status == 200 and b"Perfetto UI" in body
-    # Everything the page may reach: this server and the trace_processor RPC port.
-    assert "connect-src 'self'" in headers["Content-Security-Policy"]
+    # Everything the page may reach: this server alone (not the RPC port 9001, which any
+    # local user can listen on).
+    csp = headers["Content-Security-Policy"]
+    assert "connect-src 'self' data: blob:" in csp and "9001" not in csp and "*" not in csp
+    assert headers["Referrer-Policy"] == "no-referrer"  # the page's URL holds the secret
 
 
 def test_server_rewrites_the_one_external_script(served: Served):
@@ -82,6 +90,10 @@ def test_server_rewrites_the_one_external_script(served: Served):
     assert status == 200 and len(bundle) > 1_000_000
     assert INTERNAL_USER_SCRIPT not in bundle
     assert b"https://storage.cloud.google.com" not in bundle
+    # The UI's own requests are relative (they carry the secret prefix), and it never
+    # probes the RPC port.
+    assert b'fetch("/vizviewer_info")' not in bundle and b'"/live_reload"' not in bundle
+    assert b"/localtrace`" not in bundle
 
 
 def test_server_stays_inside_its_web_build(served: Served):
@@ -92,10 +104,9 @@ def test_server_stays_inside_its_web_build(served: Served):
 
 
 def _get_with_host(url: str, path: str, host: str | None) -> tuple[int, bytes]:
-    """GET `path` (with the token in `url`'s query, if any) from `url`'s server as `host`."""
+    """GET `path` (under `url`'s path, the secret prefix) from `url`'s server as `host`."""
     parsed = urllib.parse.urlsplit(url)
-    if parsed.query:
-        path += ("&" if "?" in path else "?") + parsed.query
+    path = parsed.path.rstrip("/") + path
     conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
     try:
         conn.putrequest("GET", path, skip_host=True)
@@ -110,7 +121,7 @@ def _get_with_host(url: str, path: str, host: str | None) -> tuple[int, bytes]:
 
 def test_server_refuses_foreign_host_headers(served: Served, example_trace: Path):
     """DNS rebinding: a foreign site's name resolving to 127.0.0.1 sends its own Host (the
-    token in the URL does not help it)."""
+    secret in the URL does not help it)."""
     port = urllib.parse.urlsplit(served.origin).port
     served_url = served + ""
     trace = example_trace.read_bytes()
@@ -191,7 +202,7 @@ def _view_in_chromium(trace: Path, shot: Path, host: str = "127.0.0.1") -> None:
         first = proc.stdout.readline()
         assert first.startswith("Perfetto UI with "), first + proc.stderr.read()
         url = first.rsplit(": ", 1)[1].strip()
-        assert url.startswith("http://127.0.0.1:") and "/?token=" in url
+        assert url.startswith("http://127.0.0.1:") and "/?code=" in url
         url = url.replace("127.0.0.1", host, 1)
         with Chromium(width=1600, height=1000) as browser:
             browser.navigate(url)
@@ -425,3 +436,127 @@ def test_ui_flamegraph_counts_timer_samples_and_api_slice_shows_launch_stack(tmp
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+class _ForeignHandler(http.server.BaseHTTPRequestHandler):
+    server: _ForeignServer
+
+    def do_GET(self) -> None:
+        self.server.seen.append(f"{self.requestline}\n{self.headers}")
+        body = b"<!doctype html><title>other</title>another user's server"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _ForeignServer(http.server.ThreadingHTTPServer):
+    """Another server on 127.0.0.1 (any local user may run one): what the browser sends it."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []  # request line and headers of each request
+        super().__init__(("127.0.0.1", 0), _ForeignHandler)
+
+
+def test_view_secret_reaches_no_other_port_nor_a_command_line(example_trace: Path, tmp_path: Path):
+    """The browser is started with a launcher page's name (its command line is
+    world-readable), which sends it on with a one-time code; the UI then lives under a
+    secret path, with no cookie: another server on 127.0.0.1 (cookies are per host, not per
+    port) is sent nothing of it, the UI never talks to the RPC port 9001, and the spent code
+    and the old `?token=` form open nothing."""
+    name, device, _, _ = _kernel_to_find(example_trace)
+    gpu_label = device.split(" (")[0] + " ("
+    browser_arg = tmp_path / "browser_arg"
+    fake_browser = tmp_path / "fake-browser"
+    fake_browser.write_text(f'#!/bin/sh\nprintf %s "$1" > {browser_arg}\n')
+    fake_browser.chmod(0o755)
+    run_tmp = tmp_path / "run_tmp"
+    run_tmp.mkdir()
+    env = {**os.environ, "DISPLAY": ":99", "BROWSER": str(fake_browser), "TMPDIR": str(run_tmp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "view", "--port", "0", str(example_trace)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    foreign = _ForeignServer()
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("Perfetto UI with "), first + proc.stderr.read()
+        printed = first.rsplit(": ", 1)[1].strip()
+        origin = printed.split("?", 1)[0]
+        deadline = time.monotonic() + 30
+        while not browser_arg.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        launcher = browser_arg.read_text()
+        # What the browser's command line holds: a file only this user can read.
+        assert launcher.startswith("file:///") and "code=" not in launcher, launcher
+        page = Path(urllib.parse.unquote(launcher.removeprefix("file://")))
+        assert stat.S_IMODE(page.stat().st_mode) == 0o600
+        assert stat.S_IMODE(page.parent.stat().st_mode) == 0o700
+        launcher_code_url = page.read_text().split("url=", 1)[1].split('"', 1)[0]
+        launcher_code_url = html.unescape(launcher_code_url)
+        assert launcher_code_url.startswith(origin + "?code=") and launcher_code_url != printed
+        with Chromium(width=1600, height=1000) as browser:
+            browser.navigate(launcher)
+            browser.wait_for(
+                f"document.body.innerText.includes({json.dumps(gpu_label)})",
+                timeout=90,
+                what="the GPU track in the Perfetto UI",
+            )
+            assert _search_and_select(browser, name), "the UI did not show the kernel"
+            location = browser.evaluate("location.href")
+            assert location.startswith(origin), location
+            secret = location.removeprefix(origin).split("/", 1)[0]
+            assert len(secret) >= 32, location
+            # Another user's server on another port of 127.0.0.1, visited next.
+            other = f"http://127.0.0.1:{foreign.server_address[1]}/page"
+            browser.navigate(other)
+            browser.wait_until(lambda: bool(foreign.seen), what="the other server's request")
+            codes = [printed.split("=", 1)[1], launcher_code_url.split("=", 1)[1]]
+            for request in foreign.seen:
+                assert "cookie:" not in request.lower(), request
+                for value in (secret, *codes):
+                    assert value not in request, request
+            # Never the RPC port: the UI's probe is off, and the CSP would refuse it.
+            assert [u for u in browser.log.requests if ":9001" in u] == []
+            assert browser.log.exceptions == []
+        # The launcher's code was spent by the browser: it opens nothing now.
+        assert _get(launcher_code_url)[0] == 403
+        # The printed URL opens once (a redirect to the secret prefix), then never again.
+        status, _, _ = _get_no_redirect(printed)
+        assert status == 302
+        assert _get(printed)[0] == 403
+        # A replayed secret in the old `?token=` form, or the trace without the prefix: no.
+        for path in (f"?token={secret}", f"localtrace?token={secret}", "localtrace"):
+            status, _, body = _get(origin + path)
+            assert status == 403 and len(body) < 200, path
+        assert _get(f"{origin}{secret}/localtrace")[2] == example_trace.read_bytes()
+    finally:
+        foreign.shutdown()
+        foreign.server_close()
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "one-time code was already used" in err, err  # the user is told of a replay
+    assert list(run_tmp.iterdir()) == []  # the launcher page is gone with the view
+
+
+def _get_no_redirect(url: str) -> tuple[int, dict[str, str], bytes]:
+    parsed = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+    try:
+        conn.request("GET", f"{parsed.path}?{parsed.query}")
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()

@@ -78,9 +78,9 @@ def main(args: argparse.Namespace) -> int:
 
     src: Path = check_input(args.input, "Kineto JSON file")  # never a FIFO: it would hang
     out: Path = args.output or default_output(src)
-    if out.resolve() == src.resolve():
-        raise UserError("output would overwrite the input; pass -o")
-    check_output(out, [src])  # before the conversion, not after it
+    # Before the conversion, not after it; the same file as the input however named (the
+    # default output never is: it adds .perfetto-trace).
+    check_output(out, [src])
     console = Console(stderr=True, quiet=args.quiet)
     show_progress = not (args.no_progress or args.quiet) and sys.stderr.isatty()
     started = time.perf_counter()

@@ -1,10 +1,13 @@
-"""Writing a command's text output file: whole or not at all (collector/files.py)."""
+"""A command's output files: checked together before any work, then each written whole
+or not at all (collector/files.py)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from collector.files import write_text
+from collector.files import FileError, check_output, same_file, write_text
 
 
 def write_output(path: Path, text: str) -> None:
@@ -12,3 +15,21 @@ def write_output(path: Path, text: str) -> None:
     failed or interrupted write never leaves a half-written file, nor writes through a
     planted link; errors become one line."""
     write_text(path, text)
+
+
+def check_outputs(outputs: Mapping[str, Path | None], inputs: Iterable[Path] = ()) -> None:
+    """Each output a command was given (its flag -> path; None where not given) can be
+    written (`check_output`: never an input, a directory, nowhere writable), and no two
+    reach one file, whatever the spelling (`..`, symlinks, hard links): one would replace
+    the other and both be reported written."""
+    given = [(flag, path) for flag, path in outputs.items() if path is not None]
+    sources = list(inputs)
+    for _, path in given:
+        check_output(path, sources)
+    for i, (flag, path) in enumerate(given):
+        for other_flag, other in given[i + 1 :]:
+            if os.path.realpath(path) == os.path.realpath(other) or same_file(path, other):
+                raise FileError(
+                    f"{flag} and {other_flag} name the same file ({path}): one would replace "
+                    "the other; give each its own name"
+                )

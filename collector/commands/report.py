@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 from collector.commands.frame_flags import add_frame_flags
-from collector.commands.output import write_output
+from collector.commands.output import check_outputs, write_output
 from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
-from collector.files import check_output
 from exporters.analysis.annotate import annotations, write_annotated
 from exporters.analysis.tables import DEFAULT_STEPS, Scope
 from exporters.folded.folded import FoldedError
@@ -109,6 +108,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     apply_cache_flag(args)
     if args.ranks:
+        for flag, out, what in (
+            ("--annotate", args.annotate, "annotated copy"),
+            ("-o", args.output, "HTML page"),
+        ):
+            if out is not None:
+                raise UserError(
+                    f"--ranks writes no {what}: drop {flag}, or run report on one trace "
+                    f"without --ranks for its {what}"
+                )
         from collector.commands.report_ranks import report_ranks
 
         return report_ranks(args)
@@ -121,10 +129,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--top must be at least 1")
     if not 1 <= args.bins <= 2000:
         raise UserError("--bins must be 1..2000")
-    for out in (args.output, args.annotate):
-        if out is not None:
-            # Said before the queries run, not after; never the input trace itself.
-            check_output(out, [args.trace])
+    # Said before the queries run, not after; never the input trace, never one file twice.
+    check_outputs({"-o": args.output, "--annotate": args.annotate}, [args.trace])
     scope = Scope(span_all=args.span == "all", steps_glob=args.steps or DEFAULT_STEPS)
     try:
         with open_cached(args.trace, args.trace_processor) as trace:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import os
 import sys
+import tempfile
 import webbrowser
 from pathlib import Path
 
@@ -40,12 +42,15 @@ def main(args: argparse.Namespace) -> int:
         server = serve_ui(args.trace, args.port)
     except ServeError as exc:
         raise UserError(str(exc)) from None
-    with server:
-        print(f"Perfetto UI with {args.trace}: {server.url}", flush=True)
-        if args.no_open or not _open_browser(server.url):
+    server.on_code_reuse = _warn_code_reuse
+    with server, tempfile.TemporaryDirectory(prefix="xpu-perf-view-") as private:
+        url = server.one_time_url()
+        print(f"Perfetto UI with {args.trace}: {url}", flush=True)
+        if args.no_open or not _open_browser(server.one_time_url(), Path(private)):
             port = server.server_address[1]
             print(
-                f"open {server.url} in a browser (remote machine: ssh -L {port}:127.0.0.1:{port})",
+                f"open {url} in a browser (it opens once; remote machine: "
+                f"ssh -L {port}:127.0.0.1:{port})",
                 flush=True,
             )
         print("Ctrl-C to stop", file=sys.stderr, flush=True)
@@ -54,8 +59,38 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_browser(url: str) -> bool:
-    """Open a graphical browser; False where there is none.
+def _warn_code_reuse() -> None:
+    print(
+        "xpu-perf view: refused a URL whose one-time code was already used: if you did not "
+        "open it twice, someone else may have; stop this view (Ctrl-C)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def launcher_page(url: str, private_dir: Path) -> Path:
+    """A page that sends the browser on to `url`, in `private_dir` (0700, this user's),
+    readable by this user alone.
+
+    The browser is started with this file's name, not with `url`: a browser's command line
+    is world-readable (/proc/PID/cmdline), and `url` holds a code that opens the trace.
+    """
+    page = private_dir / "open.html"
+    quoted = html.escape(url, quote=True)
+    text = (
+        '<!doctype html><meta charset="utf-8">'
+        f'<meta http-equiv="refresh" content="0;url={quoted}">'
+        f'<title>xpu-perf view</title><a href="{quoted}">open the trace</a>\n'
+    )
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return page
+
+
+def _open_browser(url: str, private_dir: Path) -> bool:
+    """Open a graphical browser on `url` (through a launcher page); False where there is
+    none.
 
     Without a display, `webbrowser` falls back to text browsers (lynx, w3m) that would take
     over this terminal and cannot run the UI anyway, so it is not asked.
@@ -64,7 +99,8 @@ def _open_browser(url: str) -> bool:
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     ):
         return False
+    page = launcher_page(url, private_dir)
     try:
-        return webbrowser.open(url, new=2)
+        return webbrowser.open(page.as_uri(), new=2)
     except webbrowser.Error:
         return False

@@ -26,9 +26,9 @@ import re
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from html import escape as _html_escape
 
 from exporters.report import units
+from exporters.report.markup import escape_text, visible
 
 FRAME_HEIGHT = 16
 FONT_SIZE = 12
@@ -43,12 +43,6 @@ MIN_LABEL_CHARS = 4
 # sliver took a browser 4-7 s (bench/flamegraph_open.py).
 DOM_MIN_PX = 1.0
 _GRAPH_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
-
-
-def escape(text: str) -> str:
-    """&, < and > as entities: element text (quotes stay; html.escape, not xml.sax's,
-    whose import pulls in urllib and http.client: 9 ms of every report's start)."""
-    return _html_escape(text, quote=False)
 
 
 GPU_OP_PREFIX = "[GPU_"  # folded.py's leaf frames: [GPU_Kernel], [GPU_Memcpy], [GPU_Memset]
@@ -80,7 +74,9 @@ def build_tree(lines: Iterable[tuple[str, float]], root_name: str = "all") -> Fr
         root.gpu |= gpu
         node = root
         for name in names:
-            node = node.child(name.replace("\n", " "))
+            # Shown as written where XML cannot carry a character: the elements and the
+            # script's data (search, zoom) then name the frame alike.
+            node = node.child(visible(name.replace("\n", " ")))
             node.value += weight
             node.gpu |= gpu
     return root
@@ -172,9 +168,9 @@ def render_svg(
         f"<style>{_css(graph_id)}</style>",
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#f8f8f4"/>',
         f'<text class="fg-title" x="{width / 2}" y="18" text-anchor="middle">'
-        f"{escape(title)}</text>",
+        f"{escape_text(title)}</text>",
         f'<text class="fg-sub" x="{width / 2}" y="34" text-anchor="middle">'
-        f"{escape(subtitle)}</text>",
+        f"{escape_text(subtitle)}</text>",
         f'<text class="fg-btn fg-reset" x="{PAD}" y="18" visibility="hidden">Reset zoom</text>',
         f'<text class="fg-btn fg-search" x="{width - PAD}" y="18" text-anchor="end">Search</text>',
         f'<text class="fg-matched" x="{width - PAD}" y="{DETAILS_Y}" text-anchor="end"></text>',
@@ -195,13 +191,13 @@ def render_svg(
         # Most frames of a deep profile are too narrow for a label: they get no <text>
         # (the script makes one when a zoom widens them).
         text = (
-            f'<text x="{x + 3:.3f}" y="{y + FRAME_HEIGHT - 4}">{escape(label)}</text>'
+            f'<text x="{x + 3:.3f}" y="{y + FRAME_HEIGHT - 4}">{escape_text(label)}</text>'
             if label
             else ""
         )
         out.append(
             f'<g class="fg-f" data-s="{f.start:.17g}" data-v="{f.value:.17g}" data-d="{f.depth}">'
-            f"<title>{escape(tip)}</title>"
+            f"<title>{escape_text(tip)}</title>"
             f'<rect x="{x:.3f}" y="{y}" width="{w:.3f}" height="{FRAME_HEIGHT - 1}" '
             f'fill="{frame_color(f.name)}" rx="2"/>{text}</g>'
         )

@@ -4,11 +4,10 @@ from a file on a machine without network."""
 
 from __future__ import annotations
 
-from html import escape
-
 from exporters.report import units
 from exporters.report.cells import cell_text, is_numeric
 from exporters.report.flamegraph import render_svg
+from exporters.report.markup import escape
 from exporters.report.queries import Report, Section
 from exporters.report.timeline import render_timeline_svg
 

@@ -3,9 +3,8 @@ per stream, one bar per time bin, bar height = busy fraction of the bin."""
 
 from __future__ import annotations
 
-from html import escape
-
 from exporters.report import units
+from exporters.report.markup import escape
 from exporters.report.queries import StreamBusy, Timeline
 
 LABEL_W = 300

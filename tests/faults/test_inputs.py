@@ -1,6 +1,6 @@
 """Issue 21, inputs and `view`: an unreadable, directory, FIFO or truncated input is one line
 and a non-zero status (never a traceback, never a hang); `view` serves nothing without its
-run's token, whoever asks."""
+run's secret, whoever asks."""
 
 from __future__ import annotations
 
@@ -129,11 +129,11 @@ if cookie:
 conn.endheaders()
 r = conn.getresponse()
 body = r.read()
-print(r.status, len(body), r.getheader("Set-Cookie") or "-")
+print(r.status, len(body), r.getheader("Location") or "-", r.getheader("Set-Cookie") or "-")
 """
 
 
-def test_view_serves_nothing_without_the_runs_token(example_trace: Path, shared_dir: Path):
+def test_view_serves_nothing_without_the_runs_secret(example_trace: Path, shared_dir: Path):
     trace = _root_only_copy(example_trace, shared_dir)
     proc = subprocess.Popen(
         [sys.executable, "-m", "collector.cli", "view", "--no-open", "--port", "0", str(trace)],
@@ -148,32 +148,41 @@ def test_view_serves_nothing_without_the_runs_token(example_trace: Path, shared_
         assert first.startswith("Perfetto UI with "), first + proc.stderr.read()
         url = first.rsplit(": ", 1)[1].strip()
         parts = urllib.parse.urlsplit(url)
-        token = urllib.parse.parse_qs(parts.query).get("token", [""])[0]
-        assert len(token) >= 32, url  # a secret, printed in the URL to open
+        code = urllib.parse.parse_qs(parts.query).get("code", [""])[0]
+        assert len(code) >= 32, url  # a one-time code, printed in the URL to open
         size = trace.stat().st_size
 
-        def fetch(uid: int, path: str, cookie: str = "") -> tuple[int, int, str]:
+        def fetch(uid: int, path: str, cookie: str = "") -> tuple[int, int, str, str]:
             run = python_as(uid, _FETCH, url, path, cookie, timeout=60)
             assert run.returncode == 0, run.stderr
-            status, length, set_cookie = run.stdout.split(" ", 2)
-            return int(status), int(length), set_cookie.strip()
+            status, length, location, set_cookie = run.stdout.split(" ", 3)
+            return int(status), int(length), location, set_cookie.strip()
 
-        # Another local user, without the token: nothing, not the trace nor the UI.
+        # Another local user, without the code or the secret: nothing, not the trace nor
+        # the UI.
         for path in ("/localtrace", "/vizviewer_info", "/", "/index.html"):
-            status, length, _ = fetch(NOBODY, path)
+            status, length, _, _ = fetch(NOBODY, path)
             assert status == 403, path
             assert length < 100
-        wrong = "x" * len(token)
-        assert fetch(NOBODY, f"/localtrace?token={wrong}")[0] == 403
+        wrong = "x" * len(code)
+        for path in (f"/?code={wrong}", f"/{wrong}/localtrace", f"/localtrace?token={wrong}"):
+            assert fetch(NOBODY, path)[0] == 403, path
         port = parts.port
         assert fetch(NOBODY, "/localtrace", f"xpu_perf_view_{port}={wrong}")[0] == 403
-        # The user with the URL: the page sets the cookie the UI's own requests then carry.
-        status, _, set_cookie = fetch(0, f"/?token={token}")
-        assert status == 200 and token in set_cookie and "HttpOnly" in set_cookie
-        cookie = set_cookie.split(";", 1)[0]
-        assert fetch(0, "/localtrace", cookie)[:2] == (200, size)
-        assert fetch(0, "/vizviewer_info", cookie)[0] == 200
-        assert fetch(NOBODY, f"/localtrace?token={token}")[:2] == (200, size)
+        # The user with the URL: its code is spent for a redirect to the secret prefix,
+        # with no cookie (another 127.0.0.1 port would be sent it).
+        status, _, location, set_cookie = fetch(0, f"/?code={code}")
+        assert status == 302 and set_cookie == "-", (status, set_cookie)
+        prefix = urllib.parse.urlsplit(location).path
+        assert location == f"{parts.scheme}://{parts.netloc}{prefix}", location
+        assert len(prefix.strip("/")) >= 32 and code not in prefix
+        assert fetch(0, f"{prefix}localtrace")[:2] == (200, size)
+        assert fetch(0, f"{prefix}vizviewer_info")[0] == 200
+        # The code opens once: not for the user again, nor for anyone who saw it since.
+        assert fetch(0, f"/?code={code}")[0] == 403
+        assert fetch(NOBODY, f"/?code={code}")[0] == 403
+        # The secret prefix is the key, whoever holds it.
+        assert fetch(NOBODY, f"{prefix}localtrace")[:2] == (200, size)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -1,0 +1,39 @@
+"""Text made safe for the SVG and HTML outputs: names from a trace may hold any character.
+
+XML 1.0 forbids most C0 controls, lone surrogates and U+FFFE/U+FFFF even as character
+references, so one such name (a converted Kineto name, a recorded Python function) made a
+standalone SVG not well-formed and a browser stopped drawing at it.  HTML calls DEL and the
+C1 controls parse errors too, and all of them are invisible.  They are written visibly
+instead, as Python would show them (`\\x01`, `\\ud800`), so the name stays recognisable.
+"""
+
+from __future__ import annotations
+
+import re
+from html import escape as _html_escape
+
+# Tab, newline and carriage return are legal XML and stay.
+_UNSHOWABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """`text` with every character XML cannot carry (or HTML shows as nothing) written as
+    its escape sequence; any other text unchanged."""
+    return _UNSHOWABLE.sub(_shown, text)
+
+
+def escape(text: str, quote: bool = True) -> str:
+    """html.escape's contract (&, < and >, and quotes with `quote`, as entities: an
+    attribute value or element text), unshowable characters visible.  html.escape, not
+    xml.sax's, whose import pulls in urllib and http.client: 9 ms of every report's start."""
+    return _html_escape(visible(text), quote=quote)
+
+
+def escape_text(text: str) -> str:
+    """Element text: as `escape`, quotes left as they are."""
+    return _html_escape(visible(text), quote=False)
