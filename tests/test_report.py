@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from collector.frame_names import short_name
+from collector.frame_names import kernel_labels, short_name
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.perfetto.trace_processor import Trace, open_trace
 from exporters.report.html_page import FLAME_ID
@@ -99,11 +99,13 @@ def test_kernel_table_matches_the_raw_durations(trace_path: Path) -> None:
     rows = section(report, "kernels").rows
     assert len(rows) == len(durations) > 0
     kernel_total = sum(sum(d) for d in durations.values())
+    labels = kernel_labels([r.get("name_full", r["name"]) for r in rows])
     for row in rows:
-        # The cell shows the short name; the full one (what the trace holds) is kept for
-        # the HTML tooltip.
+        # The cell shows the short name with the template arguments that tell kernels
+        # apart; the full one (what the trace holds) is kept for the HTML tooltip.
         full = row.get("name_full", row["name"])
-        assert row["name"] == short_name(full)
+        assert row["name"] == labels[full]
+        assert row["name"].startswith(short_name(full).replace("(anonymous namespace)::", ""))
         d = sorted(durations[full])
         assert row["count"] == len(d)
         assert row["total_ns"] == sum(d)
@@ -242,8 +244,10 @@ def test_top_functions_cover_the_steady_state(recorded: RecordedTrace) -> None:
     assert section(whole, "top_functions").note.startswith("over all CPU samples")
 
 
-def test_report_terminal_output(example_trace: Path) -> None:
-    proc = run_cli("report", example_trace, "--top", "5")
+def test_report_terminal_output(example_trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every table (the one-screen default: tests/test_report_terminal.py), 100 columns wide.
+    monkeypatch.setenv("COLUMNS", "100")
+    proc = run_cli("report", example_trace, "--top", "5", "--all")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for title in (

@@ -19,7 +19,7 @@ from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.report.html_page import render_html
 from exporters.report.queries import DEFAULT_BINS, DEFAULT_TOP, collect
-from exporters.report.terminal import print_report
+from exporters.report.terminal import KEY_ROWS, print_report
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -79,7 +79,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--output", type=Path, help="also write this HTML page")
     p.add_argument(
-        "--top", type=int, default=DEFAULT_TOP, help=f"rows per table (default: {DEFAULT_TOP})"
+        "--all",
+        "--verbose",
+        dest="all",
+        action="store_true",
+        help="every table and fact (GPU busy per stream over time, copies, CUDA API calls, "
+        "launch latency, queues, GPU counters, the recorder's counters...); by default one "
+        "screen: the findings, steps, idle causes, top kernels, functions and launch sites",
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=None,
+        help=f"rows per table (default: {KEY_ROWS} on the one screen, {DEFAULT_TOP} with "
+        "--all and in the HTML page)",
     )
     p.add_argument(
         "--bins",
@@ -117,6 +130,9 @@ def main(args: argparse.Namespace) -> int:
     if len(args.traces) != 1:
         raise UserError("one trace at a time (several only with --ranks)")
     args.trace = Path(args.traces[0])
+    rows = args.top
+    if args.top is None:
+        args.top = DEFAULT_TOP
     if args.top < 1:
         raise UserError("--top must be at least 1")
     if not 1 <= args.bins <= 2000:
@@ -151,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
         assert report.analysis is not None
         print(json.dumps({"trace": str(args.trace), **report.analysis.to_json()}, indent=1))
     else:
-        print_report(report)
+        print_report(report, full=args.all, trace_path=str(args.trace), rows=rows)
     for out in (args.output, args.annotate):
         if out is not None:
             print(f"wrote {out}", file=sys.stderr)

@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from collector.frame_names import short_name, shorten_stack
+from collector.frame_names import kernel_labels, short_name, shorten_stack
 from exporters.analysis.analyze import Analysis, analyze
 from exporters.analysis.gpu_metrics import source_facts
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
@@ -19,7 +19,12 @@ from exporters.folded.folded import FoldedError, FoldedStacks, fold
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
 from exporters.report import top_functions, units
-from exporters.report.analysis_sections import analysis_facts, launch_sections, lead_sections
+from exporters.report.analysis_sections import (
+    analysis_facts,
+    analysis_summary,
+    launch_sections,
+    lead_sections,
+)
 from exporters.report.gpu_busy import StreamIslands, stream_islands, stream_rows
 from exporters.report.gpu_sections import gpu_sections
 from exporters.report.sections import Column, Section
@@ -54,6 +59,8 @@ class Report:
     flame_note: str = ""
     analysis: Analysis | None = None  # findings, steps, idle by cause (first in the report)
     lead_sections: tuple[Section, ...] = ()  # steps and idle by cause, before the rest
+    # The header of the one-screen report: what the trace holds, one span, one busy figure.
+    summary: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -72,14 +79,14 @@ _SPECS = (
         "Top GPU kernels by total time",
         "kernels.sql",
         (
-            Column("name", "kernel", "name"),
+            Column("name", "kernel", "kernel"),
             Column("count", "count", "count"),
             Column("total_ns", "total", "ns"),
             Column("pct", "% kernels", "pct"),
-            Column("mean_ns", "mean", "ns"),
-            Column("p50_ns", "p50", "ns"),
-            Column("p99_ns", "p99", "ns"),
-            Column("max_ns", "max", "ns"),
+            Column("mean_ns", "mean", "ns", optional=1),
+            Column("p50_ns", "p50", "ns", optional=3),
+            Column("p99_ns", "p99", "ns", optional=2),
+            Column("max_ns", "max", "ns", optional=4),
         ),
         "no GPU kernels in this trace",
         "p50/p99: nearest-rank percentiles of the kernel's durations",
@@ -94,7 +101,7 @@ _SPECS = (
             Column("busy_ns", "busy", "ns"),
             Column("idle_ns", "idle", "ns"),
             Column("busy_pct", "busy %", "pct"),
-            Column("ops", "ops", "count"),
+            Column("ops", "ops", "count", optional=1),
         ),
         "no GPU kernels, copies or sets in this trace",
         "busy = union of kernel/memcpy/memset intervals (overlaps counted once)",
@@ -121,8 +128,8 @@ _SPECS = (
             Column("calls", "calls", "count"),
             Column("total_ns", "total", "ns"),
             Column("pct", "% API", "pct"),
-            Column("mean_ns", "mean", "ns"),
-            Column("max_ns", "max", "ns"),
+            Column("mean_ns", "mean", "ns", optional=1),
+            Column("max_ns", "max", "ns", optional=2),
         ),
         "no CUDA API calls in this trace",
     ),
@@ -143,11 +150,11 @@ _SPECS = (
         "launch_stacks.sql",
         (
             Column("launched_from", "launched from", "name"),
-            Column("api", "API call"),
+            Column("api", "API call", optional=1),
             Column("stack", "CPU context (thread;...;caller)", "stack"),
             Column("gpu_ns", "GPU time", "ns"),
             Column("pct", "% GPU", "pct"),
-            Column("ops", "GPU ops", "count"),
+            Column("ops", "GPU ops", "count", optional=2),
         ),
         "no GPU ops linked to an API call in this trace",
     ),
@@ -235,6 +242,9 @@ def collect(
                 row["stack"] = frames.filter_folded(row["stack"], row.get("modules"), all_frames)
         if spec.key == "cpu_stacks":
             rows = _merged_stacks(rows, top)
+        for column in spec.columns:
+            if column.kind == "kernel":
+                _label_kernels(rows, column.key, full_names)
         if not full_names:
             for row in rows:
                 for column in spec.columns:
@@ -249,11 +259,11 @@ def collect(
                 row["launched_from"] = launched_from(row["stack"] or "")
         sections.append(Section(spec.key, spec.title, spec.columns, rows, spec.empty, note))
     flame, flame_note = _flame_stacks(trace, full_names, window, all_frames)
+    facts = _facts(trace, window, _api_totals(sections))
     return Report(
         trace=str(trace_name),
-        facts=_facts(trace, window, _api_totals(sections))
-        + analysis_facts(analysis)
-        + source_facts(trace),
+        facts=facts + analysis_facts(analysis) + source_facts(trace),
+        summary=_summary(facts) + analysis_summary(analysis),
         sections=sections + launch_sections(analysis, top) + gpu_sections(trace, analysis, top),
         timeline=_timeline(trace, busy, bins),
         flame=flame,
@@ -261,6 +271,17 @@ def collect(
         analysis=analysis,
         lead_sections=lead_sections(analysis, top, full_names),
     )
+
+
+def _label_kernels(rows: list[dict[str, Any]], key: str, full_names: bool) -> None:
+    """Kernel names that tell kernels apart (their functor or lambda kept) in the cells,
+    the full name beside them (HTML title)."""
+    names = [str(r[key]) for r in rows if isinstance(r.get(key), str)]
+    labels = {} if full_names else kernel_labels(names)
+    for row in rows:
+        if isinstance(row.get(key), str):
+            row[key + "_full"] = row[key]
+            row[key] = labels.get(row[key], row[key])
 
 
 def _top_functions(
@@ -403,6 +424,22 @@ def _facts(trace: Trace, window: int | None, api_totals: tuple[int, int]) -> lis
     )
     facts.append(("launch stacks", units.count(launches)))
     return facts
+
+
+def _summary(facts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The one-screen header's first lines, from the facts: the trace's length and GPUs, and
+    what it holds in one line."""
+    got = dict(facts)
+    length = next((v for k, v in facts if k == "trace duration" or k.startswith("capture")), "")
+    holds = ", ".join(
+        f"{got[k].split(' (')[0]} {k}"
+        for k in ("kernels", "memory copies", "memory sets", "CUDA API calls", "CPU samples")
+        if got.get(k, "0").split(" ")[0] not in ("0", "")
+    )
+    return [
+        ("trace", f"{length} on {got.get('GPUs', 'no GPU')}"),
+        ("holds", holds or "no GPU ops, API calls or CPU samples"),
+    ]
 
 
 def _window_fact(trace: Trace, window: int, dur: int) -> str:
