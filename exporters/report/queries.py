@@ -430,14 +430,17 @@ def _summary(facts: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The one-screen header's first lines, from the facts: the trace's length and GPUs, and
     what it holds in one line."""
     got = dict(facts)
-    length = next((v for k, v in facts if k == "trace duration" or k.startswith("capture")), "")
+    key, length = next(
+        ((k, v) for k, v in facts if k == "trace duration" or k.startswith("capture window")),
+        ("trace", ""),
+    )
     holds = ", ".join(
         f"{got[k].split(' (')[0]} {k}"
         for k in ("kernels", "memory copies", "memory sets", "CUDA API calls", "CPU samples")
         if got.get(k, "0").split(" ")[0] not in ("0", "")
     )
     return [
-        ("trace", f"{length} on {got.get('GPUs', 'no GPU')}"),
+        ("trace" if key == "trace duration" else key, f"{length} on {got.get('GPUs', 'no GPU')}"),
         ("holds", holds or "no GPU ops, API calls or CPU samples"),
     ]
 
