@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from collector.cli_text import FINDINGS_IN_WORDS
 from collector.commands.frame_flags import add_frame_flags
 from collector.commands.output import write_output
 from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
@@ -25,13 +26,15 @@ from exporters.report.terminal import KEY_ROWS, print_report
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report",
-        help="top kernels, GPU busy/idle, copies, API cost, stacks, counters",
-        description="Summarise a trace by SQL: top GPU kernels (count, total, mean, p50/p99), "
-        "GPU busy vs idle per device and stream over time, memcpy volume and bandwidth by "
-        "direction, the costliest CUDA API calls, top functions by CPU time (self and total; "
-        "whole stacks with --stacks), the launch stacks behind "
-        "the most GPU time and every drop/match counter. -o also writes a self-contained "
-        "HTML page with a utilisation timeline and an interactive flamegraph.",
+        help="findings (why the GPU waits, at which line, what to change), steps, top kernels",
+        description="What a trace says, answers first. Findings, ranked by the GPU time each "
+        f"explains, each with its evidence, the code to change and how: {FINDINGS_IN_WORDS}. "
+        "Then the steps (wall time, GPU busy by kind, idle), GPU idle by cause, and the top "
+        "kernels, functions (CPU samples) and launch sites: one screen. --all adds every "
+        "table: GPU busy vs idle per device and stream over time, memcpy volume and "
+        "bandwidth, the costliest CUDA API calls, launch latency, queue depth, GPU counters, "
+        "the recorder's drop/match counters. -o also writes a self-contained HTML page with "
+        "a utilisation timeline and an interactive flamegraph.",
     )
     p.add_argument(
         "traces",
