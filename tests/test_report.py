@@ -4,6 +4,7 @@ console errors, nothing requested off the machine, flamegraph GPU total = kernel
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -321,8 +322,13 @@ def test_html_report_in_chromium(trace_path: Path, tmp_path: Path) -> None:
     html = tmp_path / f"report_{trace_path.stem}.html"
     proc = run_cli("report", trace_path, "-o", html)
     assert proc.returncode == 0, proc.stderr
+    # The flamegraph covers what the findings cover (the steady state where steps are found).
+    span = json.loads(run_cli("report", trace_path, "--format", "json").stdout)["span"]
+    lo, hi = span["focus_ts"], span["focus_ts"] + span["focus_dur_ns"] + 1
     with open_trace(trace_path) as t:
-        kernel_ns = t.scalar("select sum(dur) from slice where category = 'kernel'")
+        kernel_ns = t.scalar(
+            f"select sum(dur) from slice where category = 'kernel' and ts >= {lo} and ts < {hi}"
+        )
         streams = t.scalar(
             "select count(*) from (select distinct tr.parent_id, tr.name from slice s "
             "join track tr on s.track_id = tr.id where s.category in ('kernel','memcpy','memset'))"

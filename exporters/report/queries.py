@@ -258,7 +258,12 @@ def collect(
             for row in rows:
                 row["launched_from"] = launched_from(row["stack"] or "")
         sections.append(Section(spec.key, spec.title, spec.columns, rows, spec.empty, note))
-    flame, flame_note = _flame_stacks(trace, full_names, window, all_frames)
+    span = analysis.span
+    # The flamegraph covers what the findings cover (the whole trace with --span all).
+    between = None if scope.span_all else (span.focus_ts, span.focus_ts + span.focus_dur + 1)
+    flame, flame_note = _flame_stacks(trace, full_names, window, all_frames, between)
+    if between is not None:
+        flame_note += f"; over {_focus_text(analysis)} (--span all: the whole trace)"
     facts = _facts(trace, window, _api_totals(sections))
     return Report(
         trace=str(trace_name),
@@ -335,18 +340,41 @@ def _merged_stacks(rows: list[dict[str, Any]], top: int) -> list[dict[str, Any]]
     return [{"stack": k, "samples": n, "pct": 100.0 * n / total} for k, n in ranked]
 
 
+def _focus_text(analysis: Analysis) -> str:
+    span = analysis.span
+    if span.focus_kind == "steps":
+        return f"steps 2-{span.steps}, the steady state the findings cover"
+    return "the active span, first GPU op to the end of the last"
+
+
 def _flame_stacks(
-    trace: Trace, full_names: bool, window: int | None, all_frames: bool = False
+    trace: Trace,
+    full_names: bool,
+    window: int | None,
+    all_frames: bool = False,
+    between: tuple[int, int] | None = None,
 ) -> tuple[FoldedStacks | None, str]:
     try:
         stacks = fold(
-            trace, "merge", "ns", full_names=full_names, window=window, all_frames=all_frames
+            trace,
+            "merge",
+            "ns",
+            full_names=full_names,
+            window=window,
+            all_frames=all_frames,
+            between=between,
         )
         note = "GPU ops weighted by GPU time, CPU samples by sampled CPU time"
     except FoldedError as exc:
         # CPU samples without a recorded frequency cannot be put in ns: GPU side only.
         stacks = fold(
-            trace, "gpu", "ns", full_names=full_names, window=window, all_frames=all_frames
+            trace,
+            "gpu",
+            "ns",
+            full_names=full_names,
+            window=window,
+            all_frames=all_frames,
+            between=between,
         )
         note = f"GPU stacks only: {exc}"
     if not stacks.lines:
