@@ -116,3 +116,18 @@ def test_flamegraph_and_report_say_their_span(traces: dict[str, Path], tmp_path:
     gpu = sum(w for s, w in report.flame.lines if "[GPU_" in s.rsplit(";", 1)[-1])
     assert gpu == _gpu_ns(path, lo, hi)
     assert "steady state the findings cover" in report.flame_note
+
+
+def test_report_takes_the_same_spans(traces: dict[str, Path]) -> None:
+    from exporters.report.queries import collect
+
+    path = traces["kineto"]
+    with open_trace(path) as t:
+        report = collect(t, path.name, flame_span="active")
+    assert report.flame is not None
+    gpu = sum(w for s, w in report.flame.lines if "[GPU_" in s.rsplit(";", 1)[-1])
+    assert gpu == _gpu_ns(path) and "over the active span" in report.flame_note
+    for span in ("steps", "active", "all"):
+        proc = run_cli("report", path, "--span", span, "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["span"]["kind"] == ("all" if span == "all" else "active")

@@ -20,6 +20,7 @@ from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.report.html_page import render_html
 from exporters.report.queries import DEFAULT_BINS, DEFAULT_TOP, collect
+from exporters.report.scope import SPANS
 from exporters.report.terminal import KEY_ROWS, print_report
 
 
@@ -66,12 +67,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--span",
-        choices=("active", "all"),
-        default="active",
-        help="what the analyses, GPU busy and top functions cover: the active span, from the "
-        "first GPU op to the end of the last (default; imports and set-up before it are not GPU "
-        "idle, and the findings and top functions look at its steady state, from the second "
-        "step), or the whole trace",
+        choices=SPANS,
+        default="steps",
+        help="what the report covers: steps (default): the findings, top functions and the "
+        "flamegraph look at the steady state, from each process's second step, the GPU busy "
+        "tables at the active span; active: the same, the flamegraph over the active span "
+        "(first GPU op to the end of the last: imports and set-up before it are not GPU "
+        "idle); all: everything over the whole trace",
     )
     p.add_argument(
         "--annotate",
@@ -157,6 +159,7 @@ def main(args: argparse.Namespace) -> int:
                 stacks=args.stacks,
                 window=args.window,
                 scope=scope,
+                flame_span=args.span,
             )
             marks = annotations(trace) if args.annotate is not None else None
     except (TraceOpenError, QueryError, FoldedError) as exc:

@@ -210,6 +210,7 @@ def collect(
     scope: Scope = DEFAULT_SCOPE,
     all_frames: bool = False,
     stacks: bool = False,
+    flame_span: str = "steps",
 ) -> Report:
     """The report of a trace, or of its capture window `window` (1-based, per process):
     the analysis (findings, steps, idle by cause) first, then the tables.  CPU time by
@@ -259,11 +260,21 @@ def collect(
                 row["launched_from"] = launched_from(row["stack"] or "")
         sections.append(Section(spec.key, spec.title, spec.columns, rows, spec.empty, note))
     span = analysis.span
-    # The flamegraph covers what the findings cover (the whole trace with --span all).
-    between = None if scope.span_all else (span.focus_ts, span.focus_ts + span.focus_dur + 1)
+    # The flamegraph covers what the findings cover (`flame_span` steps, the default), the
+    # active span, or (the analysis over the whole trace) everything.
+    between: tuple[int, int] | None = None
+    if not scope.span_all and flame_span == "active":
+        between = (span.ts, span.end_ts + 1)
+    elif not scope.span_all:
+        between = (span.focus_ts, span.focus_ts + span.focus_dur + 1)
     flame, flame_note = _flame_stacks(trace, full_names, window, all_frames, between)
     if between is not None:
-        flame_note += f"; over {_focus_text(analysis)} (--span all: the whole trace)"
+        what = (
+            "the active span, first GPU op to the end of the last"
+            if flame_span == "active"
+            else _focus_text(analysis)
+        )
+        flame_note += f"; over {what} (--span all: the whole trace)"
     facts = _facts(trace, window, _api_totals(sections))
     return Report(
         trace=str(trace_name),
