@@ -119,6 +119,8 @@ def test_report_thread_columns(workers_trace: Path) -> None:
     assert threads == set(THREADS.values())
     launched = {r["stack"].split(";", 1)[0] for r in sections["launch_stacks"].rows}
     assert launched == {"main", "pt_autograd_0"}
+    # The one-screen header counts what the trace holds.
+    assert dict(report.summary)["holds"] == "2 kernels, 2 CUDA API calls, 35 CPU samples"
 
 
 def test_ranks_and_several_plain_processes(tmp_path: Path) -> None:
