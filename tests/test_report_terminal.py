@@ -182,3 +182,15 @@ def test_ranks_table_within_the_width(tmp_path: Path, columns: int) -> None:
         lines = _check_lines(proc.stdout, columns, f"--ranks {args}")
         assert any("slowest: rank 1" in line for line in lines)
         assert any("step mean" in line for line in lines[:4]) or columns < 100
+
+
+def test_counter_values_keep_their_unit() -> None:
+    """NVML's counters read with their % sign, also one the catalog does not list (a track
+    name ends with its unit)."""
+    from exporters.report.gpu_sections import _unit, _value
+
+    assert _value(12.345, _unit("GPU utilization %")) == "12.3%"
+    assert _value(40.0, _unit("memory controller %")) == "40.0%"
+    assert _value(7.5, _unit("encoder utilization %")) == "7.5%"
+    assert _value(1500.0, _unit("SM clock MHz")) == "1,500 MHz"
+    assert _value(3.25, _unit("something")) == "3.25"
