@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import importlib
 import os
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from collector import __version__
+from collector.cli_text import FINDINGS_IN_WORDS
 from collector.errors import Terminated, UserError
 from collector.files import terminate_on_sigterm
 
@@ -23,9 +25,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     CUPTI source); without one (`--help`, a typo), every command's, for the listing."""
     parser = argparse.ArgumentParser(
         prog="xpu-perf",
-        description="Perfetto-first CPU+GPU profiler and trace converter.",
+        description="Perfetto-first CPU+GPU profiler and trace converter. `record` a program "
+        "(or `convert` a torch.profiler trace), then `report` it: ranked findings, each with "
+        "the time it explains, the code to change and how (" + FINDINGS_IN_WORDS + ").",
         epilog="Run 'xpu-perf COMMAND --help' for the options of one command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.description = _wrapped(parser.description or "")
     parser.add_argument("--version", action="version", version=f"xpu-perf {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     first = next(iter(argv), None) if argv is not None else None
@@ -48,7 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("xpu-perf: interrupted", file=sys.stderr)
         return 130
-    args = parser.parse_args(argv)
+    _check_command(parser, argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unrecognized(parser, args, extra)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
@@ -75,6 +84,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"xpu-perf {args.command}: error: {_os_error_line(exc)}", file=sys.stderr)
         _drop_stdout()
         return 1
+
+
+def _wrapped(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(" ".join(text.split()), width=min(100, _columns()))
+
+
+def _columns() -> int:
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return 80
+
+
+def _check_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A mistyped command names the nearest one (argparse only lists them all)."""
+    first = next(iter(argv), None)
+    if first is None or first.startswith("-") or first in COMMANDS:
+        return
+    near = difflib.get_close_matches(first, COMMANDS, n=1)
+    hint = f"; did you mean '{near[0]}'?" if near else f" (one of: {', '.join(COMMANDS)})"
+    parser.error(f"unknown command '{first}'{hint}")
+
+
+def _unrecognized(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
+) -> None:
+    """Arguments no option of the command knows: said by the command's own parser (its
+    usage, not the top level's), with the nearest of its flags for each mistyped one."""
+    sub = _subparser(parser, getattr(args, "command", None)) or parser
+    flags = [o for action in sub._actions for o in action.option_strings]
+    hints = []
+    for arg in extra:
+        name = arg.split("=", 1)[0]
+        if name.startswith("-"):
+            near = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
+            if near:
+                hints.append(f"did you mean {near[0]}?")
+    message = f"unrecognized arguments: {' '.join(extra)}"
+    sub.error(message + ("; " + " ".join(hints) if hints else ""))
+
+
+def _subparser(
+    parser: argparse.ArgumentParser, command: str | None
+) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return None
 
 
 def _os_error_line(exc: OSError) -> str:

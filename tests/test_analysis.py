@@ -230,7 +230,8 @@ def test_report_json_and_annotated_copy(scenario_traces: dict, tmp_path: Path) -
 
 def test_folded_idle_adds_up_to_the_idle_time(scenario_traces: dict) -> None:
     path, expected = scenario_traces["sync"]
-    res = run_cli("folded", path, "--mode", "idle", check=True)
+    # Every gap of the trace: the active span (the default covers the findings' steps).
+    res = run_cli("folded", path, "--mode", "idle", "--span", "active", check=True)
     lines = [line.rsplit(" ", 1) for line in res.stdout.splitlines()]
     assert sum(int(w) for _, w in lines) == sum(expected.gap_ns.values())
     heaviest = max(lines, key=lambda kv: int(kv[1]))[0]

@@ -170,7 +170,8 @@ def test_bad_graph_id_is_refused() -> None:
 
 def test_flamegraph_cli_gpu_total_is_kernel_time(example_trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "gpu.svg"
-    proc = run_cli("flamegraph", example_trace, "-o", out, "--mode", "gpu")
+    # The whole trace (the default, the steady state: tests/test_stack_span.py).
+    proc = run_cli("flamegraph", example_trace, "-o", out, "--mode", "gpu", "--span", "all")
     assert proc.returncode == 0, proc.stderr
     fs = frames(out.read_text())
     with open_trace(example_trace) as t:

@@ -19,7 +19,10 @@ def _lines(text: str) -> list[tuple[str, int]]:
 
 
 def test_gpu_folded_matches_kernel_time_and_has_context(example_trace: Path) -> None:
-    proc = run_cli("folded", example_trace, "--mode", "gpu", "--unit", "ns", check=True)
+    # The whole trace (the default, the steady state: tests/test_stack_span.py).
+    proc = run_cli(
+        "folded", example_trace, "--mode", "gpu", "--unit", "ns", "--span", "all", check=True
+    )
     lines = _lines(proc.stdout)
     kernel_lines = [(s, w) for s, w in lines if "[GPU_Kernel]" in s]
     with open_trace(example_trace) as t:

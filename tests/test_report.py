@@ -4,6 +4,7 @@ console errors, nothing requested off the machine, flamegraph GPU total = kernel
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from collector.frame_names import short_name
+from collector.frame_names import kernel_labels, short_name
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.perfetto.trace_processor import Trace, open_trace
 from exporters.report.html_page import FLAME_ID
@@ -99,11 +100,13 @@ def test_kernel_table_matches_the_raw_durations(trace_path: Path) -> None:
     rows = section(report, "kernels").rows
     assert len(rows) == len(durations) > 0
     kernel_total = sum(sum(d) for d in durations.values())
+    labels = kernel_labels([r.get("name_full", r["name"]) for r in rows])
     for row in rows:
-        # The cell shows the short name; the full one (what the trace holds) is kept for
-        # the HTML tooltip.
+        # The cell shows the short name with the template arguments that tell kernels
+        # apart; the full one (what the trace holds) is kept for the HTML tooltip.
         full = row.get("name_full", row["name"])
-        assert row["name"] == short_name(full)
+        assert row["name"] == labels[full]
+        assert row["name"].startswith(short_name(full).replace("(anonymous namespace)::", ""))
         d = sorted(durations[full])
         assert row["count"] == len(d)
         assert row["total_ns"] == sum(d)
@@ -242,8 +245,10 @@ def test_top_functions_cover_the_steady_state(recorded: RecordedTrace) -> None:
     assert section(whole, "top_functions").note.startswith("over all CPU samples")
 
 
-def test_report_terminal_output(example_trace: Path) -> None:
-    proc = run_cli("report", example_trace, "--top", "5")
+def test_report_terminal_output(example_trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every table (the one-screen default: tests/test_report_terminal.py), 100 columns wide.
+    monkeypatch.setenv("COLUMNS", "100")
+    proc = run_cli("report", example_trace, "--top", "5", "--all")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for title in (
@@ -317,8 +322,13 @@ def test_html_report_in_chromium(trace_path: Path, tmp_path: Path) -> None:
     html = tmp_path / f"report_{trace_path.stem}.html"
     proc = run_cli("report", trace_path, "-o", html)
     assert proc.returncode == 0, proc.stderr
+    # The flamegraph covers what the findings cover (the steady state where steps are found).
+    span = json.loads(run_cli("report", trace_path, "--format", "json").stdout)["span"]
+    lo, hi = span["focus_ts"], span["focus_ts"] + span["focus_dur_ns"] + 1
     with open_trace(trace_path) as t:
-        kernel_ns = t.scalar("select sum(dur) from slice where category = 'kernel'")
+        kernel_ns = t.scalar(
+            f"select sum(dur) from slice where category = 'kernel' and ts >= {lo} and ts < {hi}"
+        )
         streams = t.scalar(
             "select count(*) from (select distinct tr.parent_id, tr.name from slice s "
             "join track tr on s.track_id = tr.id where s.category in ('kernel','memcpy','memset'))"

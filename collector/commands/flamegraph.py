@@ -15,8 +15,10 @@ from exporters.analysis.idle_stacks import MODES, fold_mode
 from exporters.folded.folded import UNITS, FoldedError
 from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
+from exporters.perfetto.views import WindowError
 from exporters.report import units
 from exporters.report.flamegraph import render_svg
+from exporters.report.scope import SPAN_HELP, SPANS, describe_weights, stack_span
 
 _WHAT = {
     "merge": "GPU time by launch context + CPU time by sampled stack",
@@ -44,6 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--title", help="title (default: the trace file name and mode)")
     p.add_argument("--width", type=int, default=1200, help="width in px (default: 1200)")
+    p.add_argument("--span", choices=SPANS, default="steps", help=SPAN_HELP)
     add_frame_flags(p)
     p.add_argument(
         "--window",
@@ -66,6 +69,7 @@ def main(args: argparse.Namespace) -> int:
         check_output(args.output, [args.trace])  # before the queries; never the input
     try:
         with open_cached(args.trace, args.trace_processor) as trace:
+            span = stack_span(trace, args.span, args.window)
             stacks = fold_mode(
                 trace,
                 args.mode,
@@ -73,8 +77,10 @@ def main(args: argparse.Namespace) -> int:
                 full_names=args.full_names,
                 window=args.window,
                 all_frames=args.all_frames,
+                between=span.between,
+                focus=args.span == "steps",
             )
-    except (TraceOpenError, QueryError, FoldedError) as exc:
+    except (TraceOpenError, QueryError, FoldedError, WindowError) as exc:
         raise UserError(str(exc)) from None
     if not stacks.lines:
         raise UserError(f"nothing to draw: the trace has no stacks for --mode {args.mode}")
@@ -85,13 +91,13 @@ def main(args: argparse.Namespace) -> int:
         title=args.title
         or f"{args.trace.name}: {args.mode}"
         + (f", capture window {args.window}" if args.window else ""),
-        subtitle=f"{_WHAT[args.mode]}; total {units.weight(total, args.unit)}",
+        subtitle=f"{_WHAT[args.mode]}; total {units.weight(total, args.unit)}; over {span.what}",
         width=args.width,
     )
     write_output(args.output, svg)
     print(
-        f"{args.output}: {len(stacks.lines)} stacks, GPU {stacks.gpu_weight_ns / 1e6:.3f} ms, "
-        f"{stacks.cpu_samples} CPU samples",
+        f"{args.output}: {len(stacks.lines)} stacks, {describe_weights(args.mode, stacks)}; "
+        f"over {span.what}",
         file=sys.stderr,
     )
     return 0

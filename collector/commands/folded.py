@@ -15,6 +15,8 @@ from exporters.analysis.idle_stacks import MODES, fold_mode
 from exporters.folded.folded import UNITS, FoldedError
 from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
+from exporters.perfetto.views import WindowError
+from exporters.report.scope import SPAN_HELP, SPANS, describe_weights, stack_span
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -36,6 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="with --unit samples: samples per second used to turn time into samples "
         "(default: the recorded sampling frequency, else 99)",
     )
+    p.add_argument("--span", choices=SPANS, default="steps", help=SPAN_HELP)
     add_frame_flags(p)
     p.add_argument(
         "--window",
@@ -58,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
         check_output(args.output, [args.trace])  # before the queries; never the input
     try:
         with open_cached(args.trace, args.trace_processor) as trace:
+            span = stack_span(trace, args.span, args.window)
             stacks = fold_mode(
                 trace,
                 args.mode,
@@ -66,17 +70,20 @@ def main(args: argparse.Namespace) -> int:
                 full_names=args.full_names,
                 all_frames=args.all_frames,
                 window=args.window,
+                between=span.between,
+                focus=args.span == "steps",
             )
-    except (TraceOpenError, QueryError, FoldedError) as exc:
+    except (TraceOpenError, QueryError, FoldedError, WindowError) as exc:
         raise UserError(str(exc)) from None
     text = stacks.render()
     if args.output is None:
         sys.stdout.write(text)
+        print(f"folded: over {span.what}", file=sys.stderr)
     else:
         write_output(args.output, text)
         print(
-            f"{args.output}: {len(stacks.lines)} stacks, GPU {stacks.gpu_weight_ns / 1e6:.3f} ms, "
-            f"{stacks.cpu_samples} CPU samples",
+            f"{args.output}: {len(stacks.lines)} stacks, {describe_weights(args.mode, stacks)}; "
+            f"over {span.what}",
             file=sys.stderr,
         )
     return 0

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from collector.cli_text import FINDINGS_IN_WORDS
 from collector.commands.frame_flags import add_frame_flags
 from collector.commands.output import check_outputs, write_output
 from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
@@ -18,19 +19,22 @@ from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.report.html_page import render_html
 from exporters.report.queries import DEFAULT_BINS, DEFAULT_TOP, collect
-from exporters.report.terminal import print_report
+from exporters.report.scope import SPANS
+from exporters.report.terminal import KEY_ROWS, print_report
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report",
-        help="top kernels, GPU busy/idle, copies, API cost, stacks, counters",
-        description="Summarise a trace by SQL: top GPU kernels (count, total, mean, p50/p99), "
-        "GPU busy vs idle per device and stream over time, memcpy volume and bandwidth by "
-        "direction, the costliest CUDA API calls, top functions by CPU time (self and total; "
-        "whole stacks with --stacks), the launch stacks behind "
-        "the most GPU time and every drop/match counter. -o also writes a self-contained "
-        "HTML page with a utilisation timeline and an interactive flamegraph.",
+        help="findings (why the GPU waits, at which line, what to change), steps, top kernels",
+        description="What a trace says, answers first. Findings, ranked by the GPU time each "
+        f"explains, each with its evidence, the code to change and how: {FINDINGS_IN_WORDS}. "
+        "Then the steps (wall time, GPU busy by kind, idle), GPU idle by cause, and the top "
+        "kernels, functions (CPU samples) and launch sites: one screen. --all adds every "
+        "table: GPU busy vs idle per device and stream over time, memcpy volume and "
+        "bandwidth, the costliest CUDA API calls, launch latency, queue depth, GPU counters, "
+        "the recorder's drop/match counters. -o also writes a self-contained HTML page with "
+        "a utilisation timeline and an interactive flamegraph.",
     )
     p.add_argument(
         "traces",
@@ -62,12 +66,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--span",
-        choices=("active", "all"),
-        default="active",
-        help="what the analyses, GPU busy and top functions cover: the active span, from the "
-        "first GPU op to the end of the last (default; imports and set-up before it are not GPU "
-        "idle, and the findings and top functions look at its steady state, from the second "
-        "step), or the whole trace",
+        choices=SPANS,
+        default="steps",
+        help="what the report covers: steps (default): the findings, top functions and the "
+        "flamegraph look at the steady state, from each process's second step, the GPU busy "
+        "tables at the active span; active: the same, the flamegraph over the active span "
+        "(first GPU op to the end of the last: imports and set-up before it are not GPU "
+        "idle); all: everything over the whole trace",
     )
     p.add_argument(
         "--annotate",
@@ -78,7 +83,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--output", type=Path, help="also write this HTML page")
     p.add_argument(
-        "--top", type=int, default=DEFAULT_TOP, help=f"rows per table (default: {DEFAULT_TOP})"
+        "--all",
+        "--verbose",
+        dest="all",
+        action="store_true",
+        help="every table and fact (GPU busy per stream over time, copies, CUDA API calls, "
+        "launch latency, queues, GPU counters, the recorder's counters...); by default one "
+        "screen: the findings, steps, idle causes, top kernels, functions and launch sites",
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=None,
+        help=f"rows per table (default: {KEY_ROWS} on the one screen, {DEFAULT_TOP} with "
+        "--all and in the HTML page)",
     )
     p.add_argument(
         "--bins",
@@ -125,6 +143,9 @@ def main(args: argparse.Namespace) -> int:
     if len(args.traces) != 1:
         raise UserError("one trace at a time (several only with --ranks)")
     args.trace = Path(args.traces[0])
+    rows = args.top
+    if args.top is None:
+        args.top = DEFAULT_TOP
     if args.top < 1:
         raise UserError("--top must be at least 1")
     if not 1 <= args.bins <= 2000:
@@ -144,6 +165,7 @@ def main(args: argparse.Namespace) -> int:
                 stacks=args.stacks,
                 window=args.window,
                 scope=scope,
+                flame_span=args.span,
             )
             marks = annotations(trace) if args.annotate is not None else None
     except (TraceOpenError, QueryError, FoldedError) as exc:
@@ -157,7 +179,7 @@ def main(args: argparse.Namespace) -> int:
         assert report.analysis is not None
         print(json.dumps({"trace": str(args.trace), **report.analysis.to_json()}, indent=1))
     else:
-        print_report(report)
+        print_report(report, full=args.all, trace_path=str(args.trace), rows=rows)
     for out in (args.output, args.annotate):
         if out is not None:
             print(f"wrote {out}", file=sys.stderr)

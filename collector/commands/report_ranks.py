@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.text import Text
 
 from collector import batch_query
 from collector.commands.query import emit
@@ -17,7 +17,7 @@ from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.views import WindowError
 from exporters.report.ranks import DEFAULT_STEPS, rank_rows, ranks_sql, section, slowest
-from exporters.report.terminal import print_section
+from exporters.report.terminal import Screen, print_section
 
 
 def report_ranks(args: argparse.Namespace) -> int:
@@ -45,11 +45,11 @@ def report_ranks(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = [dict(zip(columns, row, strict=True)) for row in rows]
     worst = slowest(records)
     if args.format == "table":
-        # 14 columns: wider than the other report tables' 100 where not on a terminal.
-        console = Console(width=max(160, Console().width))
-        print_section(console, section(records, batch, steps))
+        screen = Screen()  # 14 columns: the optional ones go where they do not fit
+        print_section(screen, section(records, batch, steps))
         if worst is not None:
-            console.print(worst.describe())
+            screen.print(Text(worst.describe()))
+        screen.flush()
     else:
         emit(columns, rows, args.format)
         sys.stdout.flush()

@@ -15,6 +15,7 @@ from exporters.analysis.analyze import load
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.folded.folded import MODES as FOLD_MODES
 from exporters.folded.folded import FoldedError, FoldedStacks, fold, load_stack_tables
+from exporters.folded.frames import filter_folded
 from exporters.perfetto.trace_processor import Trace
 
 _SQL = """
@@ -26,15 +27,15 @@ sampled AS (
          NULL AS leaf
   FROM _xpu_gap_sample s
   JOIN tot ON tot.gap_id = s.gap_id
-  JOIN xpu_gpu_gap g ON g.id = s.gap_id
+  JOIN {gaps} g ON g.id = s.gap_id
   WHERE tot.c > 0 AND g.data_ns + g.host_ns > 0
 ),
 calls AS MATERIALIZED (
   SELECT g.utid, b.ts, g.sync_ns AS w, '[waiting in ' || g.block_name || ']' AS leaf
-  FROM xpu_gpu_gap g JOIN slice b ON b.id = g.block_id WHERE g.sync_ns > 0
+  FROM {gaps} g JOIN slice b ON b.id = g.block_id WHERE g.sync_ns > 0
   UNION ALL
   SELECT g.utid, a.ts, g.launch_ns, '[launch] ' || g.next_op
-  FROM xpu_gpu_gap g JOIN slice a ON a.id = g.api_id WHERE g.launch_ns > 0
+  FROM {gaps} g JOIN slice a ON a.id = g.api_id WHERE g.launch_ns > 0
 ),
 called AS (
   SELECT c.utid, ls.callsite_id, c.w, c.leaf FROM calls c
@@ -46,15 +47,19 @@ unsampled AS (
          g.other_ns + CASE WHEN g.id IN (SELECT gap_id FROM tot WHERE c > 0) THEN 0
                            ELSE g.data_ns + g.host_ns END AS w,
          '[GPU idle: other]' AS leaf
-  FROM xpu_gpu_gap g
+  FROM {gaps} g
 )
 SELECT coalesce(r.root, 'no thread') || coalesce(';' || cp.path, '')
-       || coalesce(';' || replace(x.leaf, ';', ':'), '') AS stack, sum(x.w) AS weight_ns
+       || coalesce(';' || replace(x.leaf, ';', ':'), '') AS stack,
+       -- the frames' modules, '' for the root and the leaf (exporters/folded/frames.py)
+       coalesce(';' || cp.modules, '') || CASE WHEN x.leaf IS NULL THEN '' ELSE ';' END
+         AS modules,
+       sum(x.w) AS weight_ns
 FROM (SELECT * FROM sampled UNION ALL SELECT * FROM called UNION ALL SELECT * FROM unsampled) x
 LEFT JOIN xpu_thread_root r USING (utid)
 LEFT JOIN xpu_callsite_path cp USING (callsite_id)
 WHERE x.w > 0
-GROUP BY stack
+GROUP BY stack, modules
 """
 
 
@@ -63,15 +68,21 @@ def fold_idle(
     full_names: bool = False,
     window: int | None = None,
     scope: Scope = DEFAULT_SCOPE,
+    all_frames: bool = False,
+    focus: bool = False,
 ) -> FoldedStacks:
+    """The idle stacks of the gaps in the analysed span, or (`focus`) of those the findings
+    and the report's idle table count (xpu_focus_gap); frames read as the other modes show
+    them (filtered unless all_frames). gpu_weight_ns: the GPU idle time behind the lines."""
     load(trace, scope, window)
     load_stack_tables(trace, window)
     weights: dict[str, float] = defaultdict(float)
-    for row in trace.query(_SQL):
-        stack = str(row["stack"])
+    sql = _SQL.replace("{gaps}", "xpu_focus_gap" if focus else "xpu_gpu_gap")
+    for row in trace.query(sql):
+        stack = filter_folded(str(row["stack"]), row["modules"], all_frames)
         weights[stack if full_names else shorten_stack(stack)] += float(row["weight_ns"])
     lines = sorted((s, round(w)) for s, w in weights.items())
-    return FoldedStacks(lines, "ns", 0, 0)
+    return FoldedStacks(lines, "ns", round(sum(weights.values())), 0)
 
 
 MODES = (*FOLD_MODES, "idle")
@@ -85,16 +96,30 @@ def fold_mode(
     full_names: bool = False,
     window: int | None = None,
     all_frames: bool = False,
+    between: tuple[int, int] | None = None,
+    focus: bool = False,
 ) -> FoldedStacks:
-    """`fold()` for its modes, `fold_idle()` for `idle` (ns or us; samples mean nothing for
-    idle time)."""
+    """`fold()` for its modes (GPU ops and samples in `between` where given), `fold_idle()`
+    for `idle` (ns or us; samples mean nothing for idle time): the gaps of the whole trace
+    where `between` is None, else of the active span, only those the findings count with
+    `focus`."""
     if mode != "idle":
         return fold(
-            trace, mode, unit, freq, full_names=full_names, window=window, all_frames=all_frames
+            trace,
+            mode,
+            unit,
+            freq,
+            full_names=full_names,
+            window=window,
+            all_frames=all_frames,
+            between=between,
         )
     if unit == "samples":
         raise FoldedError("--mode idle is weighted by GPU idle time: use --unit ns or us")
-    stacks = fold_idle(trace, full_names, window)
+    scope = Scope(span_all=between is None)
+    stacks = fold_idle(trace, full_names, window, scope, all_frames, focus)
     if unit == "us":
-        stacks = FoldedStacks([(s, w / 1000) for s, w in stacks.lines], "us", 0, 0)
+        stacks = FoldedStacks(
+            [(s, w / 1000) for s, w in stacks.lines], "us", stacks.gpu_weight_ns, 0
+        )
     return stacks

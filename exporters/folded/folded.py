@@ -64,6 +64,36 @@ def recorded_frequency(trace: Trace) -> float | None:
     return float(value) if value else None
 
 
+# The GPU ops that start in [{lo}, {hi}) as stacks.sql's xpu_folded_gpu folds them all.
+_GPU_BETWEEN = """
+WITH g AS (
+  SELECT api_id, category, name, sum(dur) AS weight_ns FROM xpu_gpu_op
+  WHERE category IN ('kernel', 'memcpy', 'memset') AND ts >= {lo} AND ts < {hi}
+  GROUP BY api_id, category, name
+)
+SELECT
+  coalesce(c.root || ';', '') || coalesce(c.context || ';', '')
+    || coalesce(replace(c.api_name, ';', ':') || ';', '')
+    || CASE g.category WHEN 'kernel' THEN '[GPU_Kernel]' WHEN 'memcpy' THEN '[GPU_Memcpy]'
+                       ELSE '[GPU_Memset]' END
+    || replace(g.name, ';', ':') AS stack,
+  CASE WHEN c.context IS NULL THEN ';;' ELSE ';' || c.context_modules || ';;' END AS modules,
+  sum(g.weight_ns) AS weight_ns
+FROM g LEFT JOIN xpu_api_context c ON c.api_id = g.api_id
+GROUP BY stack, modules
+"""
+# The CPU samples in [{lo}, {hi}) as stacks.sql's xpu_folded_cpu folds them all.
+_CPU_BETWEEN = """
+SELECT r.root || coalesce(';' || cp.path, '') AS stack,
+       coalesce(';' || cp.modules, '') AS modules, count(*) AS samples
+FROM xpu_cpu_sample s
+JOIN xpu_thread_root r USING (utid)
+LEFT JOIN xpu_callsite_path cp USING (callsite_id)
+WHERE s.ts >= {lo} AND s.ts < {hi}
+GROUP BY stack, modules
+"""
+
+
 def fold(
     trace: Trace,
     mode: str = "merge",
@@ -72,8 +102,11 @@ def fold(
     full_names: bool = False,
     window: int | None = None,
     all_frames: bool = False,
+    between: tuple[int, int] | None = None,
 ) -> FoldedStacks:
     """Folded stacks of a trace, or of its capture window `window` (1-based, per process);
+    only the GPU ops starting and the CPU samples taken in `between` [lo, hi) where given
+    (the span the findings cover: exporters/report/scope.py);
     C++ frames read without parameters and template arguments unless full_names, the
     interpreter's frames between two Python frames hidden unless all_frames
     (exporters/folded/frames.py; stacks that become equal are added up)."""
@@ -88,13 +121,22 @@ def fold(
     gpu_ns = 0
     cpu_samples = 0
     if mode in ("gpu", "merge"):
-        for row in trace.query("select stack, modules, weight_ns from xpu_folded_gpu"):
+        gpu_sql = (
+            "select stack, modules, weight_ns from xpu_folded_gpu"
+            if between is None
+            else _GPU_BETWEEN.format(lo=int(between[0]), hi=int(between[1]))
+        )
+        for row in trace.query(gpu_sql):
             ns = int(row["weight_ns"] or 0)
             gpu_ns += ns
             stack = filter_folded(row["stack"], row["modules"], all_frames)
             weights[stack] += _from_ns(ns, unit, out_freq)
     if mode in ("cpu", "merge"):
-        rows = trace.query("select stack, modules, samples from xpu_folded_cpu")
+        rows = trace.query(
+            "select stack, modules, samples from xpu_folded_cpu"
+            if between is None
+            else _CPU_BETWEEN.format(lo=int(between[0]), hi=int(between[1]))
+        )
         if rows and sample_hz is None and unit != "samples":
             raise FoldedError(
                 "the trace does not record its CPU sampling frequency; use --unit samples"

@@ -29,12 +29,6 @@ FROM (
 )
 GROUP BY leaf;
 
--- Root frame of every stack: the thread (or process) it ran on.
-CREATE PERFETTO VIEW xpu_thread_root AS
-SELECT t.utid,
-       replace(coalesce(t.name, p.name, 'pid ' || p.pid, 'tid ' || t.tid), ';', ':') AS root
-FROM thread t LEFT JOIN process p USING (upid);
-
 -- GPU time per launching call and op name first (integers and a name to group: 16k rows
 -- from 62k ops at 1M slices), then per stack: grouping every op by its whole stack text
 -- took 0.27 s there, the two steps 0.19 s.
@@ -59,6 +53,69 @@ FROM _xpu_launched_id l
 JOIN xpu_thread_slice api ON api.id = l.api_id
 JOIN slice s ON s.id = l.api_id
 ORDER BY api.id;
+
+-- Root frame of every stack: the thread it ran on, named as a person knows it
+-- (docs/ARCHITECTURE.md, "Thread and process names"):
+-- - a process's role is its name less the program in parentheses (`DataLoader worker 0
+--   (python3)` -> `DataLoader worker 0`, `rank 1 (python3)` -> `rank 1`); its main thread
+--   reads as the role; without one, `main` where one such process did anything, else
+--   `PROGRAM pid N`;
+-- - another thread reads as its own name (Kineto's `thread 442 (pt_autograd_0)` as
+--   `pt_autograd_0`), `thread TID` where it only inherited the program's name (native
+--   pools: BLAS, OpenMP), after `ROLE: ` in a process with a role (or `PROGRAM pid N: `);
+-- - brackets instead of parentheses and no '<' or ';', so short names leave it as it is.
+CREATE PERFETTO TABLE xpu_thread_root AS
+WITH
+  th AS (
+    SELECT t.utid, t.tid, t.upid, p.pid,
+           coalesce(t.is_main_thread, t.tid = p.pid, 0) AS main,
+           CASE WHEN t.name GLOB 'thread [0-9]* (*)'
+                THEN substr(t.name, instr(t.name, '(') + 1,
+                            length(t.name) - instr(t.name, '(') - 1)
+                ELSE t.name END AS name,
+           p.name AS pname
+    FROM thread t LEFT JOIN process p USING (upid)
+  ),
+  pr AS (
+    SELECT DISTINCT upid, pid,
+           CASE WHEN pname GLOB '?* (*)' THEN substr(pname, 1, instr(pname, ' (') - 1) END
+             AS role,
+           CASE WHEN pname GLOB '?* (*)'
+                THEN substr(pname, instr(pname, ' (') + 2, length(pname) - instr(pname, ' (') - 2)
+                ELSE pname END AS program
+    FROM th WHERE upid IS NOT NULL
+  ),
+  -- the processes whose threads are in the stacks: sampled, or launching GPU work
+  busy_upid AS (
+    SELECT DISTINCT t.upid FROM (
+      SELECT DISTINCT utid FROM xpu_cpu_sample UNION SELECT DISTINCT utid FROM _xpu_launched_api
+    ) u JOIN thread t USING (utid)
+  ),
+  plain AS (
+    SELECT count(*) AS n FROM pr JOIN busy_upid USING (upid) WHERE pr.role IS NULL
+  ),
+  labelled AS (
+    SELECT th.utid,
+           CASE
+             WHEN pr.role IS NOT NULL THEN pr.role
+             WHEN (SELECT n FROM plain) <= 1 THEN 'main'
+             ELSE coalesce(pr.program, 'process') || ' pid ' || coalesce(th.pid, '?')
+           END AS process_label,
+           th.main, pr.role,
+           CASE WHEN th.name IS NULL OR th.name = '' OR th.name = pr.program
+                     OR th.name = th.pname
+                THEN 'thread ' || th.tid ELSE th.name END AS thread_label
+    FROM th LEFT JOIN pr USING (upid)
+  )
+SELECT utid,
+       replace(replace(replace(replace(replace(
+         CASE
+           WHEN main THEN process_label
+           WHEN role IS NOT NULL OR process_label != 'main'
+             THEN process_label || ': ' || thread_label
+           ELSE thread_label
+         END, ';', ':'), '(', '['), ')', ']'), '<', '‹'), '>', '›') AS root
+FROM labelled;
 
 -- The names of the CPU slices enclosing each launching call's parent, root first, and
 -- the parent's own: the call's enclosing slices, found once per parent (launches of one

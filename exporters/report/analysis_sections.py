@@ -4,7 +4,7 @@ layouts themselves (terminal.py, html_page.py): they are prose, not rows."""
 
 from __future__ import annotations
 
-from collector.frame_names import shorten_stack
+from collector.frame_names import kernel_labels
 from exporters.analysis.analyze import Analysis
 from exporters.report import units
 from exporters.report.sections import Column, Section
@@ -45,6 +45,37 @@ def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
     return facts
 
 
+def analysis_summary(analysis: Analysis) -> list[tuple[str, str]]:
+    """The one-screen header's analysis lines: the one span the findings cover and the GPU
+    busy there, and the steps."""
+    span = analysis.span
+    if span.focus_kind == "steps":
+        what = (
+            f"steps 2-{span.steps}, the steady state (set-up and the first step left out; "
+            "--span all: the whole trace)"
+        )
+    elif span.kind == "all":
+        what = "the whole trace"
+    else:
+        what = "first GPU op to the end of the last (set-up before it left out)"
+    if span.regions > 1:
+        what += f", inside {span.regions} capture windows"
+    busy = span.focus_busy_ns / max(1, span.focus_ns)
+    devices = f" of {span.devices} GPUs" if span.devices > 1 else ""
+    steps = analysis.steps
+    return [
+        ("analysed", f"{units.duration(span.focus_dur)}: {what}"),
+        ("GPU busy", f"{100 * busy:.1f}%{devices} ({units.duration(span.focus_busy_ns)})"),
+        (
+            "steps",
+            f"{steps.count}, median {units.duration(steps.median_ns)}, "
+            f"max {units.duration(steps.max_ns)} ({steps.source})"
+            if steps.steps
+            else "none found (no ProfilerStep/--steps slices, no repeating launches)",
+        ),
+    ]
+
+
 def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Section, ...]:
     span_ns = analysis.span.focus_ns
     idle_rows = [
@@ -74,10 +105,9 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
     )
     shown = analysis.steps.steps
     if len(shown) > top:
-        # The slowest steps, in step order (the summary holds the slowest when it cannot
+        # The slowest steps, slowest first (the summary holds the slowest when it cannot
         # hold every step: these are the slowest of all).
-        keep = {s.step for s in sorted(shown, key=lambda s: -s.dur)[:top]}
-        shown = [s for s in shown if s.step in keep]
+        shown = sorted(shown, key=lambda s: (-s.dur, s.step))[:top]
     steps = Section(
         "steps",
         "Steps (wall time, GPU busy by kind, idle)"
@@ -87,8 +117,8 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
             Column("dur", "wall", "ns"),
             Column("compute_ns", "compute", "ns"),
             Column("nccl_ns", "NCCL", "ns"),
-            Column("memcpy_ns", "memcpy", "ns"),
-            Column("memset_ns", "memset", "ns"),
+            Column("memcpy_ns", "memcpy", "ns", optional=2),
+            Column("memset_ns", "memset", "ns", optional=3),
             Column("idle_ns", "GPU idle", "ns"),
             Column("busy_pct", "busy %", "pct"),
         ),
@@ -113,20 +143,25 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
     return (idle, steps)
 
 
+def _kernel_rows(rows: list[dict]) -> list[dict]:
+    labels = kernel_labels([str(r["name"]) for r in rows])
+    return [dict(r, name=labels[str(r["name"])], name_full=r["name"]) for r in rows]
+
+
 def launch_sections(analysis: Analysis, top: int) -> list[Section]:
     st = analysis.launches
     kernels = Section(
         "launch_latency",
         "Launch latency per kernel (API call start -> GPU start)",
         (
-            Column("name", "kernel", "name"),
+            Column("name", "kernel", "kernel"),
             Column("launches", "launches", "count"),
             Column("latency_p50_ns", "p50", "ns"),
-            Column("latency_p99_ns", "p99", "ns"),
-            Column("latency_max_ns", "max", "ns"),
-            Column("shorter_than_call", "shorter than call", "count"),
+            Column("latency_p99_ns", "p99", "ns", optional=2),
+            Column("latency_max_ns", "max", "ns", optional=3),
+            Column("shorter_than_call", "shorter than call", "count", optional=1),
         ),
-        [dict(r, name=shorten_stack(str(r["name"]))) for r in st.kernels[:top]],
+        _kernel_rows(st.kernels[:top]),
         "no kernels linked to their launch call",
         f"{st.shorter_than_call} of {st.launches} kernels ran shorter than their launch call; "
         f"latency p50 {units.duration(st.latency_p50_ns)}, p99 {units.duration(st.latency_p99_ns)}",

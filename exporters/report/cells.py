@@ -39,12 +39,18 @@ def short_stack(stack: str, tail: int = STACK_TAIL_FRAMES) -> str:
 
 
 def is_numeric(column: Column) -> bool:
-    return column.kind not in ("text", "name", "stack")
+    return column.kind not in ("text", "name", "kernel", "stack")
 
 
 def cut(text: str, width: int, keep_end: bool) -> str:
-    """`text` in at most `width` characters, '…' where it was cut; stacks keep their leaf
-    end (the caller nearest the work), names their start."""
+    """`text` in at most `width` characters, '…' where it was cut: stacks keep their leaf
+    end (the caller nearest the work); names lose their middle, so both the start and the
+    end read (a kernel's telling template argument, a function's file, sit at the end)."""
     if len(text) <= width:
         return text
-    return "…" + text[-(width - 1) :] if keep_end else text[: width - 1] + "…"
+    if width <= 1:
+        return "…"[:width]
+    if keep_end:
+        return "…" + text[-(width - 1) :]
+    head = (width - 1) * 2 // 5
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]

@@ -4,12 +4,22 @@ allocation sites that held it (exporters/analysis/gpu_metrics.py, device_memory.
 
 from __future__ import annotations
 
+from collector.frame_names import kernel_labels
 from collector.gpu_metrics import catalog
 from exporters.analysis import device_memory, gpu_metrics
 from exporters.analysis.analyze import Analysis
 from exporters.perfetto.trace_processor import Trace
 from exporters.report import units
 from exporters.report.sections import Column, Section
+
+
+def _unit(metric: str) -> str:
+    """A counter's unit: the catalog's, else the one its track name ends with
+    (`GPU utilization %`, `SM clock MHz`)."""
+    if metric in _UNITS:
+        return _UNITS[metric]
+    last = metric.rsplit(" ", 1)[-1]
+    return last if last in ("%", "MHz", "W", "MiB/s") else ""
 
 
 def _value(value: float | None, unit: str) -> str:
@@ -19,7 +29,8 @@ def _value(value: float | None, unit: str) -> str:
         return units.percent(value)
     if unit == "bytes":
         return units.byte_count(value)
-    return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
+    text = f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
+    return text.strip()
 
 
 def gpu_sections(trace: Trace, analysis: Analysis, top: int) -> list[Section]:
@@ -38,13 +49,12 @@ def gpu_sections(trace: Trace, analysis: Analysis, top: int) -> list[Section]:
 
 def _device_section(trace: Trace) -> Section:
     counters = gpu_metrics.device_counters(trace)
-    unit = _UNITS
     rows = [
         {
             "device": c.device,
             "metric": c.metric,
-            "mean": _value(c.mean, unit.get(c.metric, "")),
-            "peak": _value(c.peak, unit.get(c.metric, "")),
+            "mean": _value(c.mean, _unit(c.metric)),
+            "peak": _value(c.peak, _unit(c.metric)),
             "values": c.values,
         }
         for c in counters
@@ -66,8 +76,12 @@ def _device_section(trace: Trace) -> Section:
 
 def _kernel_section(trace: Trace, top: int) -> Section:
     metrics, rows = gpu_metrics.kernel_table(trace, top)
+    labels = kernel_labels([str(r["name"]) for r in rows])
+    for row in rows:
+        row["name_full"] = row["name"]
+        row["name"] = labels[str(row["name"])]
     columns = [
-        Column("name", "kernel", "name"),
+        Column("name", "kernel", "kernel"),
         Column("kernels", "kernels", "count"),
         Column("gpu_ns", "GPU time", "ns"),
     ]

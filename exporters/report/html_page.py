@@ -141,7 +141,7 @@ def _section(section: Section) -> str:
             if is_numeric(col):
                 raw = "" if value is None else f' data-v="{value}"'
                 cells.append(f'<td class="num"{raw}>{text}</td>')
-            elif col.kind in ("stack", "name"):
+            elif col.kind in ("stack", "name", "kernel"):
                 # The cell shows the short form; the full name or stack is its tooltip.
                 full = row.get(col.key + "_full", value)
                 cells.append(f'<td class="name" title="{escape(str(full))}">{text}</td>')

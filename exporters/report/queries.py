@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from collector.frame_names import short_name, shorten_stack
+from collector.frame_names import kernel_labels, short_name, shorten_stack
 from exporters.analysis.analyze import Analysis, analyze
 from exporters.analysis.gpu_metrics import source_facts
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
@@ -19,7 +19,12 @@ from exporters.folded.folded import FoldedError, FoldedStacks, fold
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
 from exporters.report import top_functions, units
-from exporters.report.analysis_sections import analysis_facts, launch_sections, lead_sections
+from exporters.report.analysis_sections import (
+    analysis_facts,
+    analysis_summary,
+    launch_sections,
+    lead_sections,
+)
 from exporters.report.gpu_busy import StreamIslands, stream_islands, stream_rows
 from exporters.report.gpu_sections import gpu_sections
 from exporters.report.sections import Column, Section
@@ -54,6 +59,8 @@ class Report:
     flame_note: str = ""
     analysis: Analysis | None = None  # findings, steps, idle by cause (first in the report)
     lead_sections: tuple[Section, ...] = ()  # steps and idle by cause, before the rest
+    # The header of the one-screen report: what the trace holds, one span, one busy figure.
+    summary: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -72,14 +79,14 @@ _SPECS = (
         "Top GPU kernels by total time",
         "kernels.sql",
         (
-            Column("name", "kernel", "name"),
+            Column("name", "kernel", "kernel"),
             Column("count", "count", "count"),
             Column("total_ns", "total", "ns"),
             Column("pct", "% kernels", "pct"),
-            Column("mean_ns", "mean", "ns"),
-            Column("p50_ns", "p50", "ns"),
-            Column("p99_ns", "p99", "ns"),
-            Column("max_ns", "max", "ns"),
+            Column("mean_ns", "mean", "ns", optional=1),
+            Column("p50_ns", "p50", "ns", optional=3),
+            Column("p99_ns", "p99", "ns", optional=2),
+            Column("max_ns", "max", "ns", optional=4),
         ),
         "no GPU kernels in this trace",
         "p50/p99: nearest-rank percentiles of the kernel's durations",
@@ -94,7 +101,7 @@ _SPECS = (
             Column("busy_ns", "busy", "ns"),
             Column("idle_ns", "idle", "ns"),
             Column("busy_pct", "busy %", "pct"),
-            Column("ops", "ops", "count"),
+            Column("ops", "ops", "count", optional=1),
         ),
         "no GPU kernels, copies or sets in this trace",
         "busy = union of kernel/memcpy/memset intervals (overlaps counted once)",
@@ -121,8 +128,8 @@ _SPECS = (
             Column("calls", "calls", "count"),
             Column("total_ns", "total", "ns"),
             Column("pct", "% API", "pct"),
-            Column("mean_ns", "mean", "ns"),
-            Column("max_ns", "max", "ns"),
+            Column("mean_ns", "mean", "ns", optional=1),
+            Column("max_ns", "max", "ns", optional=2),
         ),
         "no CUDA API calls in this trace",
     ),
@@ -143,11 +150,11 @@ _SPECS = (
         "launch_stacks.sql",
         (
             Column("launched_from", "launched from", "name"),
-            Column("api", "API call"),
+            Column("api", "API call", optional=1),
             Column("stack", "CPU context (thread;...;caller)", "stack"),
             Column("gpu_ns", "GPU time", "ns"),
             Column("pct", "% GPU", "pct"),
-            Column("ops", "GPU ops", "count"),
+            Column("ops", "GPU ops", "count", optional=2),
         ),
         "no GPU ops linked to an API call in this trace",
     ),
@@ -203,6 +210,7 @@ def collect(
     scope: Scope = DEFAULT_SCOPE,
     all_frames: bool = False,
     stacks: bool = False,
+    flame_span: str = "steps",
 ) -> Report:
     """The report of a trace, or of its capture window `window` (1-based, per process):
     the analysis (findings, steps, idle by cause) first, then the tables.  CPU time by
@@ -235,6 +243,9 @@ def collect(
                 row["stack"] = frames.filter_folded(row["stack"], row.get("modules"), all_frames)
         if spec.key == "cpu_stacks":
             rows = _merged_stacks(rows, top)
+        for column in spec.columns:
+            if column.kind == "kernel":
+                _label_kernels(rows, column.key, full_names)
         if not full_names:
             for row in rows:
                 for column in spec.columns:
@@ -248,12 +259,27 @@ def collect(
             for row in rows:
                 row["launched_from"] = launched_from(row["stack"] or "")
         sections.append(Section(spec.key, spec.title, spec.columns, rows, spec.empty, note))
-    flame, flame_note = _flame_stacks(trace, full_names, window, all_frames)
+    span = analysis.span
+    # The flamegraph covers what the findings cover (`flame_span` steps, the default), the
+    # active span, or (the analysis over the whole trace) everything.
+    between: tuple[int, int] | None = None
+    if not scope.span_all and flame_span == "active":
+        between = (span.ts, span.end_ts + 1)
+    elif not scope.span_all:
+        between = (span.focus_ts, span.focus_ts + span.focus_dur + 1)
+    flame, flame_note = _flame_stacks(trace, full_names, window, all_frames, between)
+    if between is not None:
+        what = (
+            "the active span, first GPU op to the end of the last"
+            if flame_span == "active"
+            else _focus_text(analysis)
+        )
+        flame_note += f"; over {what} (--span all: the whole trace)"
+    facts = _facts(trace, window, _api_totals(sections))
     return Report(
         trace=str(trace_name),
-        facts=_facts(trace, window, _api_totals(sections))
-        + analysis_facts(analysis)
-        + source_facts(trace),
+        facts=facts + analysis_facts(analysis) + source_facts(trace),
+        summary=_summary(facts) + analysis_summary(analysis),
         sections=sections + launch_sections(analysis, top) + gpu_sections(trace, analysis, top),
         timeline=_timeline(trace, busy, bins),
         flame=flame,
@@ -261,6 +287,17 @@ def collect(
         analysis=analysis,
         lead_sections=lead_sections(analysis, top, full_names),
     )
+
+
+def _label_kernels(rows: list[dict[str, Any]], key: str, full_names: bool) -> None:
+    """Kernel names that tell kernels apart (their functor or lambda kept) in the cells,
+    the full name beside them (HTML title)."""
+    names = [str(r[key]) for r in rows if isinstance(r.get(key), str)]
+    labels = {} if full_names else kernel_labels(names)
+    for row in rows:
+        if isinstance(row.get(key), str):
+            row[key + "_full"] = row[key]
+            row[key] = labels.get(row[key], row[key])
 
 
 def _top_functions(
@@ -314,18 +351,41 @@ def _merged_stacks(rows: list[dict[str, Any]], top: int) -> list[dict[str, Any]]
     return [{"stack": k, "samples": n, "pct": 100.0 * n / total} for k, n in ranked]
 
 
+def _focus_text(analysis: Analysis) -> str:
+    span = analysis.span
+    if span.focus_kind == "steps":
+        return f"steps 2-{span.steps}, the steady state the findings cover"
+    return "the active span, first GPU op to the end of the last"
+
+
 def _flame_stacks(
-    trace: Trace, full_names: bool, window: int | None, all_frames: bool = False
+    trace: Trace,
+    full_names: bool,
+    window: int | None,
+    all_frames: bool = False,
+    between: tuple[int, int] | None = None,
 ) -> tuple[FoldedStacks | None, str]:
     try:
         stacks = fold(
-            trace, "merge", "ns", full_names=full_names, window=window, all_frames=all_frames
+            trace,
+            "merge",
+            "ns",
+            full_names=full_names,
+            window=window,
+            all_frames=all_frames,
+            between=between,
         )
         note = "GPU ops weighted by GPU time, CPU samples by sampled CPU time"
     except FoldedError as exc:
         # CPU samples without a recorded frequency cannot be put in ns: GPU side only.
         stacks = fold(
-            trace, "gpu", "ns", full_names=full_names, window=window, all_frames=all_frames
+            trace,
+            "gpu",
+            "ns",
+            full_names=full_names,
+            window=window,
+            all_frames=all_frames,
+            between=between,
         )
         note = f"GPU stacks only: {exc}"
     if not stacks.lines:
@@ -403,6 +463,25 @@ def _facts(trace: Trace, window: int | None, api_totals: tuple[int, int]) -> lis
     )
     facts.append(("launch stacks", units.count(launches)))
     return facts
+
+
+def _summary(facts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The one-screen header's first lines, from the facts: the trace's length and GPUs, and
+    what it holds in one line."""
+    got = dict(facts)
+    key, length = next(
+        ((k, v) for k, v in facts if k == "trace duration" or k.startswith("capture window")),
+        ("trace", ""),
+    )
+    holds = ", ".join(
+        f"{got[k].split(' ')[0]} {k}"  # the count: `311 (1.35 ms)`, `35 at 1,000 Hz`
+        for k in ("kernels", "memory copies", "memory sets", "CUDA API calls", "CPU samples")
+        if got.get(k, "0").split(" ")[0] not in ("0", "")
+    )
+    return [
+        ("trace" if key == "trace duration" else key, f"{length} on {got.get('GPUs', 'no GPU')}"),
+        ("holds", holds or "no GPU ops, API calls or CPU samples"),
+    ]
 
 
 def _window_fact(trace: Trace, window: int, dur: int) -> str:

@@ -22,18 +22,18 @@ DEFAULT_STEPS = "ProfilerStep#*"
 COLUMNS = (
     Column("rank", "rank", "id"),
     Column("host", "host"),
-    Column("pid", "pid", "id"),
+    Column("pid", "pid", "id", optional=6),
     Column("process", "process", "name"),
-    Column("gpu_busy_ns", "GPU busy", "ns"),
+    Column("gpu_busy_ns", "GPU busy", "ns", optional=2),
     Column("gpu_busy_pct", "busy %", "pct"),
     Column("compute_ns", "compute", "ns"),
     Column("comm_ns", "NCCL", "ns"),
-    Column("comm_kernels", "NCCL ops", "count"),
+    Column("comm_kernels", "NCCL ops", "count", optional=5),
     Column("exposed_comm_ns", "NCCL exposed", "ns"),
-    Column("exposed_pct", "exposed %", "pct"),
-    Column("steps", "steps", "count"),
+    Column("exposed_pct", "exposed %", "pct", optional=1),
+    Column("steps", "steps", "count", optional=3),
     Column("step_mean_ns", "step mean", "ns"),
-    Column("step_max_ns", "step max", "ns"),
+    Column("step_max_ns", "step max", "ns", optional=4),
 )
 TRACE_COLUMN = Column("trace", "trace", "name")
 
@@ -60,6 +60,7 @@ class Slowest:
     criterion: str  # "mean step time" or "compute time" (no steps marked)
     value_ns: int
     fastest_ns: int  # the same measure of the fastest rank
+    ranks: int = 2  # how many were compared
 
     def describe(self) -> str:
         row = self.row
@@ -70,7 +71,7 @@ class Slowest:
         extra = (
             f", {100.0 * (self.value_ns - self.fastest_ns) / self.fastest_ns:.1f}% above the "
             "fastest rank"
-            if self.fastest_ns > 0
+            if self.fastest_ns > 0 and self.ranks > 1
             else ""
         )
         return f"slowest: {who} ({where}): {self.criterion} {self.value_ns / 1e3:.1f} us{extra}"
@@ -89,7 +90,7 @@ def slowest(rows: list[dict[str, Any]]) -> Slowest | None:
         return None
     worst = max(pool, key=lambda r: (r[key], -(r.get("rank") or 0)))
     best = min(int(r[key]) for r in pool)
-    return Slowest(worst, criterion, int(worst[key]), best)
+    return Slowest(worst, criterion, int(worst[key]), best, len(pool))
 
 
 def section(rows: list[dict[str, Any]], batch: bool, steps: str) -> Section:

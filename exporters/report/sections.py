@@ -13,6 +13,8 @@ class Column:
     # text | name (long) | stack | id (a number as it is: pid, rank) | count | ns | pct
     # | bytes | gbps
     kind: str = "text"
+    # > 0: dropped from a terminal table that does not fit its width, highest first
+    optional: int = 0
 
 
 @dataclass(frozen=True)
