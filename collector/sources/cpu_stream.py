@@ -133,7 +133,11 @@ class InprocessCpuSource:
         yield from self._waits(stream, pid, strings, stacks)
 
     def _waits(
-        self, stream: Stream, pid: int, strings: Mapping[int, str], stacks: Mapping[int, model.Stack]
+        self,
+        stream: Stream,
+        pid: int,
+        strings: Mapping[int, str],
+        stacks: Mapping[int, model.Stack],
     ) -> Iterator[model.Event]:
         """Each WAIT row as a `wait` slice and its stack at entry."""
         waits = stream.table("WAIT")
@@ -144,7 +148,12 @@ class InprocessCpuSource:
             counts["waits"] += 1
             counts["wait_ns"] += waits["duration"][i]
             yield model.CpuSlice(
-                pid, tid, ts, waits["duration"][i], f"waiting in {call}", model.CAT_WAIT,
+                pid,
+                tid,
+                ts,
+                waits["duration"][i],
+                f"waiting in {call}",
+                model.CAT_WAIT,
                 {"call": call},
             )
             stack = stacks.get(waits["stack_id"][i])

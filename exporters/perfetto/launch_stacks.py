@@ -51,9 +51,7 @@ WAIT_STACK_MARK = 1_000_000
 class LaunchStackThread:
     """One thread's launch-stack sequence and its microsecond clock."""
 
-    def __init__(
-        self, trace: TraceState, pid: int, tid: int, first_ts: int, mark: int = 0
-    ) -> None:
+    def __init__(self, trace: TraceState, pid: int, tid: int, first_ts: int, mark: int = 0) -> None:
         self.reference_us = (first_ts + trace.monotonic_offset) // 1000
         self.seq = Sequence(trace, trace.next_seq_id(), thread=(pid, tid, self.reference_us))
         self.last_us = self.reference_us
