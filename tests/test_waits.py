@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -98,6 +99,27 @@ def test_blocking_calls_give_the_same_results_under_the_library(
     assert source.counts["waits"] == len(waits)
     assert source.counts["waits_ring_full"] == 0
     assert source.counts["wait_threshold_ns"] == 1000
+
+
+def test_every_wait_is_recorded_or_counted_lost(blocking_calls: Path, tmp_path: Path) -> None:
+    """5,000 sleeps of ~55 us: a thread's ring of 128 fills between two scans (20 ms)."""
+    trace = tmp_path / "burst.perfetto-trace"
+    n = 5_000
+    proc = run_cli(
+        "record", "--no-gpu", "--wait-threshold", "1", "-o", trace, "--", blocking_calls,
+        "burst", n,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lost = int(re.search(r"blocked calls of .*lost: ring_full=(\d+) ", proc.stderr)[1])
+    assert lost > 0, proc.stderr
+    with open_trace(trace) as t:
+        load_views(t)
+        no_errors(t)
+        kept = t.scalar("select count(*) from xpu_wait where call = 'nanosleep'")
+        assert kept + lost == n
+        assert (
+            t.scalar("select int_value from xpu_metadata where key = 'cpu_waits_ring_full'") == lost
+        )
 
 
 def test_no_waits_at_threshold_zero(blocking_calls: Path, tmp_path: Path) -> None:
