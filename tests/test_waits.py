@@ -122,6 +122,60 @@ def test_every_wait_is_recorded_or_counted_lost(blocking_calls: Path, tmp_path: 
         )
 
 
+LOCKS_PROGRAM = """
+import threading, time
+lock = threading.Lock()
+def holder():
+    with lock:
+        time.sleep(0.08)
+for timeout in (-1, 2):
+    t = threading.Thread(target=holder)
+    t.start()
+    time.sleep(0.02)
+    lock.acquire(timeout=timeout)  # ACQUIRE_LINE
+    lock.release()
+    t.join()
+"""
+
+
+def interpreters() -> list:
+    """This venv's CPython and the ones scripts/build_cpythons.sh built."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xpu-perf"
+    found = [sys.executable]
+    for minor in ("3.13", "3.14"):
+        exe = cache / "cpython" / minor / "bin" / f"python{minor}"
+        if exe.is_file():
+            found.append(str(exe))
+    return found
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_cpython_lock_and_sleep_entry_points(python: str, tmp_path: Path) -> None:
+    """threading.Lock.acquire reaches sem_wait (no timeout) and sem_clockwait (a timeout),
+    time.sleep clock_nanosleep: each a wait of the thread, at the Python line."""
+    script = tmp_path / "locks.py"
+    script.write_text(LOCKS_PROGRAM)
+    line = next(i for i, s in enumerate(LOCKS_PROGRAM.splitlines(), 1) if "ACQUIRE_LINE" in s)
+    env = dict(
+        os.environ,
+        LD_PRELOAD=str(build_sampler()),
+        XPU_PERF_CPU_HZ="99",
+        XPU_PERF_CPU_OUT_DIR=str(tmp_path),
+    )
+    subprocess.run([python, script], check=True, env=env, timeout=120)
+    events = list(InprocessCpuSource(tmp_path).events())
+    stacks = {(e.tid, e.ts): e.stack for e in events if isinstance(e, model.WaitStack)}
+    seen = Counter()
+    for e in events:
+        if isinstance(e, model.CpuSlice) and e.dur > 30e6:
+            names = [f.function for f in stacks[(e.tid, e.ts)].frames]
+            if f"<module> (locks.py:{line})" in names:
+                seen[e.args["call"]] += 1
+            elif any(n.startswith("holder (locks.py:") for n in names):
+                seen[f"holder {e.args['call']}"] += 1
+    assert seen == {"sem_wait": 1, "sem_clockwait": 1, "holder clock_nanosleep": 2}, seen
+
+
 def test_no_waits_at_threshold_zero(blocking_calls: Path, tmp_path: Path) -> None:
     trace = tmp_path / "none.perfetto-trace"
     proc = run_cli("record", "--no-gpu", "--wait-threshold", "0", "-o", trace, "--", blocking_calls)
