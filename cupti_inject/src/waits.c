@@ -235,11 +235,69 @@ static void *next_symbol(const char *name) {
     return p;
 }
 
-/* A wrapper: the real call once, timed.  REAL(name) resolves the next definition. */
+/* _FORTIFY_SOURCE builds call the checked variants where the buffer's size is known at
+ * compile time; they reach the plain call inside libc, past this library. */
+ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
+ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags);
+ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
+                       struct sockaddr *from, socklen_t *fromlen);
+int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen);
+
+/* Every call's next definition, looked up at load (below): dlsym is no call for a signal
+ * handler, and the sampler's handler reads /proc/self/maps through these wrappers.  A call
+ * made before that (another library's constructor) looks its own up. */
+#define WRAPPED(X) \
+    X(poll) \
+    X(ppoll) \
+    X(epoll_wait) \
+    X(epoll_pwait) \
+    X(select) \
+    X(pselect) \
+    X(read) \
+    X(recv) \
+    X(recvfrom) \
+    X(recvmsg) \
+    X(accept) \
+    X(accept4) \
+    X(connect) \
+    X(pthread_cond_wait) \
+    X(pthread_cond_timedwait) \
+    X(pthread_cond_clockwait) \
+    X(pthread_mutex_lock) \
+    X(pthread_mutex_trylock) \
+    X(pthread_mutex_timedlock) \
+    X(pthread_rwlock_rdlock) \
+    X(pthread_rwlock_wrlock) \
+    X(sem_wait) \
+    X(sem_timedwait) \
+    X(sem_clockwait) \
+    X(nanosleep) \
+    X(clock_nanosleep) \
+    X(usleep) \
+    X(sleep) \
+    X(wait) \
+    X(waitpid) \
+    X(waitid) \
+    X(wait4) \
+    X(pthread_join) \
+    X(__read_chk) \
+    X(__recv_chk) \
+    X(__recvfrom_chk) \
+    X(__poll_chk)
+#define DECLARE_REAL(name) static __typeof__(name) *real_##name;
+WRAPPED(DECLARE_REAL)
+
+__attribute__((constructor(101))) static void resolve_calls(void) {
+    /* A libc without one (sem_clockwait before glibc 2.30) leaves it NULL: its programs
+     * cannot call it. */
+#define RESOLVE(name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);
+    WRAPPED(RESOLVE)
+}
+
+/* A wrapper: the real call once, timed. */
 #define REAL(name)                                                                         \
-    static __typeof__(name) *real_##name;                                                 \
-    if (!real_##name) real_##name = next_symbol(#name);                                   \
-    __typeof__(name) *call_##name = real_##name
+    __typeof__(name) *call_##name = real_##name;                                          \
+    if (!call_##name) call_##name = real_##name = next_symbol(#name)
 
 #define TIMED(ret_type, id, name, args)                                                    \
     uint64_t start_ = wait_begin(__builtin_return_address(0));                             \
@@ -323,10 +381,9 @@ XP_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, cloc
 XP_EXPORT int pthread_mutex_lock(pthread_mutex_t *m) {
     REAL(pthread_mutex_lock);
     if (waits_on && !recording) {
-        static __typeof__(pthread_mutex_trylock) *real_trylock;
-        if (!real_trylock) real_trylock = next_symbol("pthread_mutex_trylock");
+        REAL(pthread_mutex_trylock);
         int saved_errno = errno;
-        int r = real_trylock(m);
+        int r = call_pthread_mutex_trylock(m);
         errno = saved_errno;
         if (r != EBUSY) return r;
     }
@@ -394,13 +451,7 @@ XP_EXPORT int pthread_join(pthread_t thread, void **ret) {
     TIMED(int, W_JOIN, pthread_join, (thread, ret));
 }
 
-/* _FORTIFY_SOURCE builds call the checked variants where the buffer's size is known at
- * compile time; they reach the plain call inside libc, past this library. */
-ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
-ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags);
-ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
-                       struct sockaddr *from, socklen_t *fromlen);
-int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen);
+/* The checked variants (declared above). */
 XP_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen) {
     REAL(__read_chk);
     TIMED(ssize_t, W_READ, __read_chk, (fd, buf, count, buflen));
