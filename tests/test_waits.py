@@ -353,3 +353,17 @@ def test_fake_cuda_app_sleeping_between_launches(fake: FakeCupti, tmp_path: Path
             )
             == 0
         )
+        waits = t.scalar("select count(*) from xpu_wait")
+        assert t.scalar("select count(callsite_id) from xpu_wait") == waits  # all with a stack
+        launch_stacks = t.scalar("select count(*) from xpu_launch_stack")
+    # merge keeps each wait with its stack and each launch stack apart (it adds up to 999 to
+    # a stack's process_priority).
+    merged = tmp_path / "merged.perfetto-trace"
+    proc = run_cli("merge", trace, trace, "-o", merged)
+    assert proc.returncode == 0, proc.stderr
+    with open_trace(merged) as t:
+        load_views(t)
+        no_errors(t)
+        assert t.scalar("select count(*) from xpu_wait") == 2 * waits
+        assert t.scalar("select count(callsite_id) from xpu_wait") == 2 * waits
+        assert t.scalar("select count(*) from xpu_launch_stack") == 2 * launch_stacks
