@@ -24,6 +24,9 @@ CAT_MEMSET = "memset"
 CAT_SYNC = "sync"
 CAT_GPU_ANNOTATION = "gpu_user_annotation"
 CAT_CUDA_API = "cuda_api"
+# A blocking call of a thread over the wait threshold (a `waiting in <call>` slice whose arg
+# `call` names the libc call; its stack at entry is a WaitStack at the slice's start).
+CAT_WAIT = "wait"
 GPU_OP_CATEGORIES = (CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_SYNC)
 # Stream ids of GPU ops on no stream (a context or event sync): CUDA's (uint32)-1, which
 # Kineto writes as 4294967295 or -1.  Their track is named "no stream".
@@ -166,6 +169,18 @@ class CpuSample:
     ts: int
     stack: Stack
     cpu: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitStack:
+    """The stack at the entry of a blocking call: the thread's `wait` slice that starts at
+    `ts` (root first; the leaf is the libc call).  Kept apart from CPU samples and launch
+    stacks (exporters/perfetto/launch_stacks.py writes it; SQL reads it in `xpu_wait`)."""
+
+    pid: int
+    tid: int
+    ts: int
+    stack: Stack
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +350,7 @@ Event = (
     | CpuSlice
     | GpuOp
     | CpuSample
+    | WaitStack
     | Instant
     | SliceBatch
     | GpuCounterSeries

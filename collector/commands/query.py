@@ -51,7 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "query",
         help="run SQL on a trace, or on many traces in parallel",
         description="Run SQL on a trace with Perfetto's trace_processor. The views xpu_metadata, "
-        "xpu_process, xpu_gpu_op, xpu_cpu_sample and xpu_launch_stack are predefined. Given "
+        "xpu_process, xpu_gpu_op, xpu_cpu_sample, xpu_launch_stack and xpu_wait (blocking "
+        "calls over record's --wait-threshold) are predefined. Given "
         "several traces, a directory or a glob, the query runs on each trace in parallel and "
         "the rows come back as one table whose first column `trace` names the trace.",
     )

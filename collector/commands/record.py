@@ -17,7 +17,13 @@ from collector.errors import Terminated, UserError
 from collector.recording.gpu_metrics import add_gpu_metrics_arguments
 from collector.recording.keep import keep_streams, write_kept
 from collector.recording.kept_streams import Manifest, StreamsDir
-from collector.recording.options import CPU_SAMPLERS, KINDS, LAUNCH_STACK_MODES, check_options
+from collector.recording.options import (
+    CPU_SAMPLERS,
+    DEFAULT_WAIT_THRESHOLD_US,
+    KINDS,
+    LAUNCH_STACK_MODES,
+    check_options,
+)
 from collector.recording.program_profiler import add_argument as add_program_profiler
 from collector.recording.python_names import add_arguments as add_python_arguments
 from collector.recording.selection import select_sources
@@ -48,6 +54,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
+    )
+    p.add_argument(
+        "--wait-threshold",
+        type=int,
+        default=DEFAULT_WAIT_THRESHOLD_US,
+        metavar="US",
+        help="in-process CPU sampler: record each blocking call (poll, read, lock, queue and "
+        "semaphore waits, sleep, waitpid...) that blocks a thread at least US microseconds, "
+        f"with its stack (default {DEFAULT_WAIT_THRESHOLD_US}; 0: none)",
     )
     p.add_argument(
         "--duration",

@@ -13,6 +13,7 @@ from pathlib import Path
 from collector import model
 from collector.recording.credentials import share_with_target
 from collector.recording.libraries import loadable_by_target
+from collector.recording.options import DEFAULT_WAIT_THRESHOLD_US
 from collector.recording.process_tree import ProcessTreeWatch, not_recorded
 from collector.recording.size_limit import directory_bytes
 from collector.sources.bcc_sampler import BccKernelModeSampler
@@ -34,10 +35,13 @@ class InprocessCpuRecording:
         python_frames: bool = True,
         kernel: BccKernelModeSampler | None = None,
         directory: Path | None = None,
+        wait_threshold_us: int = DEFAULT_WAIT_THRESHOLD_US,
     ) -> None:
         """kernel: as root, the eBPF sampler of kernel-mode time whose stacks go on top.
         directory: where the streams go (record's kept_streams.StreamsDir, which removes it
-        once the trace is written); by default a temporary one this source removes."""
+        once the trace is written); by default a temporary one this source removes.
+        wait_threshold_us: blocking calls recorded from this long (0: none)."""
+        self.wait_threshold_us = wait_threshold_us
         self.library = library
         self.freq = freq
         self.python_frames = python_frames
@@ -58,6 +62,7 @@ class InprocessCpuRecording:
             "XPU_PERF_CPU_HZ": str(self.freq),
             "XPU_PERF_CPU_OUT_DIR": str(self.directory),
             "XPU_PERF_PYTHON": "1" if self.python_frames else "0",
+            "XPU_PERF_WAIT_THRESHOLD_US": str(self.wait_threshold_us),
         }
 
     def start(self) -> None:

@@ -23,6 +23,9 @@ LAUNCH_STACK_MODES = ("auto", "inprocess", "ebpf", "off")
 # one (root) walks frame pointers but has kernel frames.  docs/ARCHITECTURE.md has the numbers.
 CPU_SAMPLERS = ("inprocess", "ebpf")
 MAX_FREQ_HZ = 10_000
+# Blocking calls shorter than this are not recorded (docs/ARCHITECTURE.md, "Blocked time").
+DEFAULT_WAIT_THRESHOLD_US = 100
+MAX_WAIT_THRESHOLD_US = 60_000_000
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class RecordOptions:
     quiet: bool
     gpu_metrics_hz: float | None = None  # GPU counter reads per second; None: off
     python_names: bool = True  # the Python startup hook (collector/recording/python_names.py)
+    wait_threshold_us: int = DEFAULT_WAIT_THRESHOLD_US  # 0: no blocked-time capture
 
 
 def check_options(args: argparse.Namespace) -> RecordOptions:
@@ -71,6 +75,12 @@ def check_options(args: argparse.Namespace) -> RecordOptions:
     gpu_metrics_hz = None if args.no_gpu_metrics or not gpu else args.gpu_metrics
     if gpu_metrics_hz is not None and not 0 < gpu_metrics_hz <= MAX_RATE_HZ:
         raise UserError(f"--gpu-metrics {gpu_metrics_hz:g}: give 0 < RATE <= {MAX_RATE_HZ:g}")
+    wait_threshold_us = args.wait_threshold
+    if not 0 <= wait_threshold_us <= MAX_WAIT_THRESHOLD_US:
+        raise UserError(
+            f"--wait-threshold {wait_threshold_us}: give 0 (none) .. {MAX_WAIT_THRESHOLD_US} "
+            "microseconds"
+        )
     if plan.in_process and not gpu:
         raise UserError(
             f"--capture-range {plan.mode}: the GPU recording sees those calls; drop --no-gpu"
@@ -95,6 +105,7 @@ def check_options(args: argparse.Namespace) -> RecordOptions:
         quiet=args.quiet,
         gpu_metrics_hz=gpu_metrics_hz,
         python_names=not args.no_python_names,
+        wait_threshold_us=wait_threshold_us,
     )
 
 

@@ -193,6 +193,7 @@ def cpu_summary_lines(
             "processes that reported it"
             + (f" (unknown for the {unflushed} that ended without it)" if unflushed else "")
         )
+    lines.append(wait_summary_line(cpu))
     if cpu.get("timer_overruns", 0):
         lines.append(
             f"{cpu['timer_overruns']} sampling periods were merged by the kernel (CPU-time "
@@ -227,6 +228,25 @@ def cpu_summary_lines(
             f"binary, or could not write): {named(missing)}"
         )
     return lines
+
+
+def wait_summary_line(cpu: Mapping[str, int]) -> str:
+    """Blocked time: the waits recorded, their total, and every one lost."""
+    threshold = cpu.get("wait_threshold_ns", 0)
+    if not threshold:
+        return "blocked calls: not recorded (--wait-threshold 0)"
+    lost = {
+        "ring_full": cpu.get("waits_ring_full", 0),
+        "no_memory": cpu.get("waits_no_memory", 0),
+        "transport": cpu.get("transport_dropped_rows", 0),
+    }
+    outside = cpu.get("waits_outside_window", 0)
+    return (
+        f"blocked calls of {duration(threshold)} or more: {cpu.get('waits', 0)}, "
+        f"{duration(cpu.get('wait_ns', 0))} in all; lost: "
+        + " ".join(f"{k}={v}" for k, v in lost.items())
+        + (f"; {outside} outside the capture windows not kept" if outside else "")
+    )
 
 
 def ebpf_launch_line(launch: Mapping[str, int]) -> str:

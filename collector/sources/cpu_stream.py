@@ -4,6 +4,10 @@ every process of the recorded tree): cpu-<pid>.xpstream files -> model.CpuSample
 Stacks are symbolized like launch stacks (the process's own module map, ELF symbols,
 demangled) with Python frames spliced in where the interpreter ran them; the first native pc
 of a sample is the interrupted instruction itself, not a return address.
+
+Waits (cupti_inject/src/waits.c: blocking calls over the threshold) become `wait` slices
+`waiting in <call>` on the thread, arg `call`, each with its stack at entry (model.WaitStack;
+the first native pc is the libc function itself).
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ _SUMMED = (
     "transport_reopened",  # the stream's descriptor was closed or replaced by the target
     "transport_lost_bytes",  # bytes that could not be written (the file could not reopen)
     "cpu_clocks_restarted",  # perf clocks the target closed, opened again
+    "cpu_waits_ring_full",  # waits lost: the thread's ring was full (scanner late)
+    "cpu_waits_no_memory",  # waits lost: no memory for the thread's ring
+    "cpu_waits_outside_window",  # waits that ended outside every capture window (not kept)
+    "cpu_waits_python_faults",  # waits whose Python walk faulted (kept without Python frames)
+    "cpu_wait_record_ns",  # time spent recording waits (after the calls returned)
 )
 
 
@@ -118,6 +127,40 @@ class InprocessCpuSource:
                 counts["samples_with_python"] += 1
             counts["samples"] += 1
             yield model.CpuSample(pid, samples["tid"][i], samples["timestamp"][i], stack)
+        if counters.rows:
+            threshold = last.get("cpu_wait_threshold_ns", 0)
+            counts["wait_threshold_ns"] = max(counts["wait_threshold_ns"], threshold)
+        yield from self._waits(stream, pid, strings, stacks)
+
+    def _waits(
+        self,
+        stream: Stream,
+        pid: int,
+        strings: Mapping[int, str],
+        stacks: Mapping[int, model.Stack],
+    ) -> Iterator[model.Event]:
+        """Each WAIT row as a `wait` slice and its stack at entry."""
+        waits = stream.table("WAIT")
+        counts = self.counts
+        for i in range(waits.rows):
+            tid, ts = waits["tid"][i], waits["start"][i]
+            call = strings.get(waits["call_id"][i], "?")
+            counts["waits"] += 1
+            counts["wait_ns"] += waits["duration"][i]
+            yield model.CpuSlice(
+                pid,
+                tid,
+                ts,
+                waits["duration"][i],
+                f"waiting in {call}",
+                model.CAT_WAIT,
+                {"call": call},
+            )
+            stack = stacks.get(waits["stack_id"][i])
+            if stack is not None and stack.frames:
+                yield model.WaitStack(pid, tid, ts, stack)
+            else:
+                counts["waits_without_stack"] += 1
 
     def _with_kernel(
         self, user: model.Stack, tid: int, ts: int, cursor: dict[int, int]

@@ -63,6 +63,7 @@
 #include "stream.h"
 #include "strings.h"
 #include "unwind.h"
+#include "waits.h"
 #include "window_control.h"
 
 #define SAMPLE_SIGNAL SIGPROF
@@ -150,9 +151,10 @@ static struct sigaction previous_segv, previous_bus;
 static _Atomic uint64_t walk_faults;
 
 static void on_fault(int sig, siginfo_t *info, void *context) {
-    sigjmp_buf *recovery = walk_recovery;
+    sigjmp_buf *recovery = walk_recovery ? walk_recovery : xp_waits_walk_recovery;
     if (recovery) {
         walk_recovery = NULL;
+        xp_waits_walk_recovery = NULL;
         siglongjmp(*recovery, 1);
     }
     struct sigaction *prev = sig == SIGSEGV ? &previous_segv : &previous_bus;
@@ -190,44 +192,6 @@ static _Atomic uint64_t handler_ns;
 static _Atomic uint64_t scanner_ns; /* the scanner's CPU time, updated by itself each round */
 
 /* ---- the signal handler ---- */
-
-/* The top of the stack that holds sp: the end of its mapping in /proc/self/maps, read with
- * plain system calls (async-signal-safe), once per thread. */
-static uint64_t stack_top_of(uint64_t sp) {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    char buf[4096];
-    size_t have = 0;
-    uint64_t top = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf + have, sizeof buf - have);
-        if (r <= 0) break;
-        have += (size_t)r;
-        size_t line_start = 0;
-        for (size_t i = 0; i < have; i++) {
-            if (buf[i] != '\n') continue;
-            uint64_t lo = 0, hi = 0;
-            size_t k = line_start;
-            while (k < i && buf[k] != '-') {
-                char c = buf[k++];
-                lo = lo * 16 + (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
-            }
-            k++;
-            while (k < i && buf[k] != ' ') {
-                char c = buf[k++];
-                hi = hi * 16 + (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
-            }
-            if (sp >= lo && sp < hi) { top = hi; break; }
-            line_start = i + 1;
-        }
-        if (top) break;
-        memmove(buf, buf + line_start, have - line_start);
-        have -= line_start;
-        if (have == sizeof buf) have = 0; /* a line longer than the buffer: skip it */
-    }
-    close(fd);
-    return top;
-}
 
 static void take_sample(struct sampled_thread *t, int trigger, void *context);
 
@@ -292,7 +256,8 @@ static void take_sample(struct sampled_thread *t, int trigger, void *context) {
         slot->timestamp = xp_now_ns();
         slot->trigger = (uint32_t)trigger;
         if (!t->stack_hi && !t->stack_lookup_failed) {
-            t->stack_hi = stack_top_of(regs.rsp);
+            uint64_t lo;
+            if (xp_stack_bounds(regs.rsp, &lo, &t->stack_hi) != 0) t->stack_hi = 0;
             if (!t->stack_hi) t->stack_lookup_failed = 1;
         }
         enum xp_unwind_end end = XP_END_NO_STACK;
@@ -560,6 +525,7 @@ static void drain_all(void) {
     xp_modules_emit_if_changed();
     for (struct sampled_thread *t = threads; t; t = t->next) drain_thread(t);
     xp_emit_CPU_SAMPLE(sample_batch);
+    xp_waits_drain();
     pthread_mutex_unlock(&drain_lock);
 }
 
@@ -634,7 +600,10 @@ static void *scanner_main(void *arg) {
             pthread_mutex_unlock(&drain_lock);
         }
         /* Only a process with an interpreter walks Python frames, and so needs them. */
-        if (want_python && xp_py_enabled) keep_fault_handlers();
+        if (want_python && xp_py_enabled) {
+            keep_fault_handlers();
+            xp_waits_python_guarded(1);
+        }
         if (window_control) follow_windows();
         scan_threads();
         drain_all();
@@ -679,6 +648,7 @@ static void emit_counters(void) {
     xp_emit_counter("cpu_python_frames_enabled", (uint64_t)(want_python && xp_py_enabled));
     xp_emit_counter("cpu_python_unsupported_minor", want_python && xp_py_minor && !xp_py_enabled ? xp_py_minor : 0);
     xp_emit_counter("cpu_python_guard_failures", xp_py_guard_failures);
+    xp_waits_emit_counters();
 }
 
 static void stop_timers(void) {
@@ -777,6 +747,7 @@ static void fork_child(void) {
     xp_modules_reset();
     xp_strings_reset();
     xp_py_fork_child();
+    xp_waits_fork_child();
     if (xp_stream_enabled()) {
         free(stack_batch);
         free(sample_batch);
@@ -793,7 +764,10 @@ __attribute__((constructor)) static void sampler_init(void) {
     want_python = !(py && strcmp(py, "0") == 0);
     if (want_python) {
         xp_py_init();
-        if (xp_py_enabled) keep_fault_handlers();
+        if (xp_py_enabled) {
+            keep_fault_handlers();
+            xp_waits_python_guarded(1);
+        }
     }
     xp_stream_prefix = "cpu";
     xp_stream_dir_env = "XPU_PERF_CPU_OUT_DIR";
@@ -802,6 +776,7 @@ __attribute__((constructor)) static void sampler_init(void) {
     window_control = xp_window_control();
     atomic_store(&sampling, xp_window_any_open(window_control));
     if (xp_stream_start() != 0) return;
+    xp_waits_start(want_python, window_control);
     fd_threads = mmap(NULL, MAX_FDS * sizeof *fd_threads, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (fd_threads == MAP_FAILED) fd_threads = NULL;

@@ -3,10 +3,12 @@
 #include "unwind.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 uint64_t xp_unwind_cfi_misses;
 uint64_t xp_unwind_fp_fallbacks;
@@ -607,4 +609,43 @@ int xp_unwind_regs(const struct xp_regs *regs, uint64_t stack_hi, struct xp_rule
     }
 #undef ON_STACK
     return n;
+}
+
+/* The mapping that holds sp, [lo, hi), from /proc/self/maps read with plain system calls
+ * (async-signal-safe: the sampler's handler and the wait wrappers look a thread's stack up
+ * once).  -1: not found. */
+int xp_stack_bounds(uint64_t sp, uint64_t *lo_out, uint64_t *hi_out) {
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buf[4096];
+    size_t have = 0;
+    int found = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + have, sizeof buf - have);
+        if (r <= 0) break;
+        have += (size_t)r;
+        size_t line_start = 0;
+        for (size_t i = 0; i < have; i++) {
+            if (buf[i] != '\n') continue;
+            uint64_t lo = 0, hi = 0;
+            size_t k = line_start;
+            while (k < i && buf[k] != '-') {
+                char c = buf[k++];
+                lo = lo * 16 + (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+            }
+            k++;
+            while (k < i && buf[k] != ' ') {
+                char c = buf[k++];
+                hi = hi * 16 + (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+            }
+            if (sp >= lo && sp < hi) { *lo_out = lo; *hi_out = hi; found = 1; break; }
+            line_start = i + 1;
+        }
+        if (found) break;
+        memmove(buf, buf + line_start, have - line_start);
+        have -= line_start;
+        if (have == sizeof buf) have = 0; /* a line longer than the buffer: skip it */
+    }
+    close(fd);
+    return found ? 0 : -1;
 }

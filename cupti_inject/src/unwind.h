@@ -37,5 +37,8 @@ enum xp_unwind_end {
 };
 int xp_unwind_regs(const struct xp_regs *regs, uint64_t stack_hi, struct xp_rule_cache *cache,
                    uint64_t *pcs, int max, enum xp_unwind_end *end);
+/* The mapping [lo, hi) that holds sp (a thread's stack), from /proc/self/maps with plain
+ * system calls (async-signal-safe).  0, or -1 where no mapping holds it. */
+int xp_stack_bounds(uint64_t sp, uint64_t *lo, uint64_t *hi);
 
 #endif

@@ -20,6 +20,12 @@ its time is the descriptor's reference plus microsecond deltas, read as CLOCK_MO
 launch stack must have the exact ns time of its API slice (that is how SQL pairs them), so
 the sub-microsecond rest travels in the packet's `process_priority` (0..999, otherwise
 unused by our traces) and the view adds it back.
+
+The stack at the entry of a blocking call (a `wait` slice, model.WaitStack) is written the
+same way on a sequence of its own per thread, its `process_priority` raised by
+WAIT_STACK_MARK: `xpu_launch_stack` keeps the rows below the mark, `xpu_wait` pairs those
+above it with their slice (xpu_views.sql).  `merge` adds at most 999 to a priority, so the
+two ranges stay apart.
 """
 
 from __future__ import annotations
@@ -38,16 +44,19 @@ _STREAMING_PROFILE_TAG = wire.key(wire.PACKET_STREAMING_PROFILE, wire.LEN)
 # is still whole at 64 frames; the trace's callsite keeps every frame.
 ARG_FRAMES = 64
 ARG_KEY = "launch_stack"
+# Added to a wait stack's process_priority (xpu_views.sql reads the same number).
+WAIT_STACK_MARK = 1_000_000
 
 
 class LaunchStackThread:
     """One thread's launch-stack sequence and its microsecond clock."""
 
-    def __init__(self, trace: TraceState, pid: int, tid: int, first_ts: int) -> None:
+    def __init__(self, trace: TraceState, pid: int, tid: int, first_ts: int, mark: int = 0) -> None:
         self.reference_us = (first_ts + trace.monotonic_offset) // 1000
         self.seq = Sequence(trace, trace.next_seq_id(), thread=(pid, tid, self.reference_us))
         self.last_us = self.reference_us
         self.offset = trace.monotonic_offset
+        self.mark = mark  # 0: launch stacks; WAIT_STACK_MARK: wait stacks
 
     def packet(self, ts: int, stack: model.Stack) -> bytes:
         """The framed StreamingProfilePacket of one launch stack at `ts` (trace clock)."""
@@ -57,7 +66,7 @@ class LaunchStackThread:
         body = (
             wire.varint_field(wire.PROFILE_CALLSTACK_IID, seq.callstack_iid(stack))
             + wire.varint_field(wire.PROFILE_TIMESTAMP_DELTA_US, us - self.last_us)
-            + wire.varint_field(wire.PROFILE_PROCESS_PRIORITY, rest)
+            + wire.varint_field(wire.PROFILE_PROCESS_PRIORITY, rest + self.mark)
         )
         self.last_us = us
         return wire.frame(
@@ -87,6 +96,22 @@ def write_launch_stacks(
     for ts, stack in zip(times, stacks, strict=True):
         chunks.emit_bytes(thread.packet(int(ts), stack))
     trace.counts["launch_stacks"] += len(times)
+
+
+def write_wait_stack(
+    trace: TraceState,
+    threads: dict[tuple[int, int], LaunchStackThread],
+    event: model.WaitStack,
+) -> None:
+    """The stack at a wait's entry, on the thread's wait-stack sequence."""
+    key = (event.pid, event.tid)
+    thread = threads.get(key)
+    if thread is None:
+        thread = threads[key] = LaunchStackThread(
+            trace, event.pid, event.tid, event.ts, WAIT_STACK_MARK
+        )
+    trace.chunks.emit_bytes(thread.packet(event.ts, event.stack))
+    trace.counts["wait_stacks"] += 1
 
 
 @lru_cache(maxsize=16384)

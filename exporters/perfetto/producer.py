@@ -5,6 +5,7 @@ It sends each event to the code that encodes it:
   and encoded by the object path (object_path.write_slices);
 - SliceBatch (the CUPTI source's columns): the columnar path (batch_writer.write_batch);
 - CpuSample, Instant: object_path.write_sample / write_instant, as they come;
+- WaitStack: launch_stacks.write_wait_stack, on the thread's wait-stack sequence;
 - ProcessInfo, ThreadInfo, GpuDevice: track descriptors (tracks.py);
 - GpuCounterSeries: counters.write_counter_series, on the GPU's counter track.
 """
@@ -69,6 +70,8 @@ class Producer(ProducerState):
             self.trace.tracks.gpu_device(event.device, event.name)
         elif isinstance(event, model.Instant):
             object_path.write_instant(self, event)
+        elif isinstance(event, model.WaitStack):
+            launch_stacks.write_wait_stack(self.trace, self.wait_threads, event)
         elif isinstance(event, model.SliceBatch):
             self.flush()  # the object slices so far go first
             batch_writer.write_batch(self, event)

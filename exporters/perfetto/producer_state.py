@@ -36,6 +36,7 @@ class ProducerState:
         self._sample_seqs: dict[str, Sequence] = {}
         # Launch stacks: a sequence per calling thread (launch_stacks.py).
         self.launch_threads: dict[tuple[int, int], LaunchStackThread] = {}
+        self.wait_threads: dict[tuple[int, int], LaunchStackThread] = {}  # wait stacks
         # Object path: slices begun but not ended: (end ts, -order, encoded END packet
         # minus its timestamp, its track's clock); order makes the inner of two slices
         # ending together end first.

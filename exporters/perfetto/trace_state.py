@@ -24,6 +24,7 @@ class TraceState:
             "slices": 0,
             "cpu_samples": 0,
             "launch_stacks": 0,
+            "wait_stacks": 0,
             "extra_lanes": 0,
         }
         self.min_ts: int | None = None

@@ -25,11 +25,14 @@ WHERE s.timebase = 'cpu-clock' AND ({whole_trace} OR EXISTS (
 -- kept out of the UI's CPU flamegraph), whose table has microsecond times; the ns rest
 -- travels in process_priority.  Older traces: perf samples of timebase
 -- 'xpu_perf.launch_stack'.
+-- Wait stacks share the table, their process_priority raised by 1000000 (launch_stacks.py's
+-- WAIT_STACK_MARK).
 CREATE PERFETTO VIEW xpu_launch_stack AS
 SELECT ls.id, ls.ts, ls.utid, ls.callsite_id
 FROM (
   SELECT cs.id, cs.ts + cs.process_priority AS ts, cs.utid, cs.callsite_id
   FROM cpu_profile_stack_sample cs
+  WHERE cs.process_priority < 1000000
   UNION ALL
   SELECT ps.id, ps.ts, ps.utid, ps.callsite_id
   FROM perf_sample ps
@@ -61,6 +64,25 @@ FROM slice s
 JOIN thread_track tt ON s.track_id = tt.id
 WHERE ({whole_trace} OR EXISTS (
     SELECT 1 FROM xpu_scope_thread w WHERE w.utid = tt.utid AND s.ts BETWEEN w.ts AND w.end_ts));
+
+-- Blocked time: each blocking call of a thread that lasted the recording's wait threshold
+-- (record --wait-threshold), a slice `waiting in <call>` of category 'wait' on the thread,
+-- with the libc call's name and the callsite of its stack at entry (NULL where none): a
+-- StreamingProfilePacket sample of the thread at the slice's exact ts, marked by a
+-- process_priority >= 1000000 (exporters/perfetto/launch_stacks.py).
+CREATE PERFETTO VIEW xpu_wait AS
+WITH wait_stack AS (
+  SELECT cs.ts + cs.process_priority - 1000000 AS ts, cs.utid, cs.callsite_id
+  FROM cpu_profile_stack_sample cs
+  WHERE cs.process_priority >= 1000000
+)
+SELECT s.id, s.ts, s.dur, s.utid,
+  (SELECT a.string_value FROM args a
+   WHERE a.arg_set_id = s.arg_set_id AND a.key = 'debug.call') AS call,
+  ws.callsite_id
+FROM xpu_thread_slice s
+LEFT JOIN wait_stack ws ON ws.utid = s.utid AND ws.ts = s.ts
+WHERE s.category = 'wait';
 
 -- GPU op -> the API call that caused it (through the flow written from the API slice).
 -- In a window: the ops launched inside it, even those that run past its end; an op
