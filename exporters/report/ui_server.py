@@ -175,7 +175,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             else:
                 self._send(b"forbidden: open the URL xpu-perf view printed", "text/plain", 403)
         elif any(self.server.spend_code(code) for code in codes):
-            self._redirect(self.server.app_url)
+            self._redirect(self.server.app_url + self.server.route)
         elif any(self.server.was_spent(code) for code in codes):
             self.server.on_code_reuse()
             self._send(
@@ -299,6 +299,9 @@ class UiHttpServer(http.server.ThreadingHTTPServer):
         # someone else may have opened it first, and the user should know (view.py says it).
         self.on_code_reuse: Callable[[], None] = lambda: None
         self._codes_lock = threading.Lock()
+        # The UI route the page opens on (`#!/?visStart=...`, ui_opening.py): a fragment,
+        # so the browser keeps it and never sends it back here.
+        self.route = ""
         self.stopping = threading.Event()  # ends held event streams on shutdown
         try:
             super().__init__(("127.0.0.1", port), _Handler)

@@ -1,0 +1,142 @@
+"""`xpu-perf view` opens the UI where the answer is: on the steps the report's findings
+cover, with the analysis tracks (`report --annotate`) pinned at the top; checked from the
+UI's own state in headless Chromium (the visible window, the pinned and ordered tracks), and
+screenshots under tests/artifacts/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from exporters.report.ui_opening import find_opening
+
+from .browser import Chromium, is_local
+from .conftest import REPO, run_cli
+from .view_traces import STEPS, Run, write_two_rank_run
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return write_two_rank_run(tmp_path_factory.mktemp("view_open") / "two_ranks.perfetto-trace")
+
+
+@pytest.fixture(scope="module")
+def annotated(two_ranks: Run) -> Path:
+    out = two_ranks.path.with_name("two_ranks.annotated.perfetto-trace")
+    proc = run_cli("report", two_ranks.path, "--annotate", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    focus = json.loads(proc.stdout)["span"]
+    assert (focus["focus"], focus["focus_ts"]) == ("steps", two_ranks.focus_ts)
+    return out
+
+
+def test_opening_is_the_findings_focus(two_ranks: Run):
+    opening = find_opening(two_ranks.path)
+    assert (opening.start, opening.end) == (two_ranks.focus_ts, two_ranks.end_ts)
+    assert opening.what == f"steps 2-{STEPS} of 2 processes"
+    # The steps are a sliver of the run: what opening on the whole run would show.
+    assert (opening.end - opening.start) < 0.03 * (opening.trace_end - opening.trace_start)
+    said = opening.describe()
+    assert said.startswith(f"opened on steps 2-{STEPS} of 2 processes: 5.008-5.103 s of "), said
+    assert "zoom out to the whole run" in said
+    active = find_opening(two_ranks.path, "active")
+    assert active.start is not None and active.start < two_ranks.first_step_ts  # the copy
+    assert active.end == two_ranks.end_ts
+    whole = find_opening(two_ranks.path, "all")
+    assert (whole.start, whole.end) == (None, None)
+    assert "visStart" not in whole.route()
+
+
+@dataclass
+class UiState:
+    window: tuple[int, int]  # the visible window, trace ns
+    bounds: tuple[int, int]  # the trace's
+    pinned: list[str]
+    tracks: list[str]  # every track node in display order (collapsed ones too)
+    printed: list[str]  # what view printed on stdout
+
+
+# The UI's state, from its debug global (`window.app`, ui/src/frontend/debug.ts).
+_STATE_JS = """(() => {
+  const t = app.trace, w = t.timeline.visibleWindow.toTimeSpan();
+  return JSON.stringify({
+    window: [String(w.start), String(w.end)],
+    bounds: [String(t.traceInfo.start), String(t.traceInfo.end)],
+    pinned: t.workspace.pinnedTracks.map(n => n.name),
+    tracks: t.workspace.flatTracksOrdered.map(n => n.name),
+  });
+})()"""
+
+
+@pytest.fixture
+def view_ui(tmp_path: Path) -> Iterator[object]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def open_view(trace: Path, shot: str, *flags: str) -> UiState:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collector.cli", "view", "--no-open", "--port", "0",
+             *flags, str(trace)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        procs.append(proc)
+        assert proc.stdout is not None
+        printed = [proc.stdout.readline() for _ in range(3)]
+        assert printed[0].startswith("Perfetto UI with "), printed[0] + proc.stderr.read()
+        url = printed[0].rsplit(": ", 1)[1].strip()
+        with Chromium(width=1600, height=1000) as browser:
+            browser.navigate(url)
+            browser.wait_for(
+                "!!(window.app && app.trace && document.body.innerText.includes('GPU 0 ('))",
+                timeout=90,
+                what="the trace in the Perfetto UI",
+            )
+            # The window and the pins are set once the trace is ready (after the tracks
+            # appear): wait until the state stops changing.
+            last, state = None, ""
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                state = browser.evaluate(_STATE_JS)
+                if state == last:
+                    break
+                last = state
+                time.sleep(1)
+            browser.screenshot(tmp_path / shot)
+            assert browser.log.exceptions == []
+            assert [u for u in browser.log.requests if not is_local(u)] == []
+        raw = json.loads(state)
+        return UiState(
+            window=(int(raw["window"][0]), int(raw["window"][1])),
+            bounds=(int(raw["bounds"][0]), int(raw["bounds"][1])),
+            pinned=raw["pinned"],
+            tracks=raw["tracks"],
+            printed=printed,
+        )
+
+    yield open_view
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_view_opens_on_the_steps_with_the_causes_pinned(annotated: Path, two_ranks: Run, view_ui):
+    ui = view_ui(annotated, "view_opens_on_steps.png")
+    assert ui.window == (two_ranks.focus_ts, two_ranks.end_ts)  # not the whole run
+    assert ui.bounds[1] - ui.bounds[0] > 30 * (ui.window[1] - ui.window[0])
+    assert any(
+        line.startswith(f"opened on steps 2-{STEPS} of 2 processes: ") for line in ui.printed
+    )
+    # The steps and the idle causes of both GPUs, at the top.
+    assert sorted(ui.pinned) == ["GPU idle: GPU 0 (H100)", "GPU idle: GPU 1 (H100)", "steps"]
+
+
+def test_view_span_all_opens_on_the_whole_run(two_ranks: Run, view_ui):
+    ui = view_ui(two_ranks.path, "view_opens_on_whole_run.png", "--span", "all")
+    assert ui.window == ui.bounds
+    assert ui.pinned == []  # no analysis tracks in this trace
