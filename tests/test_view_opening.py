@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from exporters.analysis import annotate
+from exporters.perfetto.trace_processor import open_trace
 from exporters.report.ui_opening import find_opening
 
 from .browser import Chromium, is_local
 from .conftest import REPO, run_cli
-from .view_traces import STEPS, Run, write_two_rank_run
+from .test_view import _search_and_select
+from .view_traces import COUNTERS, DATA_LOCATION, EMPTY_THREADS, STEPS, Run, write_two_rank_run
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +64,7 @@ class UiState:
     pinned: list[str]
     tracks: list[str]  # every track node in display order (collapsed ones too)
     printed: list[str]  # what view printed on stdout
+    searched: str  # the page's text once a search selected a slice ('' if none was asked)
 
 
 # The UI's state, from its debug global (`window.app`, ui/src/frontend/debug.ts).
@@ -79,7 +83,7 @@ _STATE_JS = """(() => {
 def view_ui(tmp_path: Path) -> Iterator[object]:
     procs: list[subprocess.Popen[str]] = []
 
-    def open_view(trace: Path, shot: str, *flags: str) -> UiState:
+    def open_view(trace: Path, shot: str, *flags: str, search: str = "") -> UiState:
         proc = subprocess.Popen(
             [sys.executable, "-m", "collector.cli", "view", "--no-open", "--port", "0",
              *flags, str(trace)],
@@ -108,6 +112,10 @@ def view_ui(tmp_path: Path) -> Iterator[object]:
                 last = state
                 time.sleep(1)
             browser.screenshot(tmp_path / shot)
+            searched = ""
+            if search:
+                searched = _search_and_select(browser, search, category=annotate.CATEGORY)
+                browser.screenshot(tmp_path / shot.replace(".png", "_searched.png"))
             assert browser.log.exceptions == []
             assert [u for u in browser.log.requests if not is_local(u)] == []
         raw = json.loads(state)
@@ -117,6 +125,7 @@ def view_ui(tmp_path: Path) -> Iterator[object]:
             pinned=raw["pinned"],
             tracks=raw["tracks"],
             printed=printed,
+            searched=searched,
         )
 
     yield open_view
@@ -126,14 +135,45 @@ def view_ui(tmp_path: Path) -> Iterator[object]:
 
 
 def test_view_opens_on_the_steps_with_the_causes_pinned(annotated: Path, two_ranks: Run, view_ui):
-    ui = view_ui(annotated, "view_opens_on_steps.png")
+    ui = view_ui(annotated, "view_opens_on_steps.png", search="data loading")
     assert ui.window == (two_ranks.focus_ts, two_ranks.end_ts)  # not the whole run
     assert ui.bounds[1] - ui.bounds[0] > 30 * (ui.window[1] - ui.window[0])
     assert any(
         line.startswith(f"opened on steps 2-{STEPS} of 2 processes: ") for line in ui.printed
     )
-    # The steps and the idle causes of both GPUs, at the top.
-    assert sorted(ui.pinned) == ["GPU idle: GPU 0 (H100)", "GPU idle: GPU 1 (H100)", "steps"]
+    # The steps of both ranks and the idle causes of both GPUs, at the top.
+    assert sorted(ui.pinned) == [
+        "GPU idle: GPU 0 (H100)",
+        "GPU idle: GPU 1 (H100)",
+        *(f"steps: {name}" for name in two_ranks.processes),
+    ]
+    # A GPU's stream before its counters.
+    for gpu in ("GPU 0 (H100)", "GPU 1 (H100)"):
+        at = next(i for i, name in enumerate(ui.tracks) if name.startswith(gpu))
+        under = ui.tracks[at + 1 : at + 2 + len(COUNTERS)]
+        assert under == ["Stream 7", *COUNTERS], ui.tracks
+    # Threads with neither slices nor samples get no track; the one with samples does.
+    for rank in (0, 1):
+        pid = 1000 + rank
+        for tid in range(pid + 10, pid + 10 + EMPTY_THREADS):
+            assert not [n for n in ui.tracks if n.endswith(f" {tid}")], ui.tracks
+        assert f"pt_pin_memory {pid + 50}" in ui.tracks
+    # The cause, in words with its line, found by the UI's search.
+    assert f"Name\ndata loading: {DATA_LOCATION}\n" in ui.searched, ui.searched[-2000:]
+
+
+def test_gpu_streams_rank_before_counters(two_ranks: Run):
+    """In the trace itself, the order the UI reads (its own stdlib table): each GPU's
+    streams first, then its counters in the order they were first written."""
+    with open_trace(two_ranks.path) as t:
+        t.execute("include perfetto module viz.summary.track_event")
+        rows = t.query(
+            "select p.name as gpu, g.name, g.order_id from _track_event_tracks_ordered_groups g "
+            "join track p on p.id = g.parent_id where p.name glob 'GPU *' "
+            "order by p.name, g.order_id"
+        )
+    for gpu in ("GPU 0 (H100)", "GPU 1 (H100)"):
+        assert [r["name"] for r in rows if r["gpu"] == gpu] == ["Stream 7", *COUNTERS]
 
 
 def test_view_span_all_opens_on_the_whole_run(two_ranks: Run, view_ui):
