@@ -21,6 +21,7 @@ from exporters.report.ui_opening import find_opening
 
 from .browser import Chromium, is_local
 from .conftest import REPO, run_cli
+from .report_inputs import record_fake_gpu_app
 from .test_view import _search_and_select
 from .view_traces import COUNTERS, DATA_LOCATION, EMPTY_THREADS, STEPS, Run, write_two_rank_run
 
@@ -180,3 +181,23 @@ def test_view_span_all_opens_on_the_whole_run(two_ranks: Run, view_ui):
     ui = view_ui(two_ranks.path, "view_opens_on_whole_run.png", "--span", "all")
     assert ui.window == ui.bounds
     assert ui.pinned == []  # no analysis tracks in this trace
+
+
+def test_view_of_a_recorded_run_opens_where_report_looks(tmp_path_factory, view_ui):
+    """A real `record` of several processes (the fake-CUPTI app, its forked child, a CPU
+    program after it), annotated by report: the UI opens on the window the analysis names,
+    not the whole run, with the analysis tracks pinned."""
+    recorded = record_fake_gpu_app(tmp_path_factory.mktemp("view_open_rec"))
+    out = recorded.path.with_name("recorded.annotated.perfetto-trace")
+    proc = run_cli("report", recorded.path, "--annotate", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    opening = find_opening(out)
+    assert opening.start is not None and opening.end is not None
+    with open_trace(out) as t:
+        processes = t.scalar("select count(distinct upid) from thread where upid is not null")
+    assert processes >= 2
+    ui = view_ui(out, "view_recorded_opening.png")
+    assert ui.window == (opening.start, opening.end)
+    assert ui.window != ui.bounds
+    assert opening.describe() + "\n" in ui.printed
+    assert [n for n in ui.pinned if n.startswith("GPU idle: GPU 0")], ui.pinned
