@@ -201,3 +201,26 @@ def test_view_of_a_recorded_run_opens_where_report_looks(tmp_path_factory, view_
     assert ui.window != ui.bounds
     assert opening.describe() + "\n" in ui.printed
     assert [n for n in ui.pinned if n.startswith("GPU idle: GPU 0")], ui.pinned
+
+
+def test_view_of_a_json_trace_says_it_opens_on_the_whole_run(tmp_path: Path):
+    """The UI opens Kineto JSON itself; the analysis reads converted traces, so view says
+    why it opens on the whole run and what gives the analysed view, and still serves."""
+    trace = tmp_path / "kineto.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}]}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "view", "--no-open", "--port", "0", str(trace)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        assert first.startswith("Perfetto UI with "), first
+        said = proc.stderr.readline()
+        assert said == (
+            "xpu-perf view: opening on the whole run (the analysis reads Perfetto traces: "
+            f"xpu-perf convert {trace} -o OUT)\n"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -85,15 +85,17 @@ def _opening(args: argparse.Namespace) -> Opening | None:
     tell: the UI may still show what the engine here cannot read."""
     from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 
-    try:
-        return find_opening(args.trace, args.span, args.steps)
-    except (TraceOpenError, QueryError) as exc:
-        print(
-            f"xpu-perf view: opening on the whole run (the analysis could not read it: {exc})",
-            file=sys.stderr,
-            flush=True,
-        )
-        return None
+    with args.trace.open("rb") as f:
+        protobuf = f.read(1) == b"\x0a"  # TracePacket field 1 (ui_server.TRACE_MAGIC)
+    if not protobuf:  # JSON: the UI reads it, the analysis reads converted traces
+        why = f"the analysis reads Perfetto traces: xpu-perf convert {args.trace} -o OUT"
+    else:
+        try:
+            return find_opening(args.trace, args.span, args.steps)
+        except (TraceOpenError, QueryError) as exc:
+            why = f"the analysis could not read it: {exc}"
+    print(f"xpu-perf view: opening on the whole run ({why})", file=sys.stderr, flush=True)
+    return None
 
 
 def _warn_code_reuse() -> None:
