@@ -22,7 +22,7 @@ from exporters.report.ui_opening import find_opening
 from .browser import Chromium, is_local
 from .conftest import REPO, run_cli
 from .report_inputs import record_fake_gpu_app
-from .test_view import _search_and_select
+from .test_view import _flamegraph_root, _search_and_select
 from .view_traces import COUNTERS, DATA_LOCATION, EMPTY_THREADS, STEPS, Run, write_two_rank_run
 
 
@@ -66,6 +66,7 @@ class UiState:
     tracks: list[str]  # every track node in display order (collapsed ones too)
     printed: list[str]  # what view printed on stdout
     searched: str  # the page's text once a search selected a slice ('' if none was asked)
+    flamegraph_root: str  # the CPU flamegraph's root tooltip ('N, 100.00%')
 
 
 # The UI's state, from its debug global (`window.app`, ui/src/frontend/debug.ts).
@@ -112,6 +113,7 @@ def view_ui(tmp_path: Path) -> Iterator[object]:
                     break
                 last = state
                 time.sleep(1)
+            flamegraph_root = _flamegraph_root(browser)
             browser.screenshot(tmp_path / shot)
             searched = ""
             if search:
@@ -127,6 +129,7 @@ def view_ui(tmp_path: Path) -> Iterator[object]:
             tracks=raw["tracks"],
             printed=printed,
             searched=searched,
+            flamegraph_root=flamegraph_root,
         )
 
     yield open_view
@@ -159,8 +162,26 @@ def test_view_opens_on_the_steps_with_the_causes_pinned(annotated: Path, two_ran
         for tid in range(pid + 10, pid + 10 + EMPTY_THREADS):
             assert not [n for n in ui.tracks if n.endswith(f" {tid}")], ui.tracks
         assert f"pt_pin_memory {pid + 50}" in ui.tracks
+    # The CPU flamegraph the UI opens with counts the samples of the window, not the
+    # start-up's (imports: 98% of this run's samples).
+    assert ui.flamegraph_root == f"{_perf_samples_in(annotated, ui.window)}, 100.00%"
     # The cause, in words with its line, found by the UI's search.
     assert f"Name\ndata loading: {DATA_LOCATION}\n" in ui.searched, ui.searched[-2000:]
+
+
+def _perf_samples_in(trace: Path, window: tuple[int, int]) -> int:
+    """The perf samples of the process the UI's flamegraph opens on (the one with the latest
+    sample, as LinuxPerf picks it) inside `window`."""
+    with open_trace(trace) as t:
+        return int(
+            t.scalar(
+                "with last as (select upid from perf_sample join thread using (utid) "
+                "where callsite_id is not null order by ts desc limit 1) "
+                "select count(*) from perf_sample join thread using (utid) "
+                f"where callsite_id is not null and upid = (select upid from last) "
+                f"and ts >= {window[0]} and ts <= {window[1]}"
+            )
+        )
 
 
 def test_gpu_streams_rank_before_counters(two_ranks: Run):

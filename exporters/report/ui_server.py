@@ -79,6 +79,14 @@ BUNDLE_REWRITES: tuple[tuple[bytes, bytes], ...] = (
         b"static async checkConnection(){",
         b'static async checkConnection(){return{connected:!1,failure:"off in xpu-perf view"};',
     ),
+    # The CPU flamegraph the UI opens with (LinuxPerf's area selection over a process's perf
+    # samples) covers the window the UI opens on (ui_opening.py: the span the findings
+    # cover), not the whole trace, whose start-up (imports, model set-up) it was full of.
+    (
+        b"selectArea({start:e.traceInfo.start,end:e.traceInfo.end,trackUris:[o(t)]})",
+        b"selectArea({start:e.timeline.visibleWindow.toTimeSpan().start,"
+        b"end:e.timeline.visibleWindow.toTimeSpan().end,trackUris:[o(t)]})",
+    ),
 )
 # Magic bytes of the files the UI opens: TracePacket field 1 (protobuf trace), gzip, JSON.
 TRACE_MAGIC = (b"\x0a", b"\x1f\x8b", b"{", b"[")
