@@ -219,9 +219,10 @@ def test_report_json_and_annotated_copy(scenario_traces: dict, tmp_path: Path) -
             )
         }
         kernels = t.scalar("select count(*) from slice where category = 'kernel'")
-    assert sum(n for (lane, _), n in lanes.items() if lane == "steps") == expected.steps
+    assert sum(n for (lane, _), n in lanes.items() if lane == "steps: python3") == expected.steps
     gaps = {name: n for (lane, name), n in lanes.items() if lane.startswith("GPU idle")}
-    assert gaps == {"data_loading": expected.steps - 1}
+    # Each gap in words with the line its cause ran at, as the finding names it.
+    assert gaps == {f"data loading: {expected.location}": expected.steps - 1}
     assert kernels == 4 * expected.steps  # the copy keeps the trace
     # The input is never the annotated output.
     bad = run_cli("report", path, "--annotate", path)

@@ -399,8 +399,10 @@ def test_ui_flamegraph_counts_timer_samples_and_api_slice_shows_launch_stack(tmp
     numerous here); the API slice's details show the frames of its launch stack, innermost
     first, with CPython's call machinery between Python frames hidden."""
     trace = _samples_and_launches_trace(tmp_path / "samples_and_launches.perfetto-trace")
+    # The whole run: the flamegraph the UI opens with covers the window it opens on.
+    command = ["view", "--no-open", "--port", "0", "--span", "all", str(trace)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "view", "--no-open", "--port", "0", str(trace)],
+        [sys.executable, "-m", "collector.cli", *command],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -12,6 +12,7 @@ import webbrowser
 from pathlib import Path
 
 from collector.errors import UserError
+from exporters.report.ui_opening import SPANS, Opening, find_opening
 from exporters.report.ui_server import DEFAULT_PORT, ServeError, serve_ui
 
 
@@ -32,6 +33,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"port on 127.0.0.1 (default: {DEFAULT_PORT}; 0 picks a free one)",
     )
     p.add_argument("--no-open", action="store_true", help="print the URL, do not open a browser")
+    p.add_argument(
+        "--span",
+        choices=SPANS,
+        default="steps",
+        help="the time the UI opens on: the steps the report's findings cover (default: from "
+        "each process's second step on; the active span where fewer than 3 steps are found), "
+        "the active span (first GPU op to the end of the last), or the whole run",
+    )
+    p.add_argument(
+        "--steps",
+        metavar="NAME",
+        default=None,
+        help="the step slices, a name or GLOB pattern, as for report (default: 'ProfilerStep#*', "
+        "else detected)",
+    )
     p.set_defaults(func=main)
 
 
@@ -43,6 +59,9 @@ def main(args: argparse.Namespace) -> int:
     except ServeError as exc:
         raise UserError(str(exc)) from None
     server.on_code_reuse = _warn_code_reuse
+    opening = _opening(args)
+    if opening is not None:
+        server.route = opening.route()
     with server, tempfile.TemporaryDirectory(prefix="xpu-perf-view-") as private:
         url = server.one_time_url()
         print(f"Perfetto UI with {args.trace}: {url}", flush=True)
@@ -53,10 +72,30 @@ def main(args: argparse.Namespace) -> int:
                 f"ssh -L {port}:127.0.0.1:{port})",
                 flush=True,
             )
+        if opening is not None:
+            print(opening.describe(), flush=True)
         print("Ctrl-C to stop", file=sys.stderr, flush=True)
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the way to stop
             server.serve_forever()
     return 0
+
+
+def _opening(args: argparse.Namespace) -> Opening | None:
+    """Where the UI opens; None (the whole run, said on stderr) where the analysis cannot
+    tell: the UI may still show what the engine here cannot read."""
+    from exporters.perfetto.trace_processor import QueryError, TraceOpenError
+
+    with args.trace.open("rb") as f:
+        protobuf = f.read(1) == b"\x0a"  # TracePacket field 1 (ui_server.TRACE_MAGIC)
+    if not protobuf:  # JSON: the UI reads it, the analysis reads converted traces
+        why = f"the analysis reads Perfetto traces: xpu-perf convert {args.trace} -o OUT"
+    else:
+        try:
+            return find_opening(args.trace, args.span, args.steps)
+        except (TraceOpenError, QueryError) as exc:
+            why = f"the analysis could not read it: {exc}"
+    print(f"xpu-perf view: opening on the whole run ({why})", file=sys.stderr, flush=True)
+    return None
 
 
 def _warn_code_reuse() -> None:

@@ -1,18 +1,33 @@
 """`report --annotate OUT`: a copy of the trace with the analysis on the timeline, a track of
-steps and a track per device of the classified GPU idle gaps, so the Perfetto UI shows them
-beside the GPU streams.  The copy is written by the merge of the one input (the encoder's
-packet pass-through, in the trace's BOOTTIME domain, which is trace_processor's timeline)."""
+steps per process and a track per device of the classified GPU idle gaps, so the Perfetto UI
+shows them beside the GPU streams (`view` pins them at the top: exporters/report/ui_opening.py).
+A gap is named in words with where its cause ran ("data loading: Dataset.__getitem__
+(data.py:41)"), so the UI's search finds it by either; arg `cause` keeps the class's key.
+The copy is written by the merge of the one input (the encoder's packet pass-through, in
+the trace's BOOTTIME domain, which is trace_processor's timeline)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporters.analysis import locations
 from exporters.perfetto.trace_processor import Trace
 
-STEP_LANE = "steps"
+STEP_LANE = "steps: "  # + the process's name
 GAP_LANE = "GPU idle: "  # + the device's track name
 CATEGORY = "xpu_perf_analysis"
+# A gap's class (xpu_gpu_gap.class) in words.  Hook: where the table of causes
+# (exporters/analysis/causes.py) names them, its label is the one to use here.
+CAUSE_WORDS = {
+    "sync": "host sync",
+    "data_loading": "data loading",
+    "host_compute": "CPU work before the launch",
+    "launch": "launch",
+    "other": "other",
+}
+# Where a data loading or CPU work gap's cause ran: the gap's samples of that kind (is_data).
+_SAMPLED = {"data_loading": 1, "host_compute": 0}
 
 
 @dataclass(frozen=True)
@@ -27,11 +42,22 @@ class Mark:
 def annotations(trace: Trace) -> list[Mark]:
     """The steps and gaps of an analysed trace (analysis tables loaded) as marks."""
     marks = [
-        Mark(STEP_LANE, int(r["ts"]), int(r["dur"]), str(r["name"]), {"source": str(r["source"])})
-        for r in trace.query("select ts, dur, name, source from xpu_step order by ts")
+        Mark(
+            STEP_LANE + str(r["process"]),
+            int(r["ts"]),
+            int(r["dur"]),
+            str(r["name"]),
+            {"source": str(r["source"])},
+        )
+        for r in trace.query(
+            "select s.ts, s.dur, s.name, s.source, "
+            "coalesce(p.name, 'pid ' || p.pid, 'process ' || s.upid) as process "
+            "from xpu_step s left join process p using (upid) order by s.ts"
+        )
     ]
+    where = gap_locations(trace)
     for r in trace.query(
-        "select ts, dur, device, class, coalesce(next_op, '') as next_op, "
+        "select id, ts, dur, device, class, coalesce(next_op, '') as next_op, "
         "coalesce(api_name, '') as api, coalesce(block_name, '') as block, sync_ns, data_ns, "
         "host_ns, launch_ns, other_ns from xpu_gpu_gap order by ts"
     ):
@@ -39,12 +65,61 @@ def annotations(trace: Trace) -> list[Mark]:
             k: int(r[k]) for k in ("sync_ns", "data_ns", "host_ns", "launch_ns", "other_ns")
         }
         args["next_op"] = str(r["next_op"])
+        args["cause"] = str(r["class"])
         if r["block"]:
             args["waited_in"] = str(r["block"])
-        marks.append(
-            Mark(GAP_LANE + str(r["device"]), int(r["ts"]), int(r["dur"]), str(r["class"]), args)
-        )
+        name = CAUSE_WORDS.get(str(r["class"]), str(r["class"]))
+        location = where.get(int(r["id"]))
+        if location:
+            name = f"{name}: {location}"
+            args["location"] = location
+        marks.append(Mark(GAP_LANE + str(r["device"]), int(r["ts"]), int(r["dur"]), name, args))
     return marks
+
+
+def gap_locations(trace: Trace) -> dict[int, str]:
+    """Each gap's cause's place in the code (gap id -> 'func (file.py:line)'), as the
+    findings name places (locations.py): the heaviest stack among the gap's samples of its
+    class, else the launch stack of the call that blocked (sync) or of the next launch
+    (the enclosing slices where calls have no stack, as in converted traces).  Gaps with
+    nothing to tell are left out."""
+    found: dict[int, str] = {}
+    weights: dict[int, tuple[int, int]] = {}  # gap -> (ns, callsite), the heaviest so far
+    for cls, is_data in _SAMPLED.items():
+        for r in trace.query(
+            "select s.gap_id, s.callsite_id, sum(s.covered_ns) as ns "
+            "from _xpu_gap_sample s join xpu_gpu_gap g on g.id = s.gap_id "
+            f"where g.class = '{cls}' and s.is_data = {is_data} and s.callsite_id is not null "
+            "group by s.gap_id, s.callsite_id"
+        ):
+            gap, ns = int(r["gap_id"]), int(r["ns"])
+            if ns > weights.get(gap, (-1, 0))[0]:
+                weights[gap] = (ns, int(r["callsite_id"]))
+    calls: dict[int, int] = {}  # gap -> the API call's slice id
+    stacked: dict[int, int] = {}  # gap -> the call's launch stack
+    for r in trace.query(
+        "select g.id, c.id as call_id, ls.callsite_id from xpu_gpu_gap g "
+        "join slice c on c.id = coalesce(case when g.class = 'sync' then g.block_id end, g.api_id) "
+        "left join thread_track tt on tt.id = c.track_id "
+        "left join _xpu_launch_stack_at ls on ls.ts = c.ts and ls.utid = tt.utid"
+    ):
+        if int(r["id"]) in weights:
+            continue
+        if r["callsite_id"] is not None:
+            stacked[int(r["id"])] = int(r["callsite_id"])
+        else:
+            calls[int(r["id"])] = int(r["call_id"])
+    callsites = {gap: cs for gap, (_, cs) in weights.items()} | stacked
+    frames = locations.callsite_frames(trace, callsites.values())
+    for gap, callsite in callsites.items():
+        loc = locations.location(frames.get(callsite, []))
+        if loc:
+            found[gap] = loc
+    by_slice = locations.slice_locations(trace, calls.values())
+    for gap, call in calls.items():
+        if by_slice.get(call):
+            found[gap] = by_slice[call]
+    return found
 
 
 def write_annotated(source: Path, output: Path, marks: list[Mark]) -> None:

@@ -4,8 +4,8 @@
   ThreadInfo: a later thread name re-describes the thread's track; a process is described
   with its last name once, at the end (trace_processor keeps a process's first name);
 - `GPU D (<name>)` root tracks, each with one `Stream N` child per stream;
-- counter tracks of a GPU (hardware counters, device memory in use) under its track, above
-  its streams;
+- counter tracks of a GPU (hardware counters, device memory in use) under its track, below
+  its streams (the GPU's work first; ~20 counters above them pushed the streams off screen);
 - lanes: slices that overlap on one thread or stream without nesting go to sibling tracks
   (lanes.py places them); a thread's extra lanes are children of its track, a stream's are
   more `Stream N` tracks under the GPU's.
@@ -22,6 +22,17 @@ from exporters.perfetto.lanes import LaneSet
 
 _INT32_MIN = -(1 << 31)
 _INT32_MAX = (1 << 31) - 1
+# Children of a GPU track rank (sibling_order_rank, an int32; equal ranks come out in no set
+# order) as: streams by their id, then ops on no stream and stream ids from here up, then the
+# counters in the order they were first used.  The room above is far more than the counters
+# of any GPU (collector/gpu_metrics/catalog.py has ~20).
+_LAST_STREAM_RANK = _INT32_MAX - (1 << 16)
+
+
+def _stream_rank(stream: int) -> int:
+    if stream in model.NO_STREAM_IDS or not _INT32_MIN <= stream < _LAST_STREAM_RANK:
+        return _LAST_STREAM_RANK
+    return stream
 
 
 def _stream_name(stream: int) -> str:
@@ -195,7 +206,7 @@ class Tracks:
 
     def gpu_counter(self, device: int, name: str, unit: str) -> int:
         """The counter track `name` under GPU `device`'s track (created at first use).
-        Counter tracks sort above the streams, in the order they were first used (a
+        Counter tracks sort below the streams, in the order they were first used (a
         source writes them in its catalog's order)."""
         key = (device, name)
         uuid = self._gpu_counters.get(key)
@@ -204,8 +215,8 @@ class Tracks:
         uuid = self._gpu_counters[key] = self._uuid()
         desc = pb.TrackDescriptor(uuid=uuid, parent_uuid=self.gpu_device(device, None), name=name)
         desc.counter.unit_name = unit
-        # Streams rank by their id (>= 0, or INT32_MAX): counters before all of them.
-        desc.sibling_order_rank = _INT32_MIN + len(self._gpu_counters)
+        # After every stream (_stream_rank), in first-use order.
+        desc.sibling_order_rank = _LAST_STREAM_RANK + min(len(self._gpu_counters), 1 << 16)
         self._descriptor(desc)
         return uuid
 
@@ -229,9 +240,9 @@ class Tracks:
             desc = pb.TrackDescriptor(
                 uuid=lane_uuid, parent_uuid=self.gpu_device(device, None), name=_stream_name(stream)
             )
-            # The rank is an int32; ops on no stream (Kineto: 2**32-1 or -1) and other ids
-            # outside it sort last.
-            desc.sibling_order_rank = stream if _INT32_MIN <= stream <= _INT32_MAX else _INT32_MAX
+            # Ops on no stream (Kineto: 2**32-1 or -1) and ids past the streams' ranks sort
+            # after the other streams, before the counters.
+            desc.sibling_order_rank = _stream_rank(stream)
             self._descriptor(desc)
             uuids.append(lane_uuid)
             if len(uuids) > 1:

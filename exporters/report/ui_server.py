@@ -79,6 +79,14 @@ BUNDLE_REWRITES: tuple[tuple[bytes, bytes], ...] = (
         b"static async checkConnection(){",
         b'static async checkConnection(){return{connected:!1,failure:"off in xpu-perf view"};',
     ),
+    # The CPU flamegraph the UI opens with (LinuxPerf's area selection over a process's perf
+    # samples) covers the window the UI opens on (ui_opening.py: the span the findings
+    # cover), not the whole trace, whose start-up (imports, model set-up) it was full of.
+    (
+        b"selectArea({start:e.traceInfo.start,end:e.traceInfo.end,trackUris:[o(t)]})",
+        b"selectArea({start:e.timeline.visibleWindow.toTimeSpan().start,"
+        b"end:e.timeline.visibleWindow.toTimeSpan().end,trackUris:[o(t)]})",
+    ),
 )
 # Magic bytes of the files the UI opens: TracePacket field 1 (protobuf trace), gzip, JSON.
 TRACE_MAGIC = (b"\x0a", b"\x1f\x8b", b"{", b"[")
@@ -175,7 +183,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             else:
                 self._send(b"forbidden: open the URL xpu-perf view printed", "text/plain", 403)
         elif any(self.server.spend_code(code) for code in codes):
-            self._redirect(self.server.app_url)
+            self._redirect(self.server.app_url + self.server.route)
         elif any(self.server.was_spent(code) for code in codes):
             self.server.on_code_reuse()
             self._send(
@@ -299,6 +307,9 @@ class UiHttpServer(http.server.ThreadingHTTPServer):
         # someone else may have opened it first, and the user should know (view.py says it).
         self.on_code_reuse: Callable[[], None] = lambda: None
         self._codes_lock = threading.Lock()
+        # The UI route the page opens on (`#!/?visStart=...`, ui_opening.py): a fragment,
+        # so the browser keeps it and never sends it back here.
+        self.route = ""
         self.stopping = threading.Event()  # ends held event streams on shutdown
         try:
             super().__init__(("127.0.0.1", port), _Handler)
