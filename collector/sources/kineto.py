@@ -19,6 +19,7 @@ import gzip
 import json
 import math
 import re
+import sys
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ import ijson
 import orjson
 
 from collector import model
+from collector.sources.json_limits import MAX_DEPTH, GuardedReader, LimitExceeded
 from collector.sources.kineto_flows import (
     API_CALL,
     DEVICE_OP,
@@ -265,6 +267,9 @@ def event_runs(
         raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else stream  # type: ignore[attr-defined]
         return stream, raw  # type: ignore[return-value]
 
+    # Values nest up to MAX_DEPTH levels (deeper ones are refused): writing one as text
+    # (repr, json.dumps) recurses once a level.
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * MAX_DEPTH))
     try:
         for run in trace_event_runs(open_file, progress):
             if set(map(type, run)) != _DICT_ONLY:
@@ -276,6 +281,11 @@ def event_runs(
         raise KinetoFormatError(f"{path}: truncated or corrupt gzip data ({_short(exc)})") from None
     except UnicodeDecodeError:
         raise KinetoFormatError(f"{path}: not a text JSON file") from None
+    except LimitExceeded as exc:
+        raise KinetoFormatError(
+            f"{path}: refused: {exc}; convert's limits keep its time and memory bounded "
+            "(docs/ARCHITECTURE.md, Kineto input)"
+        ) from None
 
 
 def _short(exc: BaseException) -> str:
@@ -291,7 +301,8 @@ def read_head(path: Path) -> Head:
     stream = _open(path)
     try:
         current: dict[str, Any] = {}
-        for prefix, event, value in ijson.parse(stream, use_float=True):
+        # (Through the limits: ijson's prefixes grow with the depth.)
+        for prefix, event, value in ijson.parse(GuardedReader(stream), use_float=True):
             if prefix == "traceEvents":
                 break  # the metadata comes before the events; stop scanning
             if prefix == "deviceProperties.item.id":
@@ -308,7 +319,15 @@ def read_head(path: Path) -> Head:
                 links.world_size = int(value)
             elif prefix in ("hostname", "host_name") and isinstance(value, str) and value:
                 links.host = value
-    except (ijson.JSONError, ijson.IncompleteJSONError, EOFError, zlib.error, OSError):
+    except (
+        ijson.JSONError,
+        ijson.IncompleteJSONError,
+        EOFError,
+        zlib.error,
+        OSError,
+        LimitExceeded,
+        UnicodeDecodeError,
+    ):
         pass  # the main pass reports what is wrong with the file
     finally:
         stream.close()

@@ -48,6 +48,12 @@ from exporters.perfetto.batch_writer import group_rows
 
 # Complete events a chunk of columns holds (two chunks are held: kineto_flows.py's window).
 CHUNK = 1 << 16
+# Other events (instants, metadata...) and flow events held before a chunk is closed
+# whatever its complete events: a trace of instants alone streams like one of slices.
+# (Flow events come about one per complete event: four chunks' worth never close one
+# early in a profiler's trace.)
+OTHERS_HELD = CHUNK
+FLOW_ENDS_HELD = 4 * CHUNK
 _NONE = model.NONE
 _CPU, _API, _GPU = 0, 1, 2
 _TIME_LIMIT = kineto._FLOAT_EXACT_US  # below it, us * 1000.0 is exact
@@ -302,6 +308,18 @@ class _FlowEnds:
         """Flow events of a run, their fields taken while the run is in the caches."""
         for column, key in zip(self.new, _FLOW_FIELDS, strict=True):
             column += map(dict.get, events, repeat(key))
+
+    def held(self) -> int:
+        """Flow events held: read since the last flush, and waiting in columns."""
+        return len(self.new[0]) + len(self.ts)
+
+    def expire(self, final: bool = False) -> None:
+        """No complete event is held to bind to: those read a flush ago go (all of them
+        at the end), counted (as _flush's forget does to ends that waited a flush
+        unbound)."""
+        none = np.zeros(0, np.int64)
+        self.bind(none, none, none)
+        self.forget(np.zeros(0, bool), final=final)
 
     def take_new(self) -> None:
         """The flow events read since the last flush, as columns."""
@@ -864,6 +882,18 @@ def convert_columns(
             if len(columns.chunks) > 1:
                 yield from objects_before(2 * columns.held_from)
                 yield from _flush(columns, stats, final=False)
+        elif len(others) >= OTHERS_HELD or columns.flow_ends.held() >= FLOW_ENDS_HELD:
+            # Few complete events among many others: what is held goes now (the others
+            # all come before the next complete event, their place kept).
+            if len(pending):
+                columns.add(pending, seen_x)
+                seen_x += len(pending)
+                pending = _Pending(columns.names, columns.raw_categories)
+            yield from objects_before(2 * seen_x + 1)
+            if len(columns.chunks) > 1:
+                yield from _flush(columns, stats, final=False)
+            elif not columns.chunks:
+                columns.flow_ends.expire()
     stats.events_in = events_in
     columns.add(pending, seen_x)
     if not stats.events_in:
@@ -871,7 +901,10 @@ def convert_columns(
             f"{path}: no 'traceEvents' array; is this a PyTorch profiler trace?"
         )
     yield from objects_before(float("inf"))
-    yield from _flush(columns, stats, final=True)
+    if columns.chunks:
+        yield from _flush(columns, stats, final=True)
+    else:  # no complete event to bind to: every flow event is counted
+        columns.flow_ends.expire(final=True)
 
 
 class _ObjectEvents:
