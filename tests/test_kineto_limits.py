@@ -30,11 +30,8 @@ def _instant(name: str, tid: str, ts: int) -> str:
     return '{"ph":"i","s":"t","name":"' + name + '","pid":1,"tid":' + tid + ',"ts":' + str(ts) + "}"
 
 
-# An integer of 19 digits: orjson reads it otherwise than ijson, so ijson reads the file.
-_LONG_INT = (
-    '{"ph":"X","cat":"cpu_op","name":"big","pid":1,"tid":1,"ts":5,"dur":1,'
-    '"args":{"id":1234567890123456789}}'
-)
+# A lone surrogate, which orjson rejects: ijson reads the whole file (kineto_json.py).
+_LONG_INT = '{"ph":"X","cat":"cpu_op","name":"lone \\ud800","pid":1,"tid":1,"ts":5,"dur":1}'
 
 
 def _doc(events: list[str], ijson_path: bool = False) -> str:

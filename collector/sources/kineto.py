@@ -250,17 +250,23 @@ class _Ids:
         return ident
 
 
-def _events(path: Path, progress: Callable[[int], None] | None) -> Iterator[dict[str, Any]]:
+def _events(
+    path: Path, progress: Callable[[int], None] | None, stats: ConvertStats
+) -> Iterator[dict[str, Any]]:
     """Stream `traceEvents` items (kineto_json.py); report stored-bytes progress."""
-    for run in event_runs(path, progress):
+    for run in event_runs(path, progress, stats):
         yield from run
 
 
+NOT_AN_OBJECT = "'traceEvents' items that are no object (an event is a JSON object)"
+
+
 def event_runs(
-    path: Path, progress: Callable[[int], None] | None = None
+    path: Path, progress: Callable[[int], None] | None = None, stats: ConvertStats | None = None
 ) -> Iterator[list[dict[str, Any]]]:
     """`traceEvents` items that are objects, a list at a time (kineto_json's runs), with
-    the file's faults as KinetoFormatError."""
+    the file's faults as KinetoFormatError; the other items counted into `stats` (input
+    events, skipped)."""
 
     def open_file() -> tuple[IO[bytes], IO[bytes]]:
         stream = _open(path)
@@ -273,7 +279,11 @@ def event_runs(
     try:
         for run in trace_event_runs(open_file, progress):
             if set(map(type, run)) != _DICT_ONLY:
-                run = [event for event in run if type(event) is dict]
+                objects = [event for event in run if type(event) is dict]
+                if stats is not None and len(objects) < len(run):
+                    stats.events_in += len(run) - len(objects)
+                    stats.skipped[NOT_AN_OBJECT] += len(run) - len(objects)
+                run = objects
             yield run
     except (ijson.JSONError, ijson.IncompleteJSONError) as exc:
         raise KinetoFormatError(f"{path}: not valid JSON ({_short(exc)})") from None
@@ -289,8 +299,56 @@ def event_runs(
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:160] if text else type(exc).__name__
+    """The first line of a parser's message, printable (yajl's come as bytes, with the
+    input's own bytes on the lines after it)."""
+    message = exc.args[0] if exc.args else ""
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    lines = str(message).strip().splitlines()
+    first = "".join(c if c.isprintable() else "?" for c in lines[0])[:160] if lines else ""
+    return first or type(exc).__name__
+
+
+def check_is_json(path: Path) -> None:
+    """KinetoFormatError of one line where `path` is no JSON text: what it is, and what
+    convert reads."""
+    try:
+        with _open(path) as stream:
+            start = stream.read(1 << 12)
+    except (OSError, EOFError, zlib.error):
+        return  # the main pass says what is wrong with the file
+    text = start.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] in (b"{", b"["):
+        return
+    if not start:
+        what = "empty" + (" once gunzipped" if is_gzip(path) else "")
+    elif start[:1] == b"\x0a" and not _is_text(start):  # a TracePacket's tag, then bytes
+        raise KinetoFormatError(
+            f"{path} is already a Perfetto trace (not a PyTorch profiler JSON): give it to "
+            "report, query or view as it is"
+        )
+    elif not _is_text(start):
+        what = "binary data, not JSON text"
+    else:
+        what = "text that is not JSON"
+    raise KinetoFormatError(
+        f"{path}: not a PyTorch profiler trace: it is {what}; convert reads Kineto's "
+        "Chrome-JSON (an object with a 'traceEvents' array, plain or gzipped)"
+    )
+
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f\x7f]")
+
+
+def _is_text(data: bytes) -> bool:
+    """UTF-8 without control bytes (a character cut at the end of `data` allowed)."""
+    if _CONTROL.search(data):
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(data) - 3
+    return True
 
 
 def read_head(path: Path) -> Head:
@@ -446,7 +504,7 @@ def convert_events(
     names = ids.names  # synthetic pids/tids (text in the input) -> their text
     push = linker.push
     cpu_slice = model.CpuSlice
-    for ev in _events(path, progress):
+    for ev in _events(path, progress, stats):
         stats.events_in += 1
         ph = ev.get("ph")
         cat = ev.get("cat")

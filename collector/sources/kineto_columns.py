@@ -859,7 +859,7 @@ def convert_columns(
 
     seen_x = 0  # complete events before `pending`
     events_in = 0
-    for run in kineto.event_runs(path, progress):
+    for run in kineto.event_runs(path, progress, stats):
         events_in += len(run)
         phases = list(map(dict.get, run, repeat("ph")))
         is_x = list(map(eq, phases, repeat("X")))
@@ -894,7 +894,7 @@ def convert_columns(
                 yield from _flush(columns, stats, final=False)
             elif not columns.chunks:
                 columns.flow_ends.expire()
-    stats.events_in = events_in
+    stats.events_in += events_in  # (and the items that are no object: event_runs)
     columns.add(pending, seen_x)
     if not stats.events_in:
         raise kineto.KinetoFormatError(

@@ -128,16 +128,16 @@ def trace_event_runs(
                 if n >= yielded:
                     run.append(item)
                     if len(run) >= _IJSON_RUN:
-                        yield run
+                        yield _ijson_nul_escaped(run)
                         run = []
                 if n % _PROGRESS_EVERY == 0:
                     advance(raw)
         except Exception:
             if run:  # the items before ijson's error, as trace_events() has them
-                yield run
+                yield _ijson_nul_escaped(run)
             raise
         if run:
-            yield run
+            yield _ijson_nul_escaped(run)
         advance(raw)
     finally:
         stream.close()
@@ -283,10 +283,63 @@ def _loads(array: bytes) -> list[Any]:
         # Maybe an integer past int64, which orjson reads as a float: ijson's own reading
         # of these events (the cut is sound: orjson parsed them).
         try:
-            return list(ijson.items(io.BytesIO(array), "item", use_float=True))
+            items = list(ijson.items(io.BytesIO(array), "item", use_float=True))
         except Exception as exc:
             raise _NotSure from exc
+    if _NUL in array:
+        items = nul_escaped(items)
     return items  # type: ignore[no-any-return]
+
+
+# A NUL in a JSON string (`\u0000` in its text): the trace's readers end a string at a
+# NUL, so it is written as the six characters of its JSON escape instead (a name is never
+# cut short, and reads back as the input wrote it).
+_NUL = b"\\u0000"
+NUL_TEXT = "\\u0000"
+
+
+def nul_escaped(value: Any) -> Any:
+    """`value` with every NUL in its strings (keys too) as NUL_TEXT (a walk, no recursion:
+    values nest up to json_limits.MAX_DEPTH levels)."""
+    if type(value) is str:
+        return value.replace("\0", NUL_TEXT)
+    if type(value) not in (list, dict):
+        return value
+    root: list[Any] = [value]
+    stack: list[Any] = [root]
+    while stack:
+        container = stack.pop()
+        if type(container) is dict:
+            entries = list(container.items())
+            container.clear()
+            for key, item in entries:
+                if type(key) is str and "\0" in key:
+                    key = key.replace("\0", NUL_TEXT)
+                if type(item) is str:
+                    if "\0" in item:
+                        item = item.replace("\0", NUL_TEXT)
+                elif type(item) in (list, dict):
+                    stack.append(item)
+                container[key] = item
+        else:
+            for i, item in enumerate(container):
+                if type(item) is str:
+                    if "\0" in item:
+                        container[i] = item.replace("\0", NUL_TEXT)
+                elif type(item) in (list, dict):
+                    stack.append(item)
+    return root[0]
+
+
+def _ijson_nul_escaped(run: list[Any]) -> list[Any]:
+    """nul_escaped() where a run of ijson's items has a NUL (orjson's text of the run
+    tells; a run orjson cannot write is walked)."""
+    try:
+        if _NUL not in orjson.dumps(run):
+            return run
+    except TypeError:
+        pass
+    return nul_escaped(run)  # type: ignore[no-any-return]
 
 
 def _check_document(document: bytes) -> None:
