@@ -228,9 +228,41 @@ def _id_or_none(value: Any, valid: range) -> int | None:
     return as_int if as_int is not None and as_int in valid else None
 
 
+# Kineto of 2021 (PyTorch 1.8-1.9, the TensorBoard plugin's samples) wrote every tid as
+# text: a CPU thread's number ("5504") and a GPU stream ("stream 7"), with its flow events'
+# tids as numbers ("tid": 5504) or the same text.  They are the numbers they spell.
+_TEXT_ID = re.compile(r"(?:stream )?([0-9]{1,10})")
+
+
+def text_id(value: str) -> int | None:
+    """The int32 a text pid or tid spells ("5504", "stream 7"), else None."""
+    m = _TEXT_ID.fullmatch(value)
+    if m is None:
+        return None
+    number = int(m[1])
+    return number if number < _INT32_END else None
+
+
+# What a name says of one run only, left out so that the same code has one name: an
+# object's address (`<built-in method mean of Tensor object at 0x7f...>`), and Kineto's
+# line 0 of a python_function (`h.py(0): fn`: it had no line; report would show `h.py:0`).
+_OBJECT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+_NO_LINE = re.compile(r"^(.*?\.py)\(0\): ")
+
+
+def clean_name(name: str) -> str:
+    """`name` without an object address or a line 0 (see above)."""
+    if " at 0x" in name:
+        name = _OBJECT_ADDRESS.sub(">", name)
+    if "(0): " in name:
+        name = _NO_LINE.sub(r"\1: ", name)
+    return name
+
+
 class _Ids:
     """Kineto uses strings as pid/tid for its own pseudo-tracks ("Spans", "Traces");
-    Perfetto needs integers, so such names get stable synthetic ids (and keep the name)."""
+    Perfetto needs integers, so such names get stable synthetic ids (and keep the name).
+    Text that spells a number (text_id) is that number."""
 
     def __init__(self) -> None:
         self._synthetic: dict[str, int] = {}
@@ -239,7 +271,7 @@ class _Ids:
     def get(self, value: Any) -> int:
         if type(value) is int and -(1 << 31) <= value < 1 << 31:
             return value  # the common case, first
-        as_int = _int_or_none(value)
+        as_int = _int_or_none(value) if type(value) is not str else text_id(value)
         if as_int is not None and as_int in _INT32:
             return as_int
         text = str(value)
@@ -536,7 +568,13 @@ def convert_events(
                 stats.cpu_slices += 1
                 slot = Slot(
                     cpu_slice(
-                        pid, tid, ts, round(dur * 1000.0), name, cat, _cpu_args(ev.get("args"))
+                        pid,
+                        tid,
+                        ts,
+                        round(dur * 1000.0),
+                        clean_name(name),
+                        cat,
+                        _cpu_args(ev.get("args")),
                     )
                 )
                 done = push(slot, (pid, tid, ts))
@@ -584,7 +622,12 @@ def convert_events(
                 event := emit(
                     Slot(
                         model.Instant(
-                            pid, tid, ts, str(ev.get("name", "")), cat, _cpu_args(ev.get("args"))
+                            pid,
+                            tid,
+                            ts,
+                            clean_name(str(ev.get("name", ""))),
+                            cat,
+                            _cpu_args(ev.get("args")),
                         )
                     )
                 )
@@ -652,6 +695,7 @@ def complete_event(
     name = ev.get("name", "")
     if type(name) is not str:
         name = str(name)
+    name = clean_name(name)
     args = ev.get("args")
     if type(args) is not dict:
         args = {}

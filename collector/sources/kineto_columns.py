@@ -79,11 +79,13 @@ Entry = tuple[tuple[str, model.ArgValue], ...]
 
 
 class _Interned:
-    """Values -> dense ids, in first-seen order (names, categories, arg sets)."""
+    """Values -> dense ids, in first-seen order (names, categories, arg sets); `clean`:
+    what a value is kept as (kineto.clean_name for names)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clean: Callable[[Any], Any] | None = None) -> None:
         self.index: dict[Any, int] = {}
         self.values: list[Any] = []
+        self._clean = clean
 
     def add(self, value: Any, key: Any = None) -> int:
         key = value if key is None else key
@@ -102,7 +104,7 @@ class _Interned:
             for value in dict.fromkeys(items):
                 if value not in index:
                     index[value] = len(self.values)
-                    self.values.append(value)
+                    self.values.append(value if self._clean is None else self._clean(value))
             found = list(map(index.__getitem__, items))
         return np.array(found, np.int64)
 
@@ -205,6 +207,8 @@ class _Pending:
             values.append(tuple(args.values()))
         n = len(events)
         names, cats, ts, dur, pids, tids = fields
+        _number_text_ids(pids)
+        _number_text_ids(tids)
         ok = np.ones(n, bool)
         for column, types, filler in (
             (names, _STR, ""),
@@ -339,6 +343,7 @@ class _FlowEnds:
         ok = np.ones(n, bool)
         fields = []
         for column in (pids, tids):
+            _number_text_ids(column)
             if set(map(type, column)) != _INT_ONLY:
                 good = np.fromiter(map(_INT.__contains__, map(type, column)), bool, n)
                 ok &= good
@@ -512,7 +517,7 @@ class _Columns:
 
     def __init__(self, stats: ConvertStats) -> None:
         self.stats = stats
-        self.names = _Interned()
+        self.names = _Interned(kineto.clean_name)
         self.categories = _Interned()
         self.arg_sets = _Interned()
         self.chunks: list[_Chunk] = []
@@ -784,6 +789,15 @@ def _times_ns(values: list[Any], ok: np.ndarray) -> np.ndarray:
     return np.array([t if t is not None and t >= 0 else 0 for t in ns], np.int64)
 
 
+def _number_text_ids(column: list[Any]) -> None:
+    """Text pids or tids that spell a number (kineto.text_id) as that number, in place."""
+    if _STR.isdisjoint(map(type, column)):
+        return
+    for i, value in enumerate(column):
+        if type(value) is str and (number := kineto.text_id(value)) is not None:
+            column[i] = number
+
+
 def _int32s(values: list[int], ok: np.ndarray) -> np.ndarray:
     """`values` (ints) as int64, `ok` cleared where one is no int32."""
     try:
@@ -957,9 +971,8 @@ class _ObjectEvents:
                     stats.skipped["instant events with a ts that is no time"] += 1
                     continue
                 pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid", 0))
-                yield model.Instant(
-                    pid, tid, ts, str(ev.get("name", "")), cat, kineto._cpu_args(ev.get("args"))
-                )
+                name = kineto.clean_name(str(ev.get("name", "")))
+                yield model.Instant(pid, tid, ts, name, cat, kineto._cpu_args(ev.get("args")))
                 stats.instants += 1
                 stats.events_out += 1
             elif ph == "M":
