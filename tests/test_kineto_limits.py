@@ -49,11 +49,13 @@ def _convert(tmp_path: Path, text: str | bytes, gz: bool = False):  # type: igno
     src = tmp_path / ("in.json.gz" if gz else "in.json")
     src.write_bytes(gzip.compress(data, 1) if gz else data)
     out = tmp_path / "out.perfetto-trace"
+    out.unlink(missing_ok=True)  # (a conversion before this one's)
     return run_cli("convert", src, "-o", out, "--no-progress"), out
 
 
 def _refused(proc, what: str) -> None:  # type: ignore[no-untyped-def]
     assert proc.returncode != 0
+    assert not Path(proc.args[proc.args.index("-o") + 1]).exists()  # no half-written output
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "refused: " in proc.stderr

@@ -360,12 +360,12 @@ def check_is_json(path: Path) -> None:
             "report, query or view as it is"
         )
     elif not _is_text(start):
-        what = "binary data, not JSON text"
+        what = "binary data"
     else:
-        what = "text that is not JSON"
+        what = "plain text"
     raise KinetoFormatError(
-        f"{path}: not a PyTorch profiler trace: it is {what}; convert reads Kineto's "
-        "Chrome-JSON (an object with a 'traceEvents' array, plain or gzipped)"
+        f"{path}: not valid JSON: it is {what}, not a PyTorch profiler trace; convert reads "
+        "Kineto's Chrome-JSON (an object with a 'traceEvents' array, plain or gzipped)"
     )
 
 
