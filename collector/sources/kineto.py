@@ -15,6 +15,7 @@ PrivateUse1 backends `privateuse1_runtime`/`_driver`; PyTorch 1.8-1.9 wrote `Ker
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
@@ -305,9 +306,6 @@ def event_runs(
         raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else stream  # type: ignore[attr-defined]
         return stream, raw  # type: ignore[return-value]
 
-    # Values nest up to MAX_DEPTH levels (deeper ones are refused): writing one as text
-    # (repr, json.dumps) recurses once a level.
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * MAX_DEPTH))
     try:
         for run in trace_event_runs(open_file, progress):
             if set(map(type, run)) != _DICT_ONLY:
@@ -328,6 +326,19 @@ def event_runs(
             f"{path}: refused: {exc}; convert's limits keep its time and memory bounded "
             "(docs/ARCHITECTURE.md, Kineto input)"
         ) from None
+
+
+@contextlib.contextmanager
+def deep_values() -> Iterator[None]:
+    """While converting: values nest up to MAX_DEPTH levels (deeper ones are refused), and
+    writing one as text (repr, json.dumps, str) recurses once a level: Python's recursion
+    limit is raised to allow it, and restored after."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(before, 4 * MAX_DEPTH))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def _short(exc: BaseException) -> str:
@@ -522,6 +533,17 @@ def convert_events(
 ) -> Iterator[model.Event]:
     """One pass: yield model events for every Kineto event that carries data, each with its
     flows once it leaves the linker's window (kineto_flows.py)."""
+    with deep_values():
+        yield from _convert_events(path, head, stats, progress, window)
+
+
+def _convert_events(
+    path: Path,
+    head: Head,
+    stats: ConvertStats,
+    progress: Callable[[int], None] | None,
+    window: int,
+) -> Iterator[model.Event]:
     ids = _Ids()
     linker = FlowLinker(window)
     named_threads: set[tuple[int, int]] = set()

@@ -850,6 +850,17 @@ def convert_columns(
     """The events of `path` for TraceWriter.producer().write(): every chunk, the object
     events before the chunk held back (names, instants, rare slices) and one SliceBatch
     per host process."""
+    with kineto.deep_values():
+        yield from _convert_columns(path, head, stats, progress, chunk)
+
+
+def _convert_columns(
+    path: Path,
+    head: Head,
+    stats: ConvertStats,
+    progress: Callable[[int], None] | None,
+    chunk: int,
+) -> Iterator[model.Event]:
     columns = _Columns(stats)
     pending = _Pending(columns.names, columns.raw_categories)
     # The other events, keyed by their place among the complete ones (the object path's
