@@ -87,6 +87,7 @@ def main(args: argparse.Namespace) -> int:
     stats = kineto.ConvertStats()
     size = kineto.input_size(src)
     try:
+        kineto.check_is_json(src)
         with progress_bar(console, size, show_progress) as advance:
             write_trace(
                 src, out, sys.argv, stats, advance, compression_level=args.compression_level

@@ -15,10 +15,12 @@ PrivateUse1 backends `privateuse1_runtime`/`_driver`; PyTorch 1.8-1.9 wrote `Ker
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
 import re
+import sys
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -31,6 +33,7 @@ import ijson
 import orjson
 
 from collector import model
+from collector.sources.json_limits import MAX_DEPTH, GuardedReader, LimitExceeded
 from collector.sources.kineto_flows import (
     API_CALL,
     DEVICE_OP,
@@ -226,9 +229,41 @@ def _id_or_none(value: Any, valid: range) -> int | None:
     return as_int if as_int is not None and as_int in valid else None
 
 
+# Kineto of 2021 (PyTorch 1.8-1.9, the TensorBoard plugin's samples) wrote every tid as
+# text: a CPU thread's number ("5504") and a GPU stream ("stream 7"), with its flow events'
+# tids as numbers ("tid": 5504) or the same text.  They are the numbers they spell.
+_TEXT_ID = re.compile(r"(?:stream )?([0-9]{1,10})")
+
+
+def text_id(value: str) -> int | None:
+    """The int32 a text pid or tid spells ("5504", "stream 7"), else None."""
+    m = _TEXT_ID.fullmatch(value)
+    if m is None:
+        return None
+    number = int(m[1])
+    return number if number < _INT32_END else None
+
+
+# What a name says of one run only, left out so that the same code has one name: an
+# object's address (`<built-in method mean of Tensor object at 0x7f...>`), and Kineto's
+# line 0 of a python_function (`h.py(0): fn`: it had no line; report would show `h.py:0`).
+_OBJECT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+_NO_LINE = re.compile(r"^(.*?\.py)\(0\): ")
+
+
+def clean_name(name: str) -> str:
+    """`name` without an object address or a line 0 (see above)."""
+    if " at 0x" in name:
+        name = _OBJECT_ADDRESS.sub(">", name)
+    if "(0): " in name:
+        name = _NO_LINE.sub(r"\1: ", name)
+    return name
+
+
 class _Ids:
     """Kineto uses strings as pid/tid for its own pseudo-tracks ("Spans", "Traces");
-    Perfetto needs integers, so such names get stable synthetic ids (and keep the name)."""
+    Perfetto needs integers, so such names get stable synthetic ids (and keep the name).
+    Text that spells a number (text_id) is that number."""
 
     def __init__(self) -> None:
         self._synthetic: dict[str, int] = {}
@@ -237,7 +272,7 @@ class _Ids:
     def get(self, value: Any) -> int:
         if type(value) is int and -(1 << 31) <= value < 1 << 31:
             return value  # the common case, first
-        as_int = _int_or_none(value)
+        as_int = _int_or_none(value) if type(value) is not str else text_id(value)
         if as_int is not None and as_int in _INT32:
             return as_int
         text = str(value)
@@ -248,17 +283,23 @@ class _Ids:
         return ident
 
 
-def _events(path: Path, progress: Callable[[int], None] | None) -> Iterator[dict[str, Any]]:
+def _events(
+    path: Path, progress: Callable[[int], None] | None, stats: ConvertStats
+) -> Iterator[dict[str, Any]]:
     """Stream `traceEvents` items (kineto_json.py); report stored-bytes progress."""
-    for run in event_runs(path, progress):
+    for run in event_runs(path, progress, stats):
         yield from run
 
 
+NOT_AN_OBJECT = "'traceEvents' items that are no object (an event is a JSON object)"
+
+
 def event_runs(
-    path: Path, progress: Callable[[int], None] | None = None
+    path: Path, progress: Callable[[int], None] | None = None, stats: ConvertStats | None = None
 ) -> Iterator[list[dict[str, Any]]]:
     """`traceEvents` items that are objects, a list at a time (kineto_json's runs), with
-    the file's faults as KinetoFormatError."""
+    the file's faults as KinetoFormatError; the other items counted into `stats` (input
+    events, skipped)."""
 
     def open_file() -> tuple[IO[bytes], IO[bytes]]:
         stream = _open(path)
@@ -268,7 +309,11 @@ def event_runs(
     try:
         for run in trace_event_runs(open_file, progress):
             if set(map(type, run)) != _DICT_ONLY:
-                run = [event for event in run if type(event) is dict]
+                objects = [event for event in run if type(event) is dict]
+                if stats is not None and len(objects) < len(run):
+                    stats.events_in += len(run) - len(objects)
+                    stats.skipped[NOT_AN_OBJECT] += len(run) - len(objects)
+                run = objects
             yield run
     except (ijson.JSONError, ijson.IncompleteJSONError) as exc:
         raise KinetoFormatError(f"{path}: not valid JSON ({_short(exc)})") from None
@@ -276,11 +321,77 @@ def event_runs(
         raise KinetoFormatError(f"{path}: truncated or corrupt gzip data ({_short(exc)})") from None
     except UnicodeDecodeError:
         raise KinetoFormatError(f"{path}: not a text JSON file") from None
+    except LimitExceeded as exc:
+        raise KinetoFormatError(
+            f"{path}: refused: {exc}; convert's limits keep its time and memory bounded "
+            "(docs/ARCHITECTURE.md, Kineto input)"
+        ) from None
+
+
+@contextlib.contextmanager
+def deep_values() -> Iterator[None]:
+    """While converting: values nest up to MAX_DEPTH levels (deeper ones are refused), and
+    writing one as text (repr, json.dumps, str) recurses once a level: Python's recursion
+    limit is raised to allow it, and restored after."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(before, 4 * MAX_DEPTH))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:160] if text else type(exc).__name__
+    """The first line of a parser's message, printable (yajl's come as bytes, with the
+    input's own bytes on the lines after it)."""
+    message = exc.args[0] if exc.args else ""
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    lines = str(message).strip().splitlines()
+    first = "".join(c if c.isprintable() else "?" for c in lines[0])[:160] if lines else ""
+    return first or type(exc).__name__
+
+
+def check_is_json(path: Path) -> None:
+    """KinetoFormatError of one line where `path` is no JSON text: what it is, and what
+    convert reads."""
+    try:
+        with _open(path) as stream:
+            start = stream.read(1 << 12)
+    except (OSError, EOFError, zlib.error):
+        return  # the main pass says what is wrong with the file
+    text = start.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] in (b"{", b"["):
+        return
+    if not start:
+        what = "empty" + (" once gunzipped" if is_gzip(path) else "")
+    elif start[:1] == b"\x0a" and not _is_text(start):  # a TracePacket's tag, then bytes
+        raise KinetoFormatError(
+            f"{path} is already a Perfetto trace (not a PyTorch profiler JSON): give it to "
+            "report, query or view as it is"
+        )
+    elif not _is_text(start):
+        what = "binary data"
+    else:
+        what = "plain text"
+    raise KinetoFormatError(
+        f"{path}: not valid JSON: it is {what}, not a PyTorch profiler trace; convert reads "
+        "Kineto's Chrome-JSON (an object with a 'traceEvents' array, plain or gzipped)"
+    )
+
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1f\x7f]")
+
+
+def _is_text(data: bytes) -> bool:
+    """UTF-8 without control bytes (a character cut at the end of `data` allowed)."""
+    if _CONTROL.search(data):
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(data) - 3
+    return True
 
 
 def read_head(path: Path) -> Head:
@@ -291,7 +402,8 @@ def read_head(path: Path) -> Head:
     stream = _open(path)
     try:
         current: dict[str, Any] = {}
-        for prefix, event, value in ijson.parse(stream, use_float=True):
+        # (Through the limits: ijson's prefixes grow with the depth.)
+        for prefix, event, value in ijson.parse(GuardedReader(stream), use_float=True):
             if prefix == "traceEvents":
                 break  # the metadata comes before the events; stop scanning
             if prefix == "deviceProperties.item.id":
@@ -308,7 +420,15 @@ def read_head(path: Path) -> Head:
                 links.world_size = int(value)
             elif prefix in ("hostname", "host_name") and isinstance(value, str) and value:
                 links.host = value
-    except (ijson.JSONError, ijson.IncompleteJSONError, EOFError, zlib.error, OSError):
+    except (
+        ijson.JSONError,
+        ijson.IncompleteJSONError,
+        EOFError,
+        zlib.error,
+        OSError,
+        LimitExceeded,
+        UnicodeDecodeError,
+    ):
         pass  # the main pass reports what is wrong with the file
     finally:
         stream.close()
@@ -413,6 +533,17 @@ def convert_events(
 ) -> Iterator[model.Event]:
     """One pass: yield model events for every Kineto event that carries data, each with its
     flows once it leaves the linker's window (kineto_flows.py)."""
+    with deep_values():
+        yield from _convert_events(path, head, stats, progress, window)
+
+
+def _convert_events(
+    path: Path,
+    head: Head,
+    stats: ConvertStats,
+    progress: Callable[[int], None] | None,
+    window: int,
+) -> Iterator[model.Event]:
     ids = _Ids()
     linker = FlowLinker(window)
     named_threads: set[tuple[int, int]] = set()
@@ -427,7 +558,7 @@ def convert_events(
     names = ids.names  # synthetic pids/tids (text in the input) -> their text
     push = linker.push
     cpu_slice = model.CpuSlice
-    for ev in _events(path, progress):
+    for ev in _events(path, progress, stats):
         stats.events_in += 1
         ph = ev.get("ph")
         cat = ev.get("cat")
@@ -459,7 +590,13 @@ def convert_events(
                 stats.cpu_slices += 1
                 slot = Slot(
                     cpu_slice(
-                        pid, tid, ts, round(dur * 1000.0), name, cat, _cpu_args(ev.get("args"))
+                        pid,
+                        tid,
+                        ts,
+                        round(dur * 1000.0),
+                        clean_name(name),
+                        cat,
+                        _cpu_args(ev.get("args")),
                     )
                 )
                 done = push(slot, (pid, tid, ts))
@@ -507,7 +644,12 @@ def convert_events(
                 event := emit(
                     Slot(
                         model.Instant(
-                            pid, tid, ts, str(ev.get("name", "")), cat, _cpu_args(ev.get("args"))
+                            pid,
+                            tid,
+                            ts,
+                            clean_name(str(ev.get("name", ""))),
+                            cat,
+                            _cpu_args(ev.get("args")),
                         )
                     )
                 )
@@ -575,6 +717,7 @@ def complete_event(
     name = ev.get("name", "")
     if type(name) is not str:
         name = str(name)
+    name = clean_name(name)
     args = ev.get("args")
     if type(args) is not dict:
         args = {}

@@ -48,6 +48,12 @@ from exporters.perfetto.batch_writer import group_rows
 
 # Complete events a chunk of columns holds (two chunks are held: kineto_flows.py's window).
 CHUNK = 1 << 16
+# Other events (instants, metadata...) and flow events held before a chunk is closed
+# whatever its complete events: a trace of instants alone streams like one of slices.
+# (Flow events come about one per complete event: four chunks' worth never close one
+# early in a profiler's trace.)
+OTHERS_HELD = CHUNK
+FLOW_ENDS_HELD = 4 * CHUNK
 _NONE = model.NONE
 _CPU, _API, _GPU = 0, 1, 2
 _TIME_LIMIT = kineto._FLOAT_EXACT_US  # below it, us * 1000.0 is exact
@@ -73,11 +79,13 @@ Entry = tuple[tuple[str, model.ArgValue], ...]
 
 
 class _Interned:
-    """Values -> dense ids, in first-seen order (names, categories, arg sets)."""
+    """Values -> dense ids, in first-seen order (names, categories, arg sets); `clean`:
+    what a value is kept as (kineto.clean_name for names)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clean: Callable[[Any], Any] | None = None) -> None:
         self.index: dict[Any, int] = {}
         self.values: list[Any] = []
+        self._clean = clean
 
     def add(self, value: Any, key: Any = None) -> int:
         key = value if key is None else key
@@ -96,7 +104,7 @@ class _Interned:
             for value in dict.fromkeys(items):
                 if value not in index:
                     index[value] = len(self.values)
-                    self.values.append(value)
+                    self.values.append(value if self._clean is None else self._clean(value))
             found = list(map(index.__getitem__, items))
         return np.array(found, np.int64)
 
@@ -199,6 +207,8 @@ class _Pending:
             values.append(tuple(args.values()))
         n = len(events)
         names, cats, ts, dur, pids, tids = fields
+        _number_text_ids(pids)
+        _number_text_ids(tids)
         ok = np.ones(n, bool)
         for column, types, filler in (
             (names, _STR, ""),
@@ -303,6 +313,18 @@ class _FlowEnds:
         for column, key in zip(self.new, _FLOW_FIELDS, strict=True):
             column += map(dict.get, events, repeat(key))
 
+    def held(self) -> int:
+        """Flow events held: read since the last flush, and waiting in columns."""
+        return len(self.new[0]) + len(self.ts)
+
+    def expire(self, final: bool = False) -> None:
+        """No complete event is held to bind to: those read a flush ago go (all of them
+        at the end), counted (as _flush's forget does to ends that waited a flush
+        unbound)."""
+        none = np.zeros(0, np.int64)
+        self.bind(none, none, none)
+        self.forget(np.zeros(0, bool), final=final)
+
     def take_new(self) -> None:
         """The flow events read since the last flush, as columns."""
         phases, cats, idents, pids, tids, times = self.new
@@ -321,6 +343,7 @@ class _FlowEnds:
         ok = np.ones(n, bool)
         fields = []
         for column in (pids, tids):
+            _number_text_ids(column)
             if set(map(type, column)) != _INT_ONLY:
                 good = np.fromiter(map(_INT.__contains__, map(type, column)), bool, n)
                 ok &= good
@@ -494,7 +517,7 @@ class _Columns:
 
     def __init__(self, stats: ConvertStats) -> None:
         self.stats = stats
-        self.names = _Interned()
+        self.names = _Interned(kineto.clean_name)
         self.categories = _Interned()
         self.arg_sets = _Interned()
         self.chunks: list[_Chunk] = []
@@ -766,6 +789,15 @@ def _times_ns(values: list[Any], ok: np.ndarray) -> np.ndarray:
     return np.array([t if t is not None and t >= 0 else 0 for t in ns], np.int64)
 
 
+def _number_text_ids(column: list[Any]) -> None:
+    """Text pids or tids that spell a number (kineto.text_id) as that number, in place."""
+    if _STR.isdisjoint(map(type, column)):
+        return
+    for i, value in enumerate(column):
+        if type(value) is str and (number := kineto.text_id(value)) is not None:
+            column[i] = number
+
+
 def _int32s(values: list[int], ok: np.ndarray) -> np.ndarray:
     """`values` (ints) as int64, `ok` cleared where one is no int32."""
     try:
@@ -818,6 +850,17 @@ def convert_columns(
     """The events of `path` for TraceWriter.producer().write(): every chunk, the object
     events before the chunk held back (names, instants, rare slices) and one SliceBatch
     per host process."""
+    with kineto.deep_values():
+        yield from _convert_columns(path, head, stats, progress, chunk)
+
+
+def _convert_columns(
+    path: Path,
+    head: Head,
+    stats: ConvertStats,
+    progress: Callable[[int], None] | None,
+    chunk: int,
+) -> Iterator[model.Event]:
     columns = _Columns(stats)
     pending = _Pending(columns.names, columns.raw_categories)
     # The other events, keyed by their place among the complete ones (the object path's
@@ -841,7 +884,7 @@ def convert_columns(
 
     seen_x = 0  # complete events before `pending`
     events_in = 0
-    for run in kineto.event_runs(path, progress):
+    for run in kineto.event_runs(path, progress, stats):
         events_in += len(run)
         phases = list(map(dict.get, run, repeat("ph")))
         is_x = list(map(eq, phases, repeat("X")))
@@ -864,14 +907,29 @@ def convert_columns(
             if len(columns.chunks) > 1:
                 yield from objects_before(2 * columns.held_from)
                 yield from _flush(columns, stats, final=False)
-    stats.events_in = events_in
+        elif len(others) >= OTHERS_HELD or columns.flow_ends.held() >= FLOW_ENDS_HELD:
+            # Few complete events among many others: what is held goes now (the others
+            # all come before the next complete event, their place kept).
+            if len(pending):
+                columns.add(pending, seen_x)
+                seen_x += len(pending)
+                pending = _Pending(columns.names, columns.raw_categories)
+            yield from objects_before(2 * seen_x + 1)
+            if len(columns.chunks) > 1:
+                yield from _flush(columns, stats, final=False)
+            elif not columns.chunks:
+                columns.flow_ends.expire()
+    stats.events_in += events_in  # (and the items that are no object: event_runs)
     columns.add(pending, seen_x)
     if not stats.events_in:
         raise kineto.KinetoFormatError(
             f"{path}: no 'traceEvents' array; is this a PyTorch profiler trace?"
         )
     yield from objects_before(float("inf"))
-    yield from _flush(columns, stats, final=True)
+    if columns.chunks:
+        yield from _flush(columns, stats, final=True)
+    else:  # no complete event to bind to: every flow event is counted
+        columns.flow_ends.expire(final=True)
 
 
 class _ObjectEvents:
@@ -924,9 +982,8 @@ class _ObjectEvents:
                     stats.skipped["instant events with a ts that is no time"] += 1
                     continue
                 pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid", 0))
-                yield model.Instant(
-                    pid, tid, ts, str(ev.get("name", "")), cat, kineto._cpu_args(ev.get("args"))
-                )
+                name = kineto.clean_name(str(ev.get("name", "")))
+                yield model.Instant(pid, tid, ts, name, cat, kineto._cpu_args(ev.get("args")))
                 stats.instants += 1
                 stats.events_out += 1
             elif ph == "M":

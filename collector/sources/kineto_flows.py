@@ -41,8 +41,9 @@ _FLOW_NAMESPACE = 1 << 62  # keeps these flow ids apart from correlation ones (m
 # pair waits for its other half, in events.  65,536 events hold ~60 MB.
 WINDOW = 1 << 16
 # Flow categories whose id is the correlation id of both ends (API call -> device op):
-# where the input has such a pair, the pair is the link, not the correlation id.
-API_TO_DEVICE_FLOWS = ("ac2g", "async_gpu")
+# where the input has such a pair, the pair is the link, not the correlation id.  (`async`:
+# Kineto of 2021, its flows named `launch`.)
+API_TO_DEVICE_FLOWS = ("ac2g", "async_gpu", "async")
 # Roles of an event in correlation links.
 NO_ROLE, API_CALL, DEVICE_OP = 0, 1, 2
 

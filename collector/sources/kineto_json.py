@@ -40,6 +40,13 @@ from typing import IO, Any
 import ijson
 import orjson
 
+from collector.sources.json_limits import (
+    MAX_EVENT_BYTES,
+    MAX_MEMBERS,
+    GuardedReader,
+    JsonGuard,
+)
+
 # (the stream to parse, the file under it: its position is the progress, in the bytes
 # stored, compressed or not)
 Opener = Callable[[], tuple[IO[bytes], IO[bytes]]]
@@ -50,8 +57,9 @@ _RUN = 1 << 16
 # Bytes read at a time (each read moves the unparsed rest of the buffer once).
 _READ = 1 << 20
 # A run, head or tail larger than this (no boundary found: events of another layout, or
-# something that is not JSON) is left to ijson, so memory stays bounded.
-_MAX_RUN = 1 << 24
+# something that is not JSON) is left to ijson, so memory stays bounded.  The limit of an
+# event's text (json_limits.py): no event the fast reader yields is past it.
+_MAX_RUN = MAX_EVENT_BYTES
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 # Digits to "0", everything else to " ": 19 zeros in a row are a number (or a digit
@@ -75,8 +83,9 @@ def trace_events(open_file: Opener, progress: Callable[[int], None] | None = Non
     """The items of the top-level `traceEvents` array, in order (see the module doc).
 
     Raises what ijson raises for a file it cannot read (ijson.JSONError and
-    IncompleteJSONError, UnicodeDecodeError) and the file's own errors (EOFError,
-    zlib.error, gzip.BadGzipFile)."""
+    IncompleteJSONError, UnicodeDecodeError), the file's own errors (EOFError,
+    zlib.error, gzip.BadGzipFile), and LimitExceeded for a file past json_limits.py's
+    limits (before anything past them is parsed)."""
     for items in trace_event_runs(open_file, progress):
         yield from items
 
@@ -112,20 +121,23 @@ def trace_event_runs(
     try:
         run: list[Any] = []
         try:
-            for n, item in enumerate(ijson.items(stream, "traceEvents.item", use_float=True)):
+            # ijson reads what passed the limits: its prefixes, strings and objects
+            # stay bounded.
+            guarded = GuardedReader(stream)
+            for n, item in enumerate(ijson.items(guarded, "traceEvents.item", use_float=True)):
                 if n >= yielded:
                     run.append(item)
                     if len(run) >= _IJSON_RUN:
-                        yield run
+                        yield _ijson_nul_escaped(run)
                         run = []
                 if n % _PROGRESS_EVERY == 0:
                     advance(raw)
         except Exception:
             if run:  # the items before ijson's error, as trace_events() has them
-                yield run
+                yield _ijson_nul_escaped(run)
             raise
         if run:
-            yield run
+            yield _ijson_nul_escaped(run)
         advance(raw)
     finally:
         stream.close()
@@ -138,6 +150,7 @@ class _FastReader:
         self._stream = stream
         self._buf = b""
         self._pos = 0  # where the unread events start in _buf
+        self._base = 0  # where _buf starts in the text
         self._eof = False
 
     def runs(self) -> Iterator[list[Any]]:
@@ -162,6 +175,8 @@ class _FastReader:
                     search_from = max(_RUN, kept - 64)
                     continue
                 end = cut.start() + 1
+                if end - pos > _MAX_RUN:
+                    raise _NotSure
                 try:
                     items = _parse_run(memoryview(buf)[pos:end])
                 except _ArrayMayEnd:
@@ -174,6 +189,7 @@ class _FastReader:
                     yield self._last(head)
                     return
                 if items is not None:
+                    _check_run(buf, pos, end, self._base + pos)
                     self._pos = cut.end() - 1  # at the next event's `{`
                     yield items
                     break
@@ -182,6 +198,7 @@ class _FastReader:
     def _fill(self, need: int) -> None:
         """Read until `need` bytes past _pos are buffered, or the end of the file."""
         buf = self._buf[self._pos :]
+        self._base += self._pos
         self._pos = 0
         parts = [buf]
         have = len(buf)
@@ -208,6 +225,7 @@ class _FastReader:
             self._fill(len(self._buf) + _RUN)
         head = self._buf[: found.end() - 1]
         self._pos = found.end()
+        JsonGuard().feed(head)
         # `null}` closes the top-level object only if the key is one of its own (inside a
         # string or a nested object, ijson finds the document incomplete).
         _check_document(head + b"null}")
@@ -215,6 +233,8 @@ class _FastReader:
 
     def _last(self, head: bytes) -> list[Any]:
         """The events after the last boundary, and the document's tail, checked."""
+        if len(self._buf) - self._pos > _MAX_RUN:
+            raise _NotSure
         rest = b"[" + self._buf[self._pos :]
         try:
             orjson.loads(rest)
@@ -226,8 +246,20 @@ class _FastReader:
             items = _loads(rest[:after])
         except orjson.JSONDecodeError:
             raise _NotSure from None
+        _check_run(rest, 1, after, self._base + self._pos)
+        # (The `]` that ends the array closes the guard's second level.)
+        JsonGuard(self._base + self._pos + after - 2, depth=2).feed(rest[after - 1 :])
         _check_document(head + b"null" + rest[after:])
         return items
+
+
+def _check_run(buf: bytes, pos: int, end: int, offset: int) -> None:
+    """LimitExceeded where the events of buf[pos:end] (parsed; `offset`: where they start
+    in the text) are past a limit: only an object or array of too many members can be (a
+    run is no longer than an event may be, and orjson parses no deeper than events may
+    nest).  Such a run has as many commas: the others are not scanned."""
+    if buf.count(b",", pos, end) >= MAX_MEMBERS:
+        JsonGuard(offset, depth=2).feed(buf[pos:end])
 
 
 def _parse_run(text: memoryview) -> list[Any] | None:
@@ -251,15 +283,69 @@ def _loads(array: bytes) -> list[Any]:
         # Maybe an integer past int64, which orjson reads as a float: ijson's own reading
         # of these events (the cut is sound: orjson parsed them).
         try:
-            return list(ijson.items(io.BytesIO(array), "item", use_float=True))
+            items = list(ijson.items(io.BytesIO(array), "item", use_float=True))
         except Exception as exc:
             raise _NotSure from exc
+    if _NUL in array:
+        items = nul_escaped(items)
     return items  # type: ignore[no-any-return]
 
 
+# A NUL in a JSON string (`\u0000` in its text): the trace's readers end a string at a
+# NUL, so it is written as the six characters of its JSON escape instead (a name is never
+# cut short, and reads back as the input wrote it).
+_NUL = b"\\u0000"
+NUL_TEXT = "\\u0000"
+
+
+def nul_escaped(value: Any) -> Any:
+    """`value` with every NUL in its strings (keys too) as NUL_TEXT (a walk, no recursion:
+    values nest up to json_limits.MAX_DEPTH levels)."""
+    if type(value) is str:
+        return value.replace("\0", NUL_TEXT)
+    if type(value) not in (list, dict):
+        return value
+    root: list[Any] = [value]
+    stack: list[Any] = [root]
+    while stack:
+        container = stack.pop()
+        if type(container) is dict:
+            entries = list(container.items())
+            container.clear()
+            for key, item in entries:
+                if type(key) is str and "\0" in key:
+                    key = key.replace("\0", NUL_TEXT)
+                if type(item) is str:
+                    if "\0" in item:
+                        item = item.replace("\0", NUL_TEXT)
+                elif type(item) in (list, dict):
+                    stack.append(item)
+                container[key] = item
+        else:
+            for i, item in enumerate(container):
+                if type(item) is str:
+                    if "\0" in item:
+                        container[i] = item.replace("\0", NUL_TEXT)
+                elif type(item) in (list, dict):
+                    stack.append(item)
+    return root[0]
+
+
+def _ijson_nul_escaped(run: list[Any]) -> list[Any]:
+    """nul_escaped() where a run of ijson's items has a NUL (orjson's text of the run
+    tells; a run orjson cannot write is walked)."""
+    try:
+        if _NUL not in orjson.dumps(run):
+            return run
+    except TypeError:
+        pass
+    return nul_escaped(run)  # type: ignore[no-any-return]
+
+
 def _check_document(document: bytes) -> None:
-    """ijson reads `document` (the file with its events array replaced by null) without
-    an error and finds one top-level `traceEvents` key, else _NotSure."""
+    """ijson reads `document` (the file with its events array replaced by null, its
+    parts checked against the limits) without an error and finds one top-level
+    `traceEvents` key, else _NotSure."""
     keys = 0
     try:
         for prefix, event, value in ijson.parse(io.BytesIO(document), use_float=True):

@@ -296,15 +296,53 @@ def _looks_like_proto(path: Path) -> bool:
         return f.read(1) == b"\x0a"
 
 
+def _json_start(path: Path) -> bytes | None:
+    """The first bytes of `path`'s text (gunzipped) where it is JSON (an object or an
+    array), else None."""
+    import gzip
+    import zlib
+
+    try:
+        with path.open("rb") as raw:
+            if raw.read(2) == b"\x1f\x8b":
+                raw.seek(0)
+                with gzip.GzipFile(fileobj=raw) as text:
+                    start = text.read(_JSON_SNIFF)
+            else:
+                raw.seek(0)
+                start = raw.read(_JSON_SNIFF)
+    except (OSError, EOFError, zlib.error):
+        return None
+    head = start.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head if head[:1] in (b"{", b"[") else None
+
+
+_JSON_SNIFF = 1 << 16
+
+
 def check_trace_file(path: str | os.PathLike[str]) -> Path:
-    """`path`, if it is a readable, non-empty regular file; else a TraceOpenError of one
-    line (a directory, a FIFO, which is never opened, or a file this user cannot read)."""
+    """`path`, if it is a readable, non-empty regular file that is no JSON; else a
+    TraceOpenError of one line (a directory, a FIFO, which is never opened, a file this
+    user cannot read, a PyTorch profiler JSON that `convert` makes a trace of: the
+    engine would read it as a trace without GPU tracks, and every answer would be empty)."""
     try:
         trace_path = check_input(path)
     except FileError as exc:
         raise TraceOpenError(str(exc)) from None
     if trace_path.stat().st_size == 0:
         raise TraceOpenError(f"trace file is empty: {trace_path}")
+    start = _json_start(trace_path)
+    if start is not None and b'"traceEvents"' in start:
+        raise TraceOpenError(
+            f"not a Perfetto trace: {trace_path} is a PyTorch profiler (Kineto) JSON trace; "
+            f"convert it first (`xpu-perf convert {trace_path}`) and give the "
+            ".perfetto-trace it writes"
+        )
+    if start is not None:
+        raise TraceOpenError(
+            f"not a Perfetto trace: {trace_path} is JSON; xpu-perf reads Perfetto traces "
+            "(`xpu-perf record`'s, or `xpu-perf convert`'s of a PyTorch profiler JSON)"
+        )
     return trace_path
 
 
