@@ -1,0 +1,261 @@
+"""The caches are a pure optimisation (issue 34): two looks at once, a full disk, damaged or
+odd entries, a root look with another user's HOME, odd settings and umasks never change an
+answer or fail a command; any doubt means the engine answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from exporters.perfetto import engine_snapshot, result_cache
+from exporters.perfetto.cached_trace import CachedTrace, open_cached
+from exporters.perfetto.trace_processor import QueryError, open_trace
+
+from .conftest import REPO, run_cli
+
+MAKE = "create perfetto table busy_threads as select utid, count(*) as n from thread group by 1"
+USE = "select count(*) as n from busy_threads"
+
+
+@pytest.fixture(autouse=True)
+def _cache_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(result_cache.ENV_DISABLE, raising=False)
+    monkeypatch.delenv(engine_snapshot.ENV_CAP_MB, raising=False)
+
+
+@pytest.fixture()
+def trace(example_trace: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "t.perfetto-trace"
+    shutil.copy(example_trace, path)
+    return path
+
+
+def _engine_says(trace: Path, *statements: str) -> object:
+    with open_trace(trace) as t:
+        for sql in statements[:-1]:
+            t.execute(sql)
+        return t.query(statements[-1])
+
+
+# --- L1: two looks at once ------------------------------------------------------------------
+
+
+def test_a_statement_kept_by_another_look_still_runs_on_an_open_engine(
+    trace: Path, tmp_path: Path
+) -> None:
+    """Look B's engine is open when look A keeps the answer of a statement that makes a
+    table: B must still run it, or B's next statement finds no such table."""
+    root = tmp_path / "results"
+    with open_cached(trace, root=root) as a, open_cached(trace, root=root) as b:
+        assert isinstance(a, CachedTrace) and isinstance(b, CachedTrace)
+        a.query("select 1 as one")
+        b.query("select 1 as one")  # kept by A: B has no engine yet
+        b.query("select 2 as two")  # new: B opens its engine here
+        a.query("select 2 as two")
+        a.execute(MAKE)  # kept by A while B's engine is open
+        b.execute(MAKE)
+        assert b.engine_loaded
+        assert b.query(USE) == _engine_says(trace, MAKE, USE)
+
+
+def test_an_error_is_never_kept_as_an_answer(trace: Path, tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    with open_cached(trace, root=root) as t, pytest.raises(QueryError):
+        t.query(USE)  # no such table yet
+    with open_cached(trace, root=root) as t:
+        assert isinstance(t, CachedTrace)
+        with pytest.raises(QueryError):
+            t.query(USE)
+        assert t.engine_loaded  # asked the engine again, not a kept error
+    assert not [p for p in root.rglob("*") if p.is_file() and b"no such table" in p.read_bytes()]
+
+
+def _cli(*args: str | Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.parametrize("offset_s", [0.0, 0.3, 0.9])
+def test_two_reports_at_once_both_answer_and_so_do_later_ones(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offset_s: float
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(_private_cache(tmp_path)))
+    expected = run_cli("report", trace, "--format", "json", "--no-cache", check=True).stdout
+    first = _cli("report", trace, "--format", "json")
+    time.sleep(offset_s)
+    second = _cli("report", trace, "--format", "json")
+    for proc in (first, second):
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        assert out == expected
+    later = run_cli("report", trace, "--format", "json")
+    assert later.returncode == 0, later.stderr
+    assert later.stdout == expected
+
+
+def _private_cache(tmp_path: Path) -> Path:
+    """A cache of this test's own with the built engine module (hard links, as the suite's
+    session cache has them), so each look starts from an empty store."""
+    cache = tmp_path / "cache"
+    (cache / "xpu-perf").mkdir(parents=True, mode=0o700)
+    cache.chmod(0o700)
+    built = Path(os.environ["XDG_CACHE_HOME"]) / "xpu-perf" / "wasm"
+    if built.is_dir():
+        shutil.copytree(built, cache / "xpu-perf" / "wasm", copy_function=os.link)
+    return cache
+
+
+# --- C4: every kept answer checked; a fuzz over the entries --------------------------------
+
+ARRAYS_SQL = "select id, ts, dur, name from slice where dur > 0 order by id"
+ROWS_SQL = "select name, count(*) as n, sum(dur) * 0.5 as half from slice group by 1 order by 1"
+
+
+def _fuzz_look(path: Path, root: Path) -> tuple[object, bool]:
+    """A look asking in every way the commands do: views (run for effect), rows, columns
+    of text and integers (.npz), columns with NULLs and reals (rows), the folded stacks."""
+    from exporters.analysis.idle_stacks import fold_mode
+    from exporters.perfetto.views import load_views
+
+    with open_cached(path, root=root) as t:
+        load_views(t)
+        arrays = t.query_arrays(ARRAYS_SQL)
+        mixed = t.query_arrays("select id, parent_id, dur * 0.5 as half from slice order by id")
+        answers = (
+            t.query(ROWS_SQL),
+            t.query_columns("select utid, tid, name from thread order by utid"),
+            {c: [(type(v), v) for v in a.tolist()] for c, a in arrays.items()},
+            {c: [(type(v), v) for v in a.tolist()] for c, a in mixed.items()},
+            fold_mode(t, "gpu", "ns", None).render(),
+        )
+        loaded = t.engine_loaded if isinstance(t, CachedTrace) else True
+    return answers, loaded
+
+
+def _entries(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.suffix in (".json", ".npz"))
+
+
+def _wrong_shape(entry: Path, rng: object) -> bytes:
+    """The entry's answer replaced by one of another shape, sealed as the store seals (so
+    only the shape check can tell)."""
+    import io
+    import random
+
+    import numpy as np
+
+    assert isinstance(rng, random.Random)
+    key = entry.stem
+    if entry.suffix == ".npz":
+        columns = rng.choice(
+            [
+                {"names": np.array(["a", "b"]), "ints0": np.arange(3), "ints1": np.arange(2)},
+                {"names": np.array(["a"]), "values0": np.array(["x"]), "codes0": np.array([5])},
+                {"names": np.array(["a"]), "ints0": np.array([[1, 2]])},
+                {"names": np.array(["a"]), "ints0": np.array([1.5])},
+                {"names": np.array([1, 2])},
+            ]
+        )
+        buffer = io.BytesIO()
+        np.savez(buffer, **columns)
+        return result_cache.seal_arrays(key, buffer.getvalue())
+    shape = rng.choice(
+        [
+            [1, 2, 3],
+            "rows",
+            {"columns": ["a"], "rows": [[1, 2]]},
+            {"columns": ["a"], "rows": [[True]]},
+            {"columns": ["a", "b"], "values": [[1], [1, 2]]},
+            {"columns": [1], "rows": []},
+            {"columns": ["a"], "rows": [[{"x": 1}]]},
+            {"columns": ["a"]},
+            {"rows": 5},
+            0,
+        ]
+    )
+    return result_cache.seal_rows(key, json.dumps(shape))
+
+
+def _damage(entry: Path, how: str, rng: object) -> None:
+    import random
+
+    assert isinstance(rng, random.Random)
+    data = bytearray(entry.read_bytes())
+    if how == "flip":
+        at = rng.randrange(len(data))
+        data[at] ^= 1 << rng.randrange(8)
+    elif how == "digit":  # what changed a report silently: one digit of a number
+        digits = [i for i, b in enumerate(data) if 0x30 <= b <= 0x39]
+        at = rng.choice(digits)
+        data[at] = ord(str((int(chr(data[at])) + 1) % 10))
+    elif how == "truncate":
+        del data[rng.randrange(len(data)) :]
+    else:
+        data = bytearray(_wrong_shape(entry, rng))
+    entry.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fuzz_damaged_entries_answer_as_the_engine_does(
+    trace: Path, tmp_path: Path, seed: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Random byte flips, changed digits, truncations and wrong shapes in random entries
+    (one, several, every one): each look answers as the engine does, and says it when it
+    met a damaged entry."""
+    import random
+
+    rng = random.Random(seed)
+    pristine = tmp_path / "pristine"
+    expected, loaded = _fuzz_look(trace, pristine)
+    assert loaded
+    with open_trace(trace) as t:  # the store is never in the way of what it stands for
+        assert t.query(ROWS_SQL) == expected[0]  # type: ignore[index]
+    entries = _entries(pristine)
+    assert any(p.suffix == ".npz" for p in entries) and any(p.suffix == ".json" for p in entries)
+    capsys.readouterr()
+    for round_ in range(6):
+        root = tmp_path / f"round{round_}"
+        shutil.copytree(pristine, root)
+        kept = _entries(root)
+        hit = rng.sample(kept, rng.choice([1, 3, len(kept)]))
+        for entry in hit:
+            _damage(entry, rng.choice(["flip", "digit", "truncate", "shape"]), rng)
+        answers, loaded = _fuzz_look(trace, root)
+        err = capsys.readouterr().err
+        assert answers == expected, (round_, [p.name for p in hit])
+        assert loaded  # a damaged entry was met: the engine answered from there on
+        assert "a cached query result was damaged" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        # What the engine answered was kept again: the next look loads nothing.
+        assert _fuzz_look(trace, root) == (expected, False)
+
+
+def test_every_entry_damaged_a_report_answers_as_the_engine_does(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One digit changed in every kept answer of a report: the next report is the engine's."""
+    import random
+
+    rng = random.Random(34)
+    cache = _private_cache(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    expected = run_cli("report", trace, "--format", "json", "--no-cache", check=True).stdout
+    assert run_cli("report", trace, "--format", "json", check=True).stdout == expected
+    for entry in _entries(cache / "xpu-perf" / "results"):
+        _damage(entry, "digit" if entry.suffix == ".json" else "flip", rng)
+    again = run_cli("report", trace, "--format", "json")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == expected
+    assert "a cached query result was damaged" in again.stderr
