@@ -259,3 +259,60 @@ def test_every_entry_damaged_a_report_answers_as_the_engine_does(
     assert again.returncode == 0, again.stderr
     assert again.stdout == expected
     assert "a cached query result was damaged" in again.stderr
+
+
+# --- L2: a full cache file system ------------------------------------------------------------
+
+BIG = "select s.id, s.ts, s.dur, s.name, t.id as other from slice s join slice t limit 40000"
+
+
+@pytest.fixture()
+def small_fs(tmp_path: Path) -> object:
+    """A directory on a tmpfs of 64 KiB (root only), grown to 64 MiB by `grow()`."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where = tmp_path / "small"
+    where.mkdir(mode=0o700)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+
+    class Fs:
+        path = where
+
+        @staticmethod
+        def grow() -> None:
+            subprocess.run(["mount", "-o", "remount,size=64m", str(where)], check=True)
+
+    yield Fs
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_full_cache_file_system_costs_only_speed(
+    trace: Path, small_fs: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first look fills the store's file system: a big answer is not kept, smaller
+    ones after it are.  Every later look, with the space freed, answers as the engine does
+    (before: the second look's engine skipped the kept statement that made a table, the
+    next statement failed, and that error was kept for every look after)."""
+    root = small_fs.path / "results"  # type: ignore[attr-defined]
+    asked = ["select 1 as one", BIG, MAKE, USE]
+    new = "select sum(n) as total from busy_threads"
+    with open_cached(trace, root=root) as t:
+        first = [t.query(asked[0]), t.query(asked[1]), t.execute(asked[2]), t.query(asked[3])]
+    assert len(first[1]) == 40000
+    kept = sorted(p.stat().st_size for p in root.rglob("*.json"))
+    assert len(kept) == 3  # the big one was not kept; those before and after it were
+    assert "query results not kept (No space left on device" in capsys.readouterr().err
+    small_fs.grow()  # type: ignore[attr-defined]
+    for _ in range(2):
+        with open_cached(trace, root=root) as t:
+            again = [t.query(asked[0]), t.query(asked[1]), t.execute(asked[2]), t.query(asked[3])]
+            total = t.query(new)
+        assert again == first
+        assert total == _engine_says(trace, MAKE, new)
+    assert not list(small_fs.path.rglob("*.tmp"))  # type: ignore[attr-defined]

@@ -31,6 +31,7 @@ answers: an answer read from the store is byte for byte one the engine gave.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -163,6 +164,7 @@ class ResultStore:
         self.refusal: str | None = None
         self.damaged: list[str] = []  # for tests: why entries were not used
         self._wrote = False
+        self._full = False
 
     def _dir_reason(self, directory: Path) -> str | None:
         reason = cache_trust.untrusted_reason(directory, cache_trust.cache_root())
@@ -238,8 +240,16 @@ class ResultStore:
             with OutputFile(path, "wb", file_mode=0o600) as out:
                 out.file.write(data)
             self._wrote = True
-        except OSError:
-            pass
+        except OSError as exc:
+            # Nothing half written is left (OutputFile removes its temporary file); a full
+            # disk is said once, since every look would otherwise lose its speed unsaid.
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) and not self._full:
+                self._full = True
+                print(
+                    f"xpu-perf: query results not kept ({exc.strerror} in {self.root}); "
+                    "the next look asks the engine for them",
+                    file=sys.stderr,
+                )
 
     def get(self, key: str, valid: Callable[[Any], bool]) -> Outcome | None:
         """The outcome kept under `key` if it passes `valid` (the shape its statement's
