@@ -316,3 +316,55 @@ def test_a_full_cache_file_system_costs_only_speed(
         assert again == first
         assert total == _engine_says(trace, MAKE, new)
     assert not list(small_fs.path.rglob("*.tmp"))  # type: ignore[attr-defined]
+
+
+# --- C5: a cache path that is not what it should be ----------------------------------------
+
+QUERY = "select name, count(*) as n from slice group by 1 order by 2 desc, 1 limit 5"
+
+
+def _odd_place(cache: Path, trace: Path, where: str) -> Path:
+    """The path `where` names in this trace's cache (the results and snapshot names are the
+    ones a look at `trace` uses)."""
+    from exporters.perfetto.cached_trace import _chain, engine_key
+
+    key = result_cache.trace_key(trace)
+    results = cache / "xpu-perf" / "results"
+    state = _chain(_chain(f"format {result_cache.FORMAT}", key, engine_key(None)), "query", QUERY)
+    return {
+        "snapshot": cache / "xpu-perf" / "engine" / f"{engine_snapshot.snapshot_name(key)}.heap",
+        "snapshot dir": cache / "xpu-perf" / "engine",
+        "answer": results / key / f"{state}.json",
+        "trace dir": results / key,
+        "results dir": results,
+    }[where]
+
+
+@pytest.mark.parametrize(
+    "where", ["snapshot", "snapshot dir", "answer", "trace dir", "results dir"]
+)
+@pytest.mark.parametrize("odd", ["directory", "file"])
+def test_a_cache_path_of_the_wrong_kind_loads_the_trace(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, odd: str
+) -> None:
+    cache = _private_cache(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    place = _odd_place(cache, trace, where)
+    if odd == "directory" and where.endswith("dir"):
+        pytest.skip("a directory where a directory belongs")
+    for directory in reversed(place.parents):
+        if directory.is_relative_to(cache) and not directory.exists():
+            directory.mkdir(mode=0o700)
+            directory.chmod(0o700)  # private, as the cache's checks want, whatever the umask
+    if odd == "directory":
+        place.mkdir(mode=0o700)
+        (place / "inside").write_bytes(b"")
+    else:
+        place.write_bytes(b"not what it should be")
+        place.chmod(0o600)
+    expected = run_cli("query", trace, QUERY, "--format", "json", "--no-cache", check=True).stdout
+    for _ in range(2):
+        got = run_cli("query", trace, QUERY, "--format", "json")
+        assert got.returncode == 0, got.stderr
+        assert got.stdout == expected
+        assert len(got.stderr.splitlines()) <= 1, got.stderr

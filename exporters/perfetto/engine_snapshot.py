@@ -196,7 +196,9 @@ class EngineSnapshots:
             if reason is None:
                 with contextlib.suppress(FileNotFoundError):
                     mode = os.lstat(self.root).st_mode
-                    if mode & _PRIVATE:
+                    if not stat.S_ISDIR(mode):
+                        reason = f"{self.root} is not a directory"
+                    elif mode & _PRIVATE:
                         reason = f"{self.root} is open to group or others (mode {mode & 0o777:o})"
         except OSError as exc:  # a directory on the way this user cannot search
             reason = f"{exc.filename}: {exc.strerror}"
@@ -223,6 +225,16 @@ class EngineSnapshots:
         except OSError as exc:  # a symlink (O_NOFOLLOW: ELOOP), not ours to read (EACCES)
             why = "is a symlink" if exc.errno == errno.ELOOP else exc.strerror
             cache_trust.refuse("engine snapshot", f"{self.path} {why}", "loading the trace")
+            return None
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        except OSError:
+            regular = False
+        if not regular:  # a directory (FileIO refuses it), a FIFO, a device
+            os.close(fd)
+            cache_trust.refuse(
+                "engine snapshot", f"{path} is not a regular file", "loading the trace"
+            )
             return None
         with os.fdopen(fd, "rb", buffering=0) as f:
             try:
@@ -325,6 +337,9 @@ class EngineSnapshots:
             return
         if not self._check_dirs():
             return
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(self.path).st_mode):
+                return  # no file renames over it: restore() said so, and loads each time
         heap = transport.heap_view()
         runs = _runs(heap)
         offsets, size = _run_offsets(runs)

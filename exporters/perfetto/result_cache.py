@@ -174,6 +174,8 @@ class ResultStore:
             st = os.lstat(directory)
         except FileNotFoundError:
             return None
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{directory} is not a directory"
         if st.st_mode & _PRIVATE:
             return f"{directory} is open to group or others (mode {st.st_mode & 0o777:o})"
         return None
