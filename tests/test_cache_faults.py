@@ -368,3 +368,117 @@ def test_a_cache_path_of_the_wrong_kind_loads_the_trace(
         assert got.returncode == 0, got.stderr
         assert got.stdout == expected
         assert len(got.stderr.splitlines()) <= 1, got.stderr
+
+
+# --- S4: root with another user's HOME -------------------------------------------------------
+
+
+@pytest.fixture()
+def other_user() -> object:
+    """A user created for the test, with a home of its own (removed after)."""
+    if os.geteuid() != 0 or not shutil.which("useradd"):
+        pytest.skip("creating a user needs root and useradd")
+    import pwd
+    import tempfile
+
+    name = f"xpc{os.getpid() % 100000}"
+    home = Path(tempfile.mkdtemp(prefix="xpu-perf-home-"))
+    made = subprocess.run(
+        ["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/sh", name],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        shutil.rmtree(home)
+        pytest.skip(f"useradd failed: {made.stderr.strip()}")
+    user = pwd.getpwnam(name)
+    os.chown(home, user.pw_uid, user.pw_gid)
+    home.chmod(0o755)
+    yield user
+    subprocess.run(["userdel", name], check=False, capture_output=True)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_root_with_another_users_home_creates_nothing_there(
+    trace: Path, other_user: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pwd
+
+    assert isinstance(other_user, pwd.struct_passwd)
+    home = Path(other_user.pw_dir)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    root_cache = Path(pwd.getpwuid(0).pw_dir) / ".cache" / "xpu-perf" / "results"
+    key = result_cache.trace_key(trace)
+    expected = run_cli("query", trace, QUERY, "--format", "json", "--no-cache", check=True).stdout
+    try:
+        for _ in range(2):
+            got = run_cli("query", trace, QUERY, "--format", "json")
+            assert got.returncode == 0, got.stderr
+            assert got.stdout == expected
+            assert got.stderr == ""
+        assert list(home.iterdir()) == []  # no root-owned .cache in the user's home
+        assert (root_cache / key).is_dir()  # root's own cache answered
+    finally:
+        shutil.rmtree(root_cache / key, ignore_errors=True)
+    # The user's own cache is theirs to make.
+    made = subprocess.run(
+        ["runuser", "-u", other_user.pw_name, "--", "mkdir", "-p", f"{home}/.cache/xpu-perf/x"],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    # And where the user's cache is there already, root leaves it alone too.
+    got = run_cli("query", trace, QUERY, "--format", "json")
+    shutil.rmtree(root_cache / key, ignore_errors=True)
+    assert got.returncode == 0 and got.stdout == expected and got.stderr == "", got.stderr
+    owners = {p.stat().st_uid for p in home.rglob("*")}
+    assert owners == {other_user.pw_uid}
+
+
+# --- W4: umask 000 ---------------------------------------------------------------------------
+
+
+def test_under_umask_000_the_cache_is_private_and_used(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every directory and file the looks make is 0700 / 0600 whatever the umask, so the
+    next look uses them (before: 0777 / 0666, refused on every run, the engine module
+    compiled each time).  A fresh cache: the first look compiles the engine module."""
+    cache = tmp_path / "fresh" / "cache"
+    (tmp_path / "fresh").mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("XPU_PERF_ENGINE_CACHE_MB", "0")
+    args = [sys.executable, "-m", "collector.cli", "query", str(trace), QUERY]
+    outs = []
+    for _ in range(2):
+        proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=600, umask=0)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == ""  # nothing refused
+        outs.append(proc.stdout)
+    assert outs[0] == outs[1]
+    made = [cache, *cache.rglob("*")]
+    assert {oct(p.stat().st_mode & 0o777) for p in made if p.is_dir()} == {"0o700"}
+    assert {oct(p.stat().st_mode & 0o777) for p in made if p.is_file()} == {"0o600"}
+    assert any(p.suffix == ".cwasm" for p in made) and any(p.suffix == ".json" for p in made)
+
+
+def test_under_umask_000_a_built_library_is_not_writable_by_others(tmp_path: Path) -> None:
+    """The sampler library built into a cache under umask 000: its directories 0700, the
+    library 0755 (the compiler's 0777 & ~umask was writable by all: refused, rebuilt)."""
+    out = tmp_path / "cache" / "sampler" / "key"
+    tmp_path.chmod(0o700)
+    code = (
+        "import sys, pathlib\n"
+        "from collector.inject_build import build_sampler\n"
+        "build_sampler(out_dir=pathlib.Path(sys.argv[1]))"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(out)], check=True, cwd=REPO, timeout=600, umask=0
+    )
+    assert {
+        oct(p.stat().st_mode & 0o777)
+        for p in out.parents
+        if p.is_relative_to(tmp_path) and p != tmp_path
+    } == {"0o700"}
+    assert [oct(p.stat().st_mode & 0o777) for p in out.iterdir()] == ["0o755"]

@@ -348,7 +348,7 @@ class EngineSnapshots:
             _note(f"{size / 1e6:.0f} MB, over the cap of {cap / 1e6:.0f} MB ({ENV_CAP_MB})")
             return
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            cache_trust.make_private_dirs(self.root)
             free = os.statvfs(self.root)
             if free.f_bavail * free.f_frsize < size + _KEEP_FREE:
                 _note(f"{size / 1e6:.0f} MB would leave under 1 GB free in {self.root}")

@@ -237,8 +237,7 @@ class ResultStore:
 
     def _write(self, path: Path, data: bytes) -> None:
         try:
-            for directory in (self.root, self.dir):
-                directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            cache_trust.make_private_dirs(self.dir)
             with OutputFile(path, "wb", file_mode=0o600) as out:
                 out.file.write(data)
             self._wrote = True

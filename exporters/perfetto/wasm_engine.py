@@ -15,6 +15,7 @@ module is only the transport.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -29,6 +30,7 @@ from pathlib import Path
 import wasmtime
 
 from collector import cache_trust
+from collector.files import OutputFile
 from exporters.perfetto.engine_limit import EngineMemoryError
 
 # Emscripten uses WASI errno numbering.
@@ -118,14 +120,14 @@ def load_module(engine: wasmtime.Engine, wasm_path: Path) -> wasmtime.Module:
         try:
             return wasmtime.Module.deserialize_file(engine, str(cached))
         except Exception:
-            cached.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a directory of that name: compiled below
+                cached.unlink(missing_ok=True)
     data = wasm_path.read_bytes()
     module = wasmtime.Module(engine, data)
     try:
-        cached.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(module.serialize())
-        tmp.replace(cached)
+        cache_trust.make_private_dirs(cached.parent)
+        with OutputFile(cached, "wb", file_mode=0o600) as out:  # 0600 whatever the umask
+            out.file.write(module.serialize())
     except OSError:
         pass  # a read-only home only costs compile time on the next run
     return module
