@@ -482,3 +482,50 @@ def test_under_umask_000_a_built_library_is_not_writable_by_others(tmp_path: Pat
         if p.is_relative_to(tmp_path) and p != tmp_path
     } == {"0o700"}
     assert [oct(p.stat().st_mode & 0o777) for p in out.iterdir()] == ["0o755"]
+
+
+# --- W3: the settings read strictly ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "false", "no", "off", "No", ""])
+def test_a_no_value_leaves_the_cache_on(trace: Path, tmp_path: Path, value: str) -> None:
+    os.environ[result_cache.ENV_DISABLE] = value
+    try:
+        with open_cached(trace, root=tmp_path / "results") as t:
+            assert isinstance(t, CachedTrace)
+    finally:
+        del os.environ[result_cache.ENV_DISABLE]
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
+def test_a_yes_value_bypasses_the_cache(trace: Path, tmp_path: Path, value: str) -> None:
+    os.environ[result_cache.ENV_DISABLE] = value
+    try:
+        with open_cached(trace, root=tmp_path / "results") as t:
+            assert not isinstance(t, CachedTrace)
+    finally:
+        del os.environ[result_cache.ENV_DISABLE]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("XPU_PERF_NO_CACHE", "maybe"),
+        ("XPU_PERF_NO_CACHE", "2"),
+        ("XPU_PERF_ENGINE_CACHE_MB", "-1"),
+        ("XPU_PERF_ENGINE_CACHE_MB", "abc"),
+        ("XPU_PERF_ENGINE_CACHE_MB", "1.5"),
+        ("XPU_PERF_RESULT_CACHE_MB", "-5"),
+        ("XPU_PERF_RESULT_CACHE_MB", "lots"),
+    ],
+)
+@pytest.mark.parametrize("command", ["query", "report", "folded"])
+def test_a_bad_setting_is_one_line_before_any_work(
+    trace: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str, command: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    args: list[str | Path] = [command, trace] + (["select 1"] if command == "query" else [])
+    got = run_cli(*args)
+    assert got.returncode == 2
+    assert got.stdout == ""
+    assert got.stderr.count("\n") == 1 and name in got.stderr and repr(value) in got.stderr

@@ -31,10 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from exporters.perfetto import answer_shape
+from exporters.perfetto import answer_shape, cache_settings
 from exporters.perfetto.engine_snapshot import EngineSnapshots
 from exporters.perfetto.result_cache import (
-    ENV_DISABLE,
     FORMAT,
     MAX_CELLS,
     Outcome,
@@ -252,7 +251,7 @@ def open_cached(
     always."""
     trace_path = check_trace_file(path)
     shell_path = resolve_shell(shell)
-    if os.environ.get(ENV_DISABLE):
+    if cache_settings.disabled():
         return open_trace(trace_path, shell)
     try:
         key = trace_key(trace_path)

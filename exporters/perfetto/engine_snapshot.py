@@ -58,13 +58,14 @@ from typing import TYPE_CHECKING
 
 from collector import cache_trust
 from collector.files import OutputFile
+from exporters.perfetto import cache_settings
 
 if TYPE_CHECKING:
     from exporters.perfetto.trace_processor import Trace
     from exporters.perfetto.wasm_engine import WasmTransport
 
-ENV_CAP_MB = "XPU_PERF_ENGINE_CACHE_MB"
-DEFAULT_CAP_MB = 4096
+ENV_CAP_MB = cache_settings.ENV_ENGINE_MB
+DEFAULT_CAP_MB = cache_settings.DEFAULT_ENGINE_MB
 FORMAT = 2
 PAGE = 65536  # a wasm page: the heap grows by these, and zero ones are skipped
 _MAGIC = b"XPUHEAP\0"
@@ -93,8 +94,7 @@ def snapshots_root() -> Path:
 
 
 def cap_bytes() -> int:
-    value = os.environ.get(ENV_CAP_MB, "").strip()
-    return (int(value) if value.isdigit() else DEFAULT_CAP_MB) * 1024**2
+    return cache_settings.engine_cap_bytes()
 
 
 def snapshot_name(trace_key: str) -> str:

@@ -47,8 +47,9 @@ from typing import Any
 
 from collector import cache_trust
 from collector.files import OutputFile
+from exporters.perfetto import cache_settings
 
-ENV_DISABLE = "XPU_PERF_NO_CACHE"
+ENV_DISABLE = cache_settings.ENV_DISABLE
 FORMAT = 2  # bump when what a file holds changes
 _MAGIC = b"XPUANS\0\2"  # an answer kept as columns starts so
 _DIGEST_BYTES = 32
