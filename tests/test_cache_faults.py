@@ -529,3 +529,61 @@ def test_a_bad_setting_is_one_line_before_any_work(
     assert got.returncode == 2
     assert got.stdout == ""
     assert got.stderr.count("\n") == 1 and name in got.stderr and repr(value) in got.stderr
+
+
+# --- W2: the result store's size is capped ---------------------------------------------------
+
+
+def _store_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def test_the_result_store_stays_under_its_cap_dropping_the_least_recently_used(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XPU_PERF_RESULT_CACHE_MB", "1")
+    root = tmp_path / "results"
+    # Each answer ~300 KB of JSON: four of them do not fit in 1 MiB.
+    big = [f"select id, ts, dur, name, {i} as look from slice, (select 1 union all select 2)"
+           for i in range(6)]  # fmt: skip
+    with open_cached(trace, root=root) as t:
+        kept = t.query(big[0])
+    assert 200_000 < _store_bytes(root) < 1024**2
+    for sql in big[1:]:
+        with open_cached(trace, root=root) as t:
+            t.query(sql)
+        assert _store_bytes(root) <= 1024**2
+        with open_cached(trace, root=root) as t:  # used again: the last to go
+            assert t.query(big[0]) == kept and not t.engine_loaded  # type: ignore[attr-defined]
+    with open_cached(trace, root=root) as t:
+        t.query(big[-1])  # the latest is kept
+        assert not t.engine_loaded  # type: ignore[attr-defined]
+    with open_cached(trace, root=root) as t:
+        t.query(big[1])  # dropped long ago: the engine answers
+        assert t.engine_loaded  # type: ignore[attr-defined]
+
+
+def test_a_result_cap_of_zero_keeps_nothing(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XPU_PERF_RESULT_CACHE_MB", "0")
+    for _ in range(2):
+        with open_cached(trace, root=tmp_path / "results") as t:
+            assert t.query(QUERY)
+            assert t.engine_loaded  # type: ignore[attr-defined]
+    assert not list((tmp_path / "results").rglob("*.json"))
+
+
+def test_a_killed_writers_leftovers_are_removed(trace: Path, tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    with open_cached(trace, root=root) as t:
+        t.query(QUERY)
+    trace_dir = next(root.iterdir())
+    old = trace_dir / ".x.json.abc.tmp"
+    fresh = trace_dir / ".y.json.def.tmp"
+    for leftover in (old, fresh):
+        leftover.write_bytes(b"{")
+    os.utime(old, ns=(0, 0))
+    with open_cached(trace, root=root) as t:
+        t.query("select 3 as three")
+    assert not old.exists() and fresh.exists()  # another look may be writing that one

@@ -39,8 +39,9 @@ import os
 import shutil
 import stat
 import sys
+import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,11 @@ _EDGE_BYTES = 1024 * 1024
 # A result larger than this many cells is not kept: `query "select * from slice"` on a big
 # trace would cost more to write than it saves, and fills the disk.
 MAX_CELLS = 2_000_000
-# Traces whose answers are kept; the least recently looked at go first.
+# Traces whose answers are kept; the least recently looked at go first.  Their total size
+# is capped too (cache_settings.results_cap_bytes: 1 GiB unless set), the answers used
+# longest ago going first.
 MAX_TRACES = 32
+_STALE_TMP_S = 3600  # a temporary file older than this is what a killed writer left
 _PRIVATE = stat.S_IRWXG | stat.S_IRWXO
 
 
@@ -162,6 +166,9 @@ class ResultStore:
         self.root = root or results_root()
         self.dir = self.root / trace
         self.enabled = True
+        # XPU_PERF_RESULT_CACHE_MB=0: nothing kept, nothing read (the engine snapshots
+        # have their own cap).
+        self.keep = cache_settings.results_cap_bytes() > 0
         self.refusal: str | None = None
         self.damaged: list[str] = []  # for tests: why entries were not used
         self._wrote = False
@@ -203,7 +210,7 @@ class ResultStore:
     def _read(self, key: str, kind: str) -> bytes | None:
         """The bytes kept under `key`, if its file is a regular file of this user closed to
         others (never through a symlink); else None."""
-        if not self.enabled:
+        if not (self.enabled and self.keep):
             return None
         path = self._path(key, kind)
         try:
@@ -216,6 +223,8 @@ class ResultStore:
                 return None  # a directory, a FIFO, a planted or loose file: never read
             with os.fdopen(fd, "rb", closefd=False) as f:
                 data = f.read()
+            with contextlib.suppress(OSError):
+                os.utime(fd)  # just used: the last the size cap removes
         except OSError:
             return None
         finally:
@@ -237,6 +246,8 @@ class ResultStore:
         self.damaged.append(why)
 
     def _write(self, path: Path, data: bytes) -> None:
+        if not self.keep:
+            return
         try:
             cache_trust.make_private_dirs(self.dir)
             with OutputFile(path, "wb", file_mode=0o600) as out:
@@ -331,6 +342,7 @@ class ResultStore:
             return
         if self._wrote:
             prune(self.root, MAX_TRACES)
+            evict(self.root, cache_settings.results_cap_bytes())
 
 
 def np_load(data: io.BytesIO) -> dict[str, Any]:
@@ -382,3 +394,39 @@ def prune(root: Path, keep: int) -> None:
     for _, path in entries[keep:]:
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _kept_files(root: Path) -> Iterator[tuple[int, int, str, bool]]:
+    """(mtime_ns, bytes, path, is a temporary file) of each file in the trace directories."""
+    with os.scandir(root) as traces:
+        for trace in traces:
+            if not trace.is_dir(follow_symlinks=False):
+                continue
+            with os.scandir(trace.path) as files:
+                for entry in files:
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode):
+                        temporary = entry.name.startswith(".") and entry.name.endswith(".tmp")
+                        yield st.st_mtime_ns, st.st_size, entry.path, temporary
+
+
+def evict(root: Path, cap: int) -> None:
+    """Remove the answers used longest ago (a hit refreshes an entry's mtime) until the rest
+    fit in `cap` bytes, and what a killed writer left.  Another look may be reading or
+    writing at the same time: a removed entry is a miss for it, never half an answer."""
+    try:
+        files = sorted(_kept_files(root), reverse=True)
+    except OSError:
+        return
+    stale = time.time_ns() - _STALE_TMP_S * 10**9
+    total = 0
+    for mtime_ns, size, path, temporary in files:
+        if temporary:
+            if mtime_ns < stale:  # else another look writing it now
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            continue
+        total += size
+        if total > cap:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
