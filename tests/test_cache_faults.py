@@ -108,6 +108,9 @@ def test_two_reports_at_once_both_answer_and_so_do_later_ones(
 def _private_cache(tmp_path: Path) -> Path:
     """A cache of this test's own with the built engine module (hard links, as the suite's
     session cache has them), so each look starts from an empty store."""
+    from exporters.perfetto.wasm_engine import WasmTransport
+
+    WasmTransport().close()  # the session's cache has the compiled module (made once)
     cache = tmp_path / "cache"
     (cache / "xpu-perf").mkdir(parents=True, mode=0o700)
     cache.chmod(0o700)
@@ -587,3 +590,29 @@ def test_a_killed_writers_leftovers_are_removed(trace: Path, tmp_path: Path) -> 
     with open_cached(trace, root=root) as t:
         t.query("select 3 as three")
     assert not old.exists() and fresh.exists()  # another look may be writing that one
+
+
+# --- The compiled engine module: checked before it is mapped ---------------------------------
+
+
+def test_a_damaged_engine_module_is_compiled_again(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wasmtime maps a serialized module with a flipped bit in its code as it is: the
+    module's checksum refuses it, one line says so, and the next look uses the module
+    compiled again."""
+    cache = _private_cache(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("XPU_PERF_ENGINE_CACHE_MB", "0")
+    args = ("query", trace, QUERY, "--format", "json", "--no-cache")
+    expected = run_cli(*args, check=True).stdout
+    (module,) = (cache / "xpu-perf" / "wasm").glob("*.cwasm")  # made by that look
+    data = bytearray(module.read_bytes())
+    data[len(data) // 3] ^= 0x10
+    module.write_bytes(bytes(data))
+    got = run_cli(*args)
+    assert got.returncode == 0 and got.stdout == expected
+    assert "damaged" in got.stderr and len(got.stderr.splitlines()) == 1, got.stderr
+    again = run_cli(*args)
+    assert again.returncode == 0 and again.stdout == expected and again.stderr == ""
+    assert [p.read_bytes() != data for p in (cache / "xpu-perf" / "wasm").glob("*.cwasm")] == [True]
