@@ -616,3 +616,39 @@ def test_a_damaged_engine_module_is_compiled_again(
     again = run_cli(*args)
     assert again.returncode == 0 and again.stdout == expected and again.stderr == ""
     assert [p.read_bytes() != data for p in (cache / "xpu-perf" / "wasm").glob("*.cwasm")] == [True]
+
+
+def test_fuzz_damaged_engine_snapshots_answer_as_the_engine_does(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Random byte flips and truncations anywhere in an engine snapshot (header, run table,
+    pages, the holes between them): each look answers as a fresh load does, and where the
+    snapshot was refused one line says so."""
+    import random
+
+    from .test_engine_snapshot import FIRST, NEW, _fresh, _look
+
+    monkeypatch.setattr(engine_snapshot, "MIN_LOAD_S", 0.0)
+    rng = random.Random(34)
+    expected = _fresh(trace, NEW)
+    root = tmp_path / "results"
+    _look(trace, root, FIRST)
+    (snapshot,) = (tmp_path / "engine").glob("*.heap")
+    pristine = snapshot.read_bytes()
+    for round_ in range(8):
+        data = bytearray(pristine)
+        if round_ % 3 == 2:
+            del data[rng.randrange(len(data)) :]
+        else:
+            for _ in range(rng.choice([1, 4])):
+                data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        snapshot.write_bytes(bytes(data))
+        capsys.readouterr()
+        statements = [*NEW, f"select {round_} as round"]  # new: the engine is needed
+        answers, loaded, restored = _look(trace, root, statements)
+        err = capsys.readouterr().err
+        assert loaded
+        assert answers[: len(NEW)] == expected[: len(NEW)]
+        assert answers[len(NEW) + 1 :] == expected[len(NEW) :]
+        assert restored or "not using the cached engine snapshot" in err, err
+        snapshot.write_bytes(pristine)

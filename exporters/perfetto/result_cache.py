@@ -221,6 +221,8 @@ class ResultStore:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & _PRIVATE:
                 return None  # a directory, a FIFO, a planted or loose file: never read
+            if st.st_size > cache_settings.results_cap_bytes():
+                return None  # larger than the whole store may be: not one of its answers
             with os.fdopen(fd, "rb", closefd=False) as f:
                 data = f.read()
             with contextlib.suppress(OSError):
