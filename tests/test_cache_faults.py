@@ -344,17 +344,23 @@ def _odd_place(cache: Path, trace: Path, where: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    "where", ["snapshot", "snapshot dir", "answer", "trace dir", "results dir"]
+    ("where", "odd"),
+    [
+        ("snapshot", "directory"),
+        ("snapshot", "file"),
+        ("answer", "directory"),
+        ("answer", "file"),
+        ("snapshot dir", "file"),
+        ("trace dir", "file"),
+        ("results dir", "file"),
+    ],
 )
-@pytest.mark.parametrize("odd", ["directory", "file"])
 def test_a_cache_path_of_the_wrong_kind_loads_the_trace(
     trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, odd: str
 ) -> None:
     cache = _private_cache(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     place = _odd_place(cache, trace, where)
-    if odd == "directory" and where.endswith("dir"):
-        pytest.skip("a directory where a directory belongs")
     for directory in reversed(place.parents):
         if directory.is_relative_to(cache) and not directory.exists():
             directory.mkdir(mode=0o700)
