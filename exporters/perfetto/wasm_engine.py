@@ -143,8 +143,6 @@ def load_module(engine: wasmtime.Engine, wasm_path: Path) -> wasmtime.Module:
         name = f"trace_processor-{key}-{_crc32(serialized):08x}.cwasm"
         with OutputFile(directory / name, "wb", file_mode=0o600) as out:  # whatever the umask
             out.file.write(serialized)
-        with contextlib.suppress(OSError):  # the unchecked file of earlier versions
-            (directory / f"trace_processor-{key}.cwasm").unlink()
     except OSError:
         pass  # a read-only home only costs compile time on the next run
     return module
