@@ -168,9 +168,10 @@ class ResultStore:
         self.enabled = True
         # XPU_PERF_RESULT_CACHE_MB=0: nothing kept, nothing read (the engine snapshots
         # have their own cap).
-        self.keep = cache_settings.results_cap_bytes() > 0
+        self.cap = cache_settings.results_cap_bytes()
+        self.keep = self.cap > 0
         self.refusal: str | None = None
-        self.damaged: list[str] = []  # for tests: why entries were not used
+        self.damaged: list[str] = []  # why entries were not used (the first one is said)
         self._wrote = False
         self._full = False
 
@@ -221,7 +222,7 @@ class ResultStore:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & _PRIVATE:
                 return None  # a directory, a FIFO, a planted or loose file: never read
-            if st.st_size > cache_settings.results_cap_bytes():
+            if st.st_size > self.cap:
                 return None  # larger than the whole store may be: not one of its answers
             with os.fdopen(fd, "rb", closefd=False) as f:
                 data = f.read()
@@ -344,7 +345,7 @@ class ResultStore:
             return
         if self._wrote:
             prune(self.root, MAX_TRACES)
-            evict(self.root, cache_settings.results_cap_bytes())
+            evict(self.root, self.cap)
 
 
 def np_load(data: io.BytesIO) -> dict[str, Any]:
