@@ -11,7 +11,10 @@ otherwise the caller rebuilds in a private directory and says so in one line.
 from __future__ import annotations
 
 import atexit
+import errno
+import functools
 import os
+import pwd
 import shutil
 import stat
 import sys
@@ -22,8 +25,69 @@ _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
 def cache_root() -> Path:
-    """$XDG_CACHE_HOME, else ~/.cache."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"))
+    """$XDG_CACHE_HOME, else ~/.cache; for root, only where it is root's.  Root with
+    another user's HOME (`sudo` keeping it, `su` without `-`) would create `.cache` there
+    root-owned, which the user then cannot write (nor can any other program of theirs), and
+    would trust a cache that user can rename; so where a directory on the way belongs to
+    another user, root uses its own home's cache (from the password database), and where
+    that is no better, a private directory for this run.  Other users cannot create
+    anything in a directory that is not theirs, and `untrusted_reason` refuses what they
+    find there."""
+    configured = Path(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    )
+    if os.geteuid() != 0 or _belongs_to_us(configured):
+        return configured
+    try:
+        own = Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".cache"
+    except KeyError:  # no passwd entry (a container's arbitrary uid)
+        own = None
+    if own is not None and own.is_absolute() and _belongs_to_us(own):
+        return own
+    return _run_cache()
+
+
+def _belongs_to_us(path: Path) -> bool:
+    """Whether every existing directory from / down to `path` is this user's or root's."""
+    path = Path(os.path.abspath(path))
+    for directory in (*reversed(path.parents), path):
+        try:
+            st = os.stat(directory)
+        except FileNotFoundError:
+            return True  # the rest is ours to create
+        except OSError:
+            return False
+        if not _owner_ok(st):
+            return False
+    return True
+
+
+@functools.cache
+def _run_cache() -> Path:
+    return private_dir("xpu-perf-cache-")
+
+
+def make_private_dirs(path: Path) -> None:
+    """`path` and the directories missing above it, each made 0700 whatever the umask
+    (Path.mkdir(parents=True) makes the parents 0777 & ~umask: under umask 000 a cache the
+    checks then refuse on every run).  Never inside a directory another user owns; OSError
+    where it cannot be made."""
+    path = Path(os.path.abspath(path))
+    missing: list[Path] = []
+    at = path
+    while not os.path.lexists(at):
+        missing.append(at)
+        at = at.parent
+    if missing:
+        st = os.stat(at)
+        if not _owner_ok(st):
+            raise PermissionError(errno.EPERM, f"{at} is owned by uid {st.st_uid}", str(at))
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            continue  # another look made it at the same time
+        os.chmod(directory, 0o700)  # what the umask took from 0700
 
 
 def _owner_ok(st: os.stat_result) -> bool:

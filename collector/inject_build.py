@@ -252,13 +252,14 @@ def _build_library(
             cache_trust.refuse(what, untrusted, f"building it in {target_dir}")
     if target.exists() and not force:
         return target
-    target_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cache_trust.make_private_dirs(target_dir)
     with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
         tmp_lib = Path(tmp) / name
         cmd = [compiler, *CFLAGS, *flags, "-o", str(tmp_lib), "-ldl"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"building {name} failed:\n{' '.join(cmd)}\n{proc.stderr}")
+        os.chmod(tmp_lib, 0o755)  # the compiler's 0777 & ~umask: writable by all under 000
         os.replace(tmp_lib, target)
     return target
 

@@ -55,7 +55,7 @@ def test_second_look_loads_nothing_and_answers_the_same(trace: Path, tmp_path: P
     assert expected[0] and expected[1]  # something was compared
 
 
-def test_errors_are_kept_and_raised_again(trace: Path, tmp_path: Path) -> None:
+def test_errors_are_raised_again_and_never_kept(trace: Path, tmp_path: Path) -> None:
     root = tmp_path / "results"
     messages = []
     for _ in range(2):
@@ -63,6 +63,7 @@ def test_errors_are_kept_and_raised_again(trace: Path, tmp_path: Path) -> None:
             with pytest.raises(QueryError) as err:
                 t.query("select nope from slice")
             messages.append(str(err.value))
+            assert isinstance(t, CachedTrace) and t.engine_loaded  # the engine said it again
             assert t.scalar("select count(*) from slice") > 0
     assert messages[0] == messages[1] and "nope" in messages[0]
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from collector.errors import UserError
+from exporters.perfetto import cache_settings
 from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.result_cache import ENV_DISABLE
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
@@ -44,6 +45,7 @@ def apply_cache_flag(args: argparse.Namespace) -> None:
     """--no-cache, for this process and the batch's workers (they inherit the variable)."""
     if args.no_cache:
         os.environ[ENV_DISABLE] = "1"
+    cache_settings.check()  # a bad XPU_PERF_*CACHE* value: one line before any work
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -7,10 +7,14 @@ statement's key chains the trace's key, the engine's and every statement asked b
 that asks what it asked last time, on the same bytes, gets every answer from
 `result_cache.py` and never starts the engine.  At the first statement the store cannot
 answer, the engine loads the trace, runs the statements asked so far again for their
-effects (in order, errors included: they failed the same way the first time) and from then
-on answers directly, keeping each new answer.  The embedded engine is not loaded where a
-snapshot of it right after an earlier load is kept (`engine_snapshot.py`): restored, it
-answers new SQL on a looked-at trace in a fraction of a second.
+effects (in order) and from then on answers every statement itself, keeping each answer:
+once open, the engine never takes a kept answer for a statement it did not run (another
+look at the same trace, running at the same time, may have kept the answer of a statement
+that makes a table this engine would then lack).  Errors are never kept: an error may
+come from the engine's state rather than the statement, and a kept one would fail every
+later look; a look that fails asks the engine again next time.  The embedded engine is not
+loaded where a snapshot of it right after an earlier load is kept (`engine_snapshot.py`):
+restored, it answers new SQL on a looked-at trace in a fraction of a second.
 
 The answers are what the engine gave: the rows go through JSON, which keeps ints, floats,
 strings and NULLs as they were (a blob column is not kept), so the output of a command is
@@ -19,7 +23,6 @@ the same with or without the store (tests/test_result_cache.py compares them).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import os
@@ -28,9 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from exporters.perfetto import answer_shape, cache_settings
 from exporters.perfetto.engine_snapshot import EngineSnapshots
 from exporters.perfetto.result_cache import (
-    ENV_DISABLE,
     FORMAT,
     MAX_CELLS,
     Outcome,
@@ -39,7 +42,6 @@ from exporters.perfetto.result_cache import (
 )
 from exporters.perfetto.trace_processor import (
     ArrayTable,
-    EngineFailure,
     QueryError,
     Trace,
     check_trace_file,
@@ -117,33 +119,50 @@ class CachedTrace(Trace):
                     self.snapshots.save(engine, load_s)
             self.engine_loaded = True
             # The statements answered so far made views and tables the next one may use.
-            for asked in self._asked:
-                # A failure here failed the same way when its answer was kept.
-                with contextlib.suppress(QueryError):
+            # Each was answered (errors are never kept), so each runs again; one that fails
+            # now means the kept answers and this engine disagree: the command says so.
+            try:
+                for asked in self._asked:
                     if isinstance(asked, ArrayTable):
                         engine.create_table(asked)
                     else:
                         engine.execute(asked)
+            except QueryError as exc:
+                engine.close()
+                raise QueryError(
+                    f"{exc} (re-running a statement whose answer was cached; the trace may "
+                    "have changed during this look: run it again, or with --no-cache)"
+                ) from None
             self._engine = engine
         return self._engine
 
+    def _kept(self, valid: Callable[[Any], bool]) -> Outcome | None:
+        """The kept answer of the statement just chained, where one may stand for it: never
+        once the engine is open, which must run every statement itself (another look may
+        have kept the answer of one that makes a table this engine then would not have)."""
+        return self.store.get(self._state, valid) if self._engine is None else None
+
     def _answer(
-        self, method: str, sql: str, run: Callable[[Trace], Any], cells: Callable[[Any], int]
+        self,
+        method: str,
+        sql: str,
+        run: Callable[[Trace], Any],
+        cells: Callable[[Any], int],
+        valid: Callable[[Any], bool],
     ) -> Any:
         self._state = _chain(self._state, method, sql)
-        outcome = self.store.get(self._state)
+        outcome = self._kept(valid)
         if outcome is None:
+            engine = self._open_engine()
             try:
-                outcome = Outcome(rows=run(self._open_engine()))
-            except EngineFailure:
-                raise  # not the statement's answer: nothing kept
-            except QueryError as exc:
-                outcome = Outcome(error=str(exc))
-            if outcome.error is not None or cells(outcome.rows) <= MAX_CELLS:
+                # An error (QueryError, EngineFailure) is raised, never kept.
+                outcome = Outcome(rows=run(engine))
+            finally:
+                self._asked.append(sql)
+            if cells(outcome.rows) <= MAX_CELLS:
                 self.store.put(self._state, outcome)
-        self._asked.append(sql)
-        if outcome.error is not None:
-            raise QueryError(outcome.error)
+        else:
+            self._asked.append(sql)
         return outcome.rows
 
     def query(self, sql: str) -> list[dict[str, Any]]:
@@ -152,7 +171,9 @@ class CachedTrace(Trace):
             columns = list(rows[0]) if rows else []
             return {"columns": columns, "rows": [list(r.values()) for r in rows]}
 
-        kept = self._answer("query", sql, run, lambda r: len(r["rows"]) * len(r["columns"]))
+        kept = self._answer(
+            "query", sql, run, lambda r: len(r["rows"]) * len(r["columns"]), answer_shape.rows
+        )
         columns = kept["columns"]
         return [dict(zip(columns, row, strict=True)) for row in kept["rows"]]
 
@@ -161,41 +182,39 @@ class CachedTrace(Trace):
             columns, rows = trace.query_columns(sql)
             return {"columns": columns, "rows": [list(r) for r in rows]}
 
-        kept = self._answer("columns", sql, run, lambda r: len(r["rows"]) * len(r["columns"]))
+        kept = self._answer(
+            "columns", sql, run, lambda r: len(r["rows"]) * len(r["columns"]), answer_shape.rows
+        )
         return list(kept["columns"]), [tuple(r) for r in kept["rows"]]
 
     def query_arrays(self, sql: str) -> dict[str, Any]:
         """Columns of integers or text are kept in numpy's format (result_cache.put_arrays:
-        the GPU ops the analyses merge in numpy are too many for JSON rows); others, and an
-        error, as `_answer` keeps rows."""
+        the GPU ops the analyses merge in numpy are too many for JSON rows); others as
+        `_answer` keeps rows."""
         self._state = state = _chain(self._state, "arrays", sql)
-        arrays = self.store.get_arrays(state)
-        if arrays is None:
-            outcome = self.store.get(state)
-            if outcome is None:
-                try:
-                    arrays = self._open_engine().query_arrays(sql)
-                except EngineFailure:
-                    raise  # not the statement's answer: nothing kept
-                except QueryError as exc:
-                    outcome = Outcome(error=str(exc))
-                    self.store.put(state, outcome)
-                else:
-                    if not self.store.put_arrays(state, arrays):
-                        values = [a.tolist() for a in arrays.values()]
-                        if sum(len(v) for v in values) <= MAX_CELLS:
-                            kept = {"columns": list(arrays), "values": values}
-                            self.store.put(state, Outcome(rows=kept))
+        if self._engine is None:
+            arrays = self.store.get_arrays(state)
             if arrays is None:
-                assert outcome is not None
-                if outcome.error is not None:
-                    self._asked.append(sql)
-                    raise QueryError(outcome.error)
-                arrays = {
-                    c: typed_column(object_array(v))
-                    for c, v in zip(outcome.rows["columns"], outcome.rows["values"], strict=True)
-                }
-        self._asked.append(sql)
+                outcome = self._kept(answer_shape.values)
+                if outcome is not None:
+                    arrays = {
+                        c: typed_column(object_array(v))
+                        for c, v in zip(
+                            outcome.rows["columns"], outcome.rows["values"], strict=True
+                        )
+                    }
+            if arrays is not None:
+                self._asked.append(sql)
+                return arrays
+        engine = self._open_engine()
+        try:
+            arrays = engine.query_arrays(sql)  # errors raised, never kept
+        finally:
+            self._asked.append(sql)
+        if not self.store.put_arrays(state, arrays):
+            values = [a.tolist() for a in arrays.values()]
+            if sum(len(v) for v in values) <= MAX_CELLS:
+                self.store.put(state, Outcome(rows={"columns": list(arrays), "values": values}))
         return arrays
 
     def create_table(self, table: ArrayTable) -> None:
@@ -210,7 +229,7 @@ class CachedTrace(Trace):
         def run(trace: Trace) -> None:
             trace.execute(script)
 
-        self._answer("execute", script, run, lambda _: 0)
+        self._answer("execute", script, run, lambda _: 0, answer_shape.nothing)
 
     def close(self) -> None:
         if self._engine is not None:
@@ -232,7 +251,7 @@ def open_cached(
     always."""
     trace_path = check_trace_file(path)
     shell_path = resolve_shell(shell)
-    if os.environ.get(ENV_DISABLE):
+    if cache_settings.disabled():
         return open_trace(trace_path, shell)
     try:
         key = trace_key(trace_path)

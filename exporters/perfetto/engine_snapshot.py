@@ -58,13 +58,14 @@ from typing import TYPE_CHECKING
 
 from collector import cache_trust
 from collector.files import OutputFile
+from exporters.perfetto import cache_settings
 
 if TYPE_CHECKING:
     from exporters.perfetto.trace_processor import Trace
     from exporters.perfetto.wasm_engine import WasmTransport
 
-ENV_CAP_MB = "XPU_PERF_ENGINE_CACHE_MB"
-DEFAULT_CAP_MB = 4096
+ENV_CAP_MB = cache_settings.ENV_ENGINE_MB
+DEFAULT_CAP_MB = cache_settings.DEFAULT_ENGINE_MB
 FORMAT = 2
 PAGE = 65536  # a wasm page: the heap grows by these, and zero ones are skipped
 _MAGIC = b"XPUHEAP\0"
@@ -93,8 +94,7 @@ def snapshots_root() -> Path:
 
 
 def cap_bytes() -> int:
-    value = os.environ.get(ENV_CAP_MB, "").strip()
-    return (int(value) if value.isdigit() else DEFAULT_CAP_MB) * 1024**2
+    return cache_settings.engine_cap_bytes()
 
 
 def snapshot_name(trace_key: str) -> str:
@@ -196,7 +196,9 @@ class EngineSnapshots:
             if reason is None:
                 with contextlib.suppress(FileNotFoundError):
                     mode = os.lstat(self.root).st_mode
-                    if mode & _PRIVATE:
+                    if not stat.S_ISDIR(mode):
+                        reason = f"{self.root} is not a directory"
+                    elif mode & _PRIVATE:
                         reason = f"{self.root} is open to group or others (mode {mode & 0o777:o})"
         except OSError as exc:  # a directory on the way this user cannot search
             reason = f"{exc.filename}: {exc.strerror}"
@@ -223,6 +225,16 @@ class EngineSnapshots:
         except OSError as exc:  # a symlink (O_NOFOLLOW: ELOOP), not ours to read (EACCES)
             why = "is a symlink" if exc.errno == errno.ELOOP else exc.strerror
             cache_trust.refuse("engine snapshot", f"{self.path} {why}", "loading the trace")
+            return None
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        except OSError:
+            regular = False
+        if not regular:  # a directory (FileIO refuses it), a FIFO, a device
+            os.close(fd)
+            cache_trust.refuse(
+                "engine snapshot", f"{path} is not a regular file", "loading the trace"
+            )
             return None
         with os.fdopen(fd, "rb", buffering=0) as f:
             try:
@@ -325,6 +337,9 @@ class EngineSnapshots:
             return
         if not self._check_dirs():
             return
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(self.path).st_mode):
+                return  # no file renames over it: restore() said so, and loads each time
         heap = transport.heap_view()
         runs = _runs(heap)
         offsets, size = _run_offsets(runs)
@@ -333,7 +348,7 @@ class EngineSnapshots:
             _note(f"{size / 1e6:.0f} MB, over the cap of {cap / 1e6:.0f} MB ({ENV_CAP_MB})")
             return
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            cache_trust.make_private_dirs(self.root)
             free = os.statvfs(self.root)
             if free.f_bavail * free.f_frsize < size + _KEEP_FREE:
                 _note(f"{size / 1e6:.0f} MB would leave under 1 GB free in {self.root}")

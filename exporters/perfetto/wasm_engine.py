@@ -15,11 +15,14 @@ module is only the transport.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
 import importlib.metadata
+import mmap
 import os
+import stat
 import struct
 import sys
 import time
@@ -29,6 +32,7 @@ from pathlib import Path
 import wasmtime
 
 from collector import cache_trust
+from collector.files import OutputFile
 from exporters.perfetto.engine_limit import EngineMemoryError
 
 # Emscripten uses WASI errno numbering.
@@ -105,30 +109,83 @@ def load_module(engine: wasmtime.Engine, wasm_path: Path) -> wasmtime.Module:
     Compiling the 20 MB module takes tens of seconds; deserializing the cached artifact
     takes well under a second.  The cache key covers the wasm bytes and the wasmtime
     version, since serialized modules are only valid for the wasmtime that made them.
+    wasmtime takes a serialized module with a flipped bit in its code as it is, so the
+    file's name carries a CRC-32 of its bytes (one file, renamed into place whole), checked
+    through a mapping before wasmtime maps it: a damaged one is said in one line, removed
+    and compiled again.
     """
     key = engine_identity(wasm_path)
-    cached = _cache_dir() / f"trace_processor-{key}.cwasm"
+    directory = _cache_dir()
     # Deserializing is loading machine code: only from a file nobody else could have put
     # or changed there (collector/cache_trust.py); else compile here and cache nothing.
-    untrusted = cache_trust.untrusted_reason(cached, cache_trust.cache_root())
+    untrusted = cache_trust.untrusted_reason(directory, cache_trust.cache_root())
     if untrusted is not None:
         cache_trust.refuse("trace_processor module", untrusted, "compiling it in memory")
         return wasmtime.Module(engine, wasm_path.read_bytes())
-    if cached.exists():
-        try:
-            return wasmtime.Module.deserialize_file(engine, str(cached))
-        except Exception:
-            cached.unlink(missing_ok=True)
-    data = wasm_path.read_bytes()
-    module = wasmtime.Module(engine, data)
+    for cached, crc in _kept_modules(directory, key):
+        untrusted = cache_trust.untrusted_reason(cached, cache_trust.cache_root())
+        if untrusted is not None:  # not ours to remove either
+            cache_trust.refuse("trace_processor module", untrusted, "compiling it in memory")
+            return wasmtime.Module(engine, wasm_path.read_bytes())
+        damage = _damage(cached, crc)
+        if damage is None:
+            try:
+                return wasmtime.Module.deserialize_file(engine, str(cached))
+            except Exception as exc:  # wasmtime's own checks (a bad header)
+                damage = f"is not loadable ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+        cache_trust.refuse("trace_processor module", f"{cached} {damage}", "compiling it again")
+        with contextlib.suppress(OSError):
+            cached.unlink()
+    module = wasmtime.Module(engine, wasm_path.read_bytes())
     try:
-        cached.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(module.serialize())
-        tmp.replace(cached)
+        cache_trust.make_private_dirs(directory)
+        serialized = module.serialize()
+        name = f"trace_processor-{key}-{_crc32(serialized):08x}.cwasm"
+        with OutputFile(directory / name, "wb", file_mode=0o600) as out:  # whatever the umask
+            out.file.write(serialized)
     except OSError:
         pass  # a read-only home only costs compile time on the next run
     return module
+
+
+def _kept_modules(directory: Path, key: str) -> list[tuple[Path, int]]:
+    """The compiled modules kept for `key`, each with the CRC-32 its name carries."""
+    prefix = f"trace_processor-{key}-"
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    kept = []
+    for name in sorted(names):
+        crc = name.removeprefix(prefix).removesuffix(".cwasm")
+        if name.startswith(prefix) and name.endswith(".cwasm") and len(crc) == 8:
+            with contextlib.suppress(ValueError):
+                kept.append((directory / name, int(crc, 16)))
+    return kept
+
+
+def _crc32(data: bytes | mmap.mmap) -> int:
+    import deflate  # libdeflate's CRC-32: a 20 MB module in a few milliseconds
+
+    return int(deflate.crc32(data))
+
+
+def _damage(path: Path, crc: int) -> str | None:
+    """Why the file at `path` is not the module its name's CRC-32 stands for, or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return "is not a regular file of a module"
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mapped:  # no copy of its 20 MB
+            return None if _crc32(mapped) == crc else "does not match its checksum (damaged)"
+    except (OSError, ValueError) as exc:
+        return f"cannot be read ({exc})"
+    finally:
+        os.close(fd)
 
 
 _MADV_POPULATE_WRITE = 23  # Linux 5.14
