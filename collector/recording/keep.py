@@ -40,6 +40,7 @@ def keep_streams(
     if tree is not None and tree.plan.toggle_signal is not None:
         metadata["toggles"] = tree.toggles
     streams.add_to_manifest(metadata, list(tree.windows) if tree is not None else [])
+    streams.hand_over()
     say(
         f"error: cannot write {output}: {why}; the recording is kept in {streams.path}: "
         f"write the trace later with: xpu-perf record --from-streams {streams.path} -o {output}"

@@ -12,7 +12,9 @@ kernel-mode stacks, is not in the streams and is lost with the process.)
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import socket
 import tempfile
@@ -24,8 +26,9 @@ from typing import Any
 from collector import model
 from collector.errors import UserError
 from collector.gpu_metrics.kept import INDEX
+from collector.owned_files import read_owned, replace, write_new
 from collector.recording import program_profiler
-from collector.recording.credentials import share_with_target
+from collector.recording.credentials import share_with_target, target_credentials
 from collector.recording.gpu_metrics import KeptGpuMetrics
 from collector.recording.python_names import PythonNames
 from collector.recording.source import FinishedRun
@@ -57,8 +60,13 @@ class Manifest:
 
 
 class StreamsDir:
-    """One recording's private stream directory (mkdtemp: mode 0700, handed to the target's
-    user under sudo)."""
+    """One recording's private stream directory.
+
+    The directory itself is root's (mkdtemp: 0700, or 0711 as root so that the target's
+    users reach their subdirectories): only the subdirectories the target writes into are
+    handed to the target's user under sudo, and what record writes itself (the manifest, the
+    GPU counters) lies where no other user can plant a name (collector/owned_files.py).
+    A recording kept under sudo is handed to the user once record has finished writing it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -66,19 +74,23 @@ class StreamsDir:
     @classmethod
     def create(cls) -> StreamsDir:
         path = Path(tempfile.mkdtemp(prefix="xpu-perf-rec-"))
-        share_with_target(path)
+        if os.geteuid() == 0:
+            path.chmod(0o711)  # traversable, not listable; only root creates names in it
         return cls(path)
 
-    def subdir(self, name: str) -> Path:
-        """The directory a source's target process writes its streams into."""
+    def subdir(self, name: str, target_writes: bool = True) -> Path:
+        """A subdirectory: one the target's processes write their streams into
+        (`target_writes`: handed to the target's user under sudo), or one for record's
+        own files (root's)."""
         directory = self.path / name
         directory.mkdir(mode=0o700)
-        share_with_target(directory)
+        if target_writes:
+            share_with_target(directory)
         return directory
 
     def write_manifest(self, manifest: Manifest) -> None:
         try:
-            (self.path / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1) + "\n")
+            write_new(self.path / MANIFEST, _manifest_bytes(manifest))
         except OSError as exc:
             raise UserError(f"cannot write in {self.path}: {exc.strerror}") from None
 
@@ -91,9 +103,26 @@ class StreamsDir:
             manifest = load_manifest(self.path)
             manifest.metadata.update(metadata)
             manifest.windows = [asdict(w) for w in windows]
-            (self.path / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1) + "\n")
+            replace(self.path / MANIFEST, _manifest_bytes(manifest))
         except (OSError, UserError):
             pass
+
+    def hand_over(self) -> None:
+        """Under sudo, the kept recording becomes the user's, record's own files first and
+        the directory last (so that until record is done with it, no name in it is the
+        user's to replace); record writes nothing in it afterwards."""
+        creds = target_credentials()
+        if not creds:
+            return
+        uid, gid = int(creds["user"]), int(creds["group"])  # type: ignore[call-overload]
+        with contextlib.suppress(OSError):
+            for directory, _dirs, files in os.walk(self.path / GPU_METRICS):
+                for name in files:
+                    os.chown(Path(directory) / name, uid, gid, follow_symlinks=False)
+                os.chown(directory, uid, gid, follow_symlinks=False)
+            os.chown(self.path / MANIFEST, uid, gid, follow_symlinks=False)
+            os.chown(self.path, uid, gid, follow_symlinks=False)
+            self.path.chmod(0o700)
 
     def has_streams(self) -> bool:
         # uid-N/: processes that became another user (cupti_inject/src/process_hooks.c).
@@ -104,11 +133,15 @@ class StreamsDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def _manifest_bytes(manifest: Manifest) -> bytes:
+    return (json.dumps(asdict(manifest), indent=1) + "\n").encode()
+
+
 def load_manifest(directory: Path) -> Manifest:
     """The manifest of a kept recording; a UserError of one line when it is not one."""
     path = directory / MANIFEST
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(read_owned(path))
     except FileNotFoundError:
         raise UserError(f"{directory} is not a kept recording (no {MANIFEST})") from None
     except (OSError, ValueError) as exc:
