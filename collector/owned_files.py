@@ -29,8 +29,16 @@ _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class RejectedFile(OSError):
-    """A file that is not what its writer would have made (a FIFO, a link, another owner's);
-    the message says what it is."""
+    """A file that is not what its writer would have made (a FIFO, a link, another owner's):
+    `path: what it is`."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        super().__init__(f"{path}: {what}")
+        self.path = path
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.what}"
 
 
 def _kind(mode: int) -> str:
@@ -53,7 +61,7 @@ def _open_directory(path: Path) -> int:
         return os.open(path, _DIRECTORY_FLAGS)
     except OSError as exc:
         if exc.errno in (40, 20):  # ELOOP, ENOTDIR: a symlink or a file in its place
-            raise RejectedFile(f"{path} is not a directory (a symlink?)") from None
+            raise RejectedFile(path, "not a directory (a symlink?)") from None
         raise
 
 
@@ -66,25 +74,25 @@ def open_owned(path: Path) -> int:
         dir_st = os.fstat(directory)
         user = USER_DIRECTORY.fullmatch(parent.name)
         if user is not None and dir_st.st_uid != int(user[1]):
-            raise RejectedFile(f"{parent} is owned by uid {dir_st.st_uid}, not {user[1]}")
+            raise RejectedFile(parent, f"owned by uid {dir_st.st_uid}, not {user[1]}")
         try:
             fd = os.open(path.name, _READ_FLAGS, dir_fd=directory)
         except OSError as exc:
             if exc.errno == 40:  # ELOOP: O_NOFOLLOW met a symlink
-                raise RejectedFile(f"{path} is a symlink") from None
+                raise RejectedFile(path, "a symlink") from None
             raise
     finally:
         os.close(directory)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise RejectedFile(f"{path} is {_kind(st.st_mode)}")
+            raise RejectedFile(path, _kind(st.st_mode))
         if st.st_uid != dir_st.st_uid:
             raise RejectedFile(
-                f"{path} is owned by uid {st.st_uid}, not by its directory's (uid {dir_st.st_uid})"
+                path, f"owned by uid {st.st_uid}, not by its directory's user (uid {dir_st.st_uid})"
             )
         if st.st_nlink != 1:
-            raise RejectedFile(f"{path} has {st.st_nlink} links (a hard link to another file)")
+            raise RejectedFile(path, f"{st.st_nlink} links (a hard link to another file)")
         # Reads block on a regular file anyway; the flag was for the open (a FIFO).
         os.set_blocking(fd, True)
     except BaseException:

@@ -139,6 +139,7 @@ def gpu_summary_lines(
             "flush (killed or crashed): up to their last second of GPU activity and API calls "
             "is missing" + (f": {named(who)}" if who else "")
         )
+    lines += rejected_line(cupti, "GPU")
     reopened = cupti.get("transport_reopened", 0)
     if reopened or cupti.get("transport_lost_bytes", 0):
         lines.append(
@@ -211,6 +212,7 @@ def cpu_summary_lines(
             "ended without their final flush (killed): their last samples are missing"
             + (f": {named(who)}" if who else "")
         )
+    lines += rejected_line(cpu, "CPU")
     reopened = cpu.get("transport_reopened", 0) + cpu.get("clocks_restarted", 0)
     if reopened or cpu.get("transport_lost_bytes", 0):
         lines.append(
@@ -227,6 +229,17 @@ def cpu_summary_lines(
             f"binary, or could not write): {named(missing)}"
         )
     return lines
+
+
+def rejected_line(counts: Mapping[str, int], which: str) -> list[str]:
+    """The files found where the streams go that were not read (each was said above)."""
+    rejected = counts.get("streams_rejected", 0)
+    if not rejected:
+        return []
+    return [
+        f"{rejected} files among the {which} streams were rejected, not read: not a regular "
+        "file that its directory's user wrote (a FIFO or a link planted there)"
+    ]
 
 
 def ebpf_launch_line(launch: Mapping[str, int]) -> str:

@@ -126,19 +126,68 @@ def test_roots_own_files_lie_where_only_root_creates_names(
     other_user: pwd.struct_passwd, shared_dir: Path, tmp_path: Path
 ) -> None:
     """While record runs under sudo, the directory holding root's files (the manifest) is
-    root's and the target's user can create nothing in it; the target still records."""
+    root's and the target's user can create nothing in it; the target still records.  What
+    the user plants in its own directories (FIFOs named like a stream and a names file) is
+    rejected in a line each, not opened for reading (which blocks)."""
     report = shared_dir / "report"
     report.mkdir()
     os.chown(report, other_user.pw_uid, other_user.pw_gid)
     script = (
         'top=$(dirname "$XPU_PERF_CPU_OUT_DIR"); stat -c %u "$top" > "$0/owner"; '
-        'if touch "$top/x" 2>/dev/null; then echo yes; else echo no; fi > "$0/created"; ' + BUSY
+        'if touch "$top/x" 2>/dev/null; then echo yes; else echo no; fi > "$0/created"; '
+        'mkfifo "$XPU_PERF_CPU_OUT_DIR/cpu-999996.xpstream" "$XPU_PERF_NAMES_DIR/names-1.tsv"; '
+        + BUSY
     )
     out = tmp_path / "rec.pftrace"
-    proc = _record(out, _sudo_env(other_user, shared_dir), "sh", "-c", script, report)
+    env = _sudo_env(other_user, shared_dir)
+    proc = _record(out, env, "sh", "-c", script, report, timeout=60)
     assert proc.returncode == 0, proc.stderr
+    rejected = [line for line in proc.stderr.splitlines() if line.startswith("xpu-perf: rejected")]
+    assert len(rejected) == 2 and all(": a FIFO (" in line for line in rejected), proc.stderr
     assert (report / "owner").read_text().strip() == "0"
     assert (report / "created").read_text().strip() == "no"
     with open_trace(out) as trace:
         assert trace.scalar("select count(*) from perf_sample") > 0
     assert sorted(p.name for p in shared_dir.iterdir() if p.name.startswith("xpu-perf-")) == []
+
+
+def _metadata(trace, key: str) -> object:
+    return trace.scalar(f"select int_value from args where key = 'debug.{key}'")
+
+
+def test_planted_fifo_and_symlinks_among_the_streams_are_rejected_not_read(
+    other_user: pwd.struct_passwd, shared_dir: Path, tmp_path: Path
+) -> None:
+    """Root records a target that drops privileges to the other user (setpriv); that user
+    plants, in its uid-N/ stream directory, a FIFO and a symlink to a root-only file named
+    like streams, and a symlink in the Python names directory.  Record must not hang (it
+    did, on the FIFO, after the target exited), must not read the root-only file, and says
+    each rejected file in a line, counts them, and keeps the real samples."""
+    secret = tmp_path / "root_only"
+    secret.write_bytes(b"XPUPERF\0" + b"\0" * 64)  # a stream's magic: it would be read
+    secret.chmod(0o600)
+    script = (
+        'd="$XPU_PERF_CPU_OUT_DIR/uid-$(id -u)"; mkfifo "$d/cpu-999999.xpstream"; '
+        'ln -s "$0" "$d/cpu-999998.xpstream"; '
+        'mkfifo "$XPU_PERF_NAMES_DIR/names-999997.tsv" 2>/dev/null; ' + BUSY
+    )
+    out = tmp_path / "rec.pftrace"
+    user = f"--reuid={other_user.pw_uid}"
+    group = f"--regid={other_user.pw_gid}"
+    proc = _record(
+        out,
+        {"TMPDIR": str(shared_dir)},
+        "setpriv", user, group, "--clear-groups", "sh", "-c", script, secret,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    rejected = [line for line in proc.stderr.splitlines() if line.startswith("xpu-perf: rejected")]
+    assert len(rejected) == 2, proc.stderr
+    assert any("cpu-999999.xpstream: a FIFO" in line for line in rejected), rejected
+    assert any("cpu-999998.xpstream: a symlink" in line for line in rejected), rejected
+    with open_trace(out) as trace:
+        assert _metadata(trace, "cpu_streams_rejected") == 2
+        assert trace.scalar("select count(*) from perf_sample") > 0
+        # Nothing of the root-only file: the only process is the target's.
+        assert trace.scalar("select count(*) from process where pid = 999998") == 0
