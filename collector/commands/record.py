@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from collector.recording.python_names import add_arguments as add_python_argumen
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
 from collector.recording.summary import say, summary, toggle_hint
-from collector.recording.target import run_target
+from collector.recording.target import Interrupt, run_target, stop_error
 from collector.recording.trace import write_trace
 from collector.recording.windows import CAPTURE_RANGE_HELP, TreeWindows
 from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ
@@ -153,15 +154,23 @@ def main(args: argparse.Namespace) -> int:
     hint = toggle_hint(plan, os.getpid())
     if hint and not options.quiet:
         say(hint)
+    # From here to the end a signal never leaves the recording half done: a complete trace
+    # or kept streams, a non-zero exit, and one line saying how to finish.
+    interrupt = Interrupt().install()
     try:
         try:
             # Start the sources, run the target until it ends (or is stopped), stop them.
             code = run_target(
-                options.cmd, selection.sources, options.stop_after_s, size_limit, tree
+                options.cmd, selection.sources, options.stop_after_s, size_limit, tree, interrupt
             )
         except BaseException:
             streams.remove()  # the target did not run, or record was stopped: nothing kept
             raise
+        stopped = interrupt.stop_signal
+        if stopped is not None and streams.has_streams():
+            # Asked to stop as the target ended: the streams, not minutes of writing.
+            keep_streams(streams, options.output, stop_error(stopped), size_limit, tree)
+            return 128 + stopped
         try:
             stats = write_trace(
                 options.output,
@@ -171,19 +180,29 @@ def main(args: argparse.Namespace) -> int:
                 capture=plan,
                 size_limit=size_limit,
                 tree=tree,
+                check_stop=interrupt.check,
             )
         except (OSError, UserError, KeyboardInterrupt, Terminated) as exc:
             keep_streams(streams, options.output, exc, size_limit, tree)
+            if interrupt.stop_signal is not None:
+                return 128 + interrupt.stop_signal
             return code  # the target's status, as always: the recording is not lost
         streams.remove()
+        if not options.quiet:
+            said = summary(
+                stats, plan, selection.freq, size_limit, options.output, selection.sources
+            )
+            for line in said:
+                say(line)
+        if interrupt.stop_signal is not None:
+            name = signal.Signals(interrupt.stop_signal).name
+            say(f"stopped by {name} after the trace was written: {options.output} is complete")
+            return 128 + interrupt.stop_signal
+        return code
     finally:
+        interrupt.restore()
         if tree is not None:
             tree.close()
-    if not options.quiet:
-        said = summary(stats, plan, selection.freq, size_limit, options.output, selection.sources)
-        for line in said:
-            say(line)
-    return code
 
 
 if __name__ == "__main__":
