@@ -59,7 +59,8 @@ def write_kept(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise UserError(f"no such directory: {directory}")
     manifest = load_manifest(directory)
-    sources = kept_sources(directory)
+    rejected: list[str] = []
+    sources = kept_sources(directory, rejected)
     if not sources:
         raise UserError(f"{directory} holds no streams")
     check_output(args.output)
@@ -74,9 +75,21 @@ def write_kept(args: argparse.Namespace) -> int:
         )
     except OSError as exc:
         raise UserError(f"cannot write {args.output}: {exc.strerror} (the streams stay)") from None
-    shutil.rmtree(directory, ignore_errors=True)
+    unread = rejected + [
+        f"{count} {name} streams"
+        for name, counts in stats.items()
+        if (count := counts.get("streams_unreadable", 0) + counts.get("streams_rejected", 0))
+    ]
     if not args.quiet:
         plan = CapturePlan(mode=manifest.capture_mode)
         for line in summary(stats, plan, manifest.freq, None, args.output, sources):
             say(line)
+    if unread:
+        # What could not be read stays where it is, for a look or another try.
+        say(
+            f"{directory} is kept: {', '.join(unread)} could not be read (said above); "
+            f"the trace has everything else"
+        )
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
     return 0

@@ -17,9 +17,10 @@ import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from collector.sources.cupti_pm_sampling import PmSampling
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
+MAX_FREQ_HZ = 1_000_000  # far above any sampling rate record takes
 GPU_STREAMS = "cupti"
 CPU_STREAMS = "cpu"
 GPU_METRICS = "gpu_metrics"  # the counters record read itself (collector/gpu_metrics/kept.py)
@@ -148,10 +150,58 @@ def load_manifest(directory: Path) -> Manifest:
         raise UserError(f"cannot read {path}: {exc}") from None
     if not isinstance(raw, dict) or raw.get("version") != MANIFEST_VERSION:
         raise UserError(f"{path}: not a manifest this xpu-perf reads")
-    try:
-        return Manifest(**raw)
-    except TypeError as exc:
-        raise UserError(f"{path}: {exc}") from None
+    problem = manifest_problem(raw)
+    if problem is not None:
+        raise UserError(f"{path}: {problem}: not a manifest record wrote (fix or remove it)")
+    return Manifest(**raw)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def manifest_problem(raw: Mapping[str, Any]) -> str | None:
+    """What makes `raw` not a manifest record wrote (None: nothing); every field is checked,
+    so that nothing downstream prints or writes a value of the wrong kind."""
+    known = {f.name for f in fields(Manifest)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        return f"unknown field {unknown[0]!r}"
+    if "command_line" not in raw:
+        return "no command_line"
+    command = raw["command_line"]
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        return f"command_line must be a list of strings, not {_shown(command)}"
+    freq = raw.get("freq", 0)
+    if not _is_int(freq) or not 0 <= freq <= MAX_FREQ_HZ:
+        return f"freq must be a whole number of Hz from 0 to {MAX_FREQ_HZ}, not {_shown(freq)}"
+    for name in ("capture_mode", "host"):
+        if name in raw and not isinstance(raw[name], str):
+            return f"{name} must be a string, not {_shown(raw[name])}"
+    metadata = raw.get("metadata", {})
+    if not isinstance(metadata, dict) or not all(_is_int(v) for v in metadata.values()):
+        return f"metadata must map names to whole numbers, not {_shown(metadata)}"
+    windows = raw.get("windows", [])
+    if not isinstance(windows, list) or not all(_window_ok(w) for w in windows):
+        return f"windows must be a list of capture windows, not {_shown(windows)}"
+    return None
+
+
+def _window_ok(window: object) -> bool:
+    names = {f.name for f in fields(model.CaptureWindow)}
+    if not isinstance(window, dict) or set(window) != set(names):
+        return False
+    ints = ("pid", "start", "end")
+    if not all(_is_int(window[k]) for k in ints):
+        return False
+    if not all(isinstance(window[k], str) for k in names if k not in ints):
+        return False
+    return 0 <= window["start"] <= window["end"]
 
 
 class KeptSource(FinishedRun):
@@ -194,16 +244,24 @@ class KeptSource(FinishedRun):
         return program_profiler.summary_lines(None, self.stats(), self._program_profilers())
 
 
-def kept_sources(directory: Path) -> list[KeptSource | KeptGpuMetrics | PythonNames]:
+def kept_sources(
+    directory: Path, rejected: list[str] | None = None
+) -> list[KeptSource | KeptGpuMetrics | PythonNames]:
     """The sources of a kept recording, in record's order (GPU, its counters, then CPU, then
-    the names the Python startup hook reported)."""
+    the names the Python startup hook reported).  Kept counters that cannot be read are
+    left out, each said in one line and named in `rejected`."""
     sources: list[KeptSource | KeptGpuMetrics | PythonNames] = []
     for name in (GPU_STREAMS, GPU_METRICS, CPU_STREAMS):
         if name == GPU_METRICS:
-            if (directory / name / INDEX).is_file():
+            if (directory / name / INDEX).exists():
                 gpu = next((s for s in sources if isinstance(s, KeptSource)), None)
                 pm = gpu.pm_sampling if gpu is not None else None
-                sources.append(KeptGpuMetrics(directory / name, pm))
+                try:
+                    sources.append(KeptGpuMetrics(directory / name, pm))
+                except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                    print(f"xpu-perf: skipping the kept GPU counters: {exc}", file=sys.stderr)
+                    if rejected is not None:
+                        rejected.append(f"{name}/")
         elif (directory / name).is_dir():
             sources.append(KeptSource(name, directory / name))
     if sources and (directory / PYTHON_NAMES).is_dir():
