@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
 
-from collector.errors import Terminated, UserError
+from collector.errors import UserError
+from collector.recording.disk_space import StreamsDisk
+from collector.recording.finish import finish
 from collector.recording.gpu_metrics import add_gpu_metrics_arguments
-from collector.recording.keep import keep_streams, write_kept
+from collector.recording.keep import write_kept
 from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import CPU_SAMPLERS, KINDS, LAUNCH_STACK_MODES, check_options
 from collector.recording.program_profiler import add_argument as add_program_profiler
 from collector.recording.python_names import add_arguments as add_python_arguments
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
-from collector.recording.summary import say, summary, toggle_hint
-from collector.recording.target import Interrupt, run_target, stop_error
-from collector.recording.trace import write_trace
+from collector.recording.summary import say, toggle_hint
+from collector.recording.target import Interrupt, run_target
 from collector.recording.windows import CAPTURE_RANGE_HELP, TreeWindows
 from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ
 
@@ -144,6 +144,8 @@ def main(args: argparse.Namespace) -> int:
     streams = StreamsDir.create()
     try:
         selection = select_sources(options, streams)
+        # The streams' file system watched: a full one cuts streams short without a word.
+        selection.sources.append(StreamsDisk(streams.path))
         plan = options.plan
         streams.write_manifest(Manifest(command_line, selection.freq, plan.mode))
     except BaseException:
@@ -166,39 +168,8 @@ def main(args: argparse.Namespace) -> int:
         except BaseException:
             streams.remove()  # the target did not run, or record was stopped: nothing kept
             raise
-        stopped = interrupt.stop_signal
-        if stopped is not None and streams.has_streams():
-            # Asked to stop as the target ended: the streams, not minutes of writing.
-            keep_streams(streams, options.output, stop_error(stopped), size_limit, tree)
-            return 128 + stopped
-        try:
-            stats = write_trace(
-                options.output,
-                selection.sources,
-                command_line,
-                selection.freq,
-                capture=plan,
-                size_limit=size_limit,
-                tree=tree,
-                check_stop=interrupt.check,
-            )
-        except (OSError, UserError, KeyboardInterrupt, Terminated) as exc:
-            keep_streams(streams, options.output, exc, size_limit, tree)
-            if interrupt.stop_signal is not None:
-                return 128 + interrupt.stop_signal
-            return code  # the target's status, as always: the recording is not lost
-        streams.remove()
-        if not options.quiet:
-            said = summary(
-                stats, plan, selection.freq, size_limit, options.output, selection.sources
-            )
-            for line in said:
-                say(line)
-        if interrupt.stop_signal is not None:
-            name = signal.Signals(interrupt.stop_signal).name
-            say(f"stopped by {name} after the trace was written: {options.output} is complete")
-            return 128 + interrupt.stop_signal
-        return code
+        # The trace, or the streams kept; the summary.
+        return finish(options, selection, streams, code, interrupt, size_limit, tree)
     finally:
         interrupt.restore()
         if tree is not None:
