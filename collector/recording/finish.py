@@ -31,7 +31,8 @@ def finish(
     signal N asked record itself to stop (Interrupt): then the trace is complete or the
     streams are kept, and one line says which."""
     stopped = interrupt.stop_signal
-    if stopped is not None and streams.has_streams():
+    kept = streams.has_streams()
+    if stopped is not None and kept:
         # Asked to stop as the target ended: the streams, not minutes of writing.
         keep_streams(streams, options.output, stop_error(stopped), size_limit, tree)
         return 128 + stopped
@@ -44,7 +45,9 @@ def finish(
             capture=options.plan,
             size_limit=size_limit,
             tree=tree,
-            check_stop=interrupt.check,
+            # Nothing on disk to keep (eBPF sources hold theirs in memory): a signal must
+            # not throw the recording away, so the trace is finished first.
+            check_stop=interrupt.check if kept else None,
         )
     except (OSError, UserError, KeyboardInterrupt, Terminated) as exc:
         keep_streams(streams, options.output, exc, size_limit, tree)
@@ -60,6 +63,6 @@ def finish(
             say(line)
     if interrupt.stop_signal is not None:
         name = signal.Signals(interrupt.stop_signal).name
-        say(f"stopped by {name} after the trace was written: {options.output} is complete")
+        say(f"stopped by {name}; the trace {options.output} is complete")
         return 128 + interrupt.stop_signal
     return code

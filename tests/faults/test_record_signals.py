@@ -103,3 +103,30 @@ def test_a_signal_at_any_moment_leaves_a_trace_or_kept_streams(
     with open_trace(finished) as trace:
         assert trace.scalar("select count(*) from slice where category = 'kernel'") > 0
         assert trace.scalar("select count(*) from perf_sample") > 0
+
+
+def test_a_signal_with_nothing_on_disk_to_keep_finishes_the_trace(tmp_path: Path) -> None:
+    """The eBPF CPU sampler holds its samples in record's memory: no streams to keep, so a
+    signal as the target exits finishes the trace (then exits 128+N) instead of losing it."""
+    out = tmp_path / "rec.pftrace"
+    ended = tmp_path / "ended"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "record", "--no-gpu", "--cpu-sampler", "ebpf",
+         "-o", out, "--", "sh", "-c", BUSY + '; touch "$0"', ended],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for(ended.exists, "the target ended", proc)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for noise in NOISE:
+        assert noise not in stderr, stderr
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert f"stopped by SIGTERM; the trace {out} is complete" in stderr
+    with open_trace(out) as trace:
+        assert trace.scalar("select count(*) from perf_sample") > 0
