@@ -245,17 +245,6 @@ def cpu_summary_lines(
     return lines
 
 
-def rejected_line(counts: Mapping[str, int], which: str) -> list[str]:
-    """The files found where the streams go that were not read (each was said above)."""
-    rejected = counts.get("streams_rejected", 0)
-    if not rejected:
-        return []
-    return [
-        f"{rejected} files among the {which} streams were rejected, not read: not a regular "
-        "file that its directory's user wrote (a FIFO or a link planted there)"
-    ]
-
-
 def ebpf_launch_line(launch: Mapping[str, int]) -> str:
     """The eBPF launch probes' line (launch stacks without the GPU recording)."""
     lost = {k: v for k, v in launch.items() if v and k not in ("stacks", "unresolved_frames")}
@@ -277,3 +266,14 @@ def ebpf_cpu_line(ebpf: Mapping[str, int], freq: int) -> str:
         f"unresolved frames: {ebpf.get('unresolved_frames', 0)}"
         + (f", {outside} taken just after a capture window dropped" if outside else "")
     )
+
+
+def rejected_line(counts: Mapping[str, int], which: str) -> list[str]:
+    """The files found where the streams go that were not read (each was said above)."""
+    rejected = counts.get("streams_rejected", 0)
+    if not rejected:
+        return []
+    return [
+        f"{rejected} files among the {which} streams were rejected, not read: not a regular "
+        "file that its directory's user wrote (a FIFO or a link planted there)"
+    ]
