@@ -13,9 +13,11 @@ import os
 import sys
 from pathlib import Path
 
-from collector.errors import Terminated, UserError
+from collector.errors import UserError
+from collector.recording.disk_space import StreamsDisk
+from collector.recording.finish import finish
 from collector.recording.gpu_metrics import add_gpu_metrics_arguments
-from collector.recording.keep import keep_streams, write_kept
+from collector.recording.keep import write_kept
 from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import (
     CPU_SAMPLERS,
@@ -28,9 +30,8 @@ from collector.recording.program_profiler import add_argument as add_program_pro
 from collector.recording.python_names import add_arguments as add_python_arguments
 from collector.recording.selection import select_sources
 from collector.recording.size_limit import SizeLimit
-from collector.recording.summary import say, summary, toggle_hint
-from collector.recording.target import run_target
-from collector.recording.trace import write_trace
+from collector.recording.summary import say, toggle_hint
+from collector.recording.target import Interrupt, run_target
 from collector.recording.windows import CAPTURE_RANGE_HELP, TreeWindows
 from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ
 
@@ -158,6 +159,8 @@ def main(args: argparse.Namespace) -> int:
     streams = StreamsDir.create()
     try:
         selection = select_sources(options, streams)
+        # The streams' file system watched: a full one cuts streams short without a word.
+        selection.sources.append(StreamsDisk(streams.path))
         plan = options.plan
         streams.write_manifest(Manifest(command_line, selection.freq, plan.mode))
     except BaseException:
@@ -168,37 +171,24 @@ def main(args: argparse.Namespace) -> int:
     hint = toggle_hint(plan, os.getpid())
     if hint and not options.quiet:
         say(hint)
+    # From here to the end a signal never leaves the recording half done: a complete trace
+    # or kept streams, a non-zero exit, and one line saying how to finish.
+    interrupt = Interrupt().install()
     try:
         try:
             # Start the sources, run the target until it ends (or is stopped), stop them.
             code = run_target(
-                options.cmd, selection.sources, options.stop_after_s, size_limit, tree
+                options.cmd, selection.sources, options.stop_after_s, size_limit, tree, interrupt
             )
         except BaseException:
             streams.remove()  # the target did not run, or record was stopped: nothing kept
             raise
-        try:
-            stats = write_trace(
-                options.output,
-                selection.sources,
-                command_line,
-                selection.freq,
-                capture=plan,
-                size_limit=size_limit,
-                tree=tree,
-            )
-        except (OSError, UserError, KeyboardInterrupt, Terminated) as exc:
-            keep_streams(streams, options.output, exc, size_limit, tree)
-            return code  # the target's status, as always: the recording is not lost
-        streams.remove()
+        # The trace, or the streams kept; the summary.
+        return finish(options, selection, streams, code, interrupt, size_limit, tree)
     finally:
+        interrupt.restore()
         if tree is not None:
             tree.close()
-    if not options.quiet:
-        said = summary(stats, plan, selection.freq, size_limit, options.output, selection.sources)
-        for line in said:
-            say(line)
-    return code
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ what they are (device, GPU name, counter, unit) and what the summary and metadat
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from collector import model
+from collector.owned_files import read_owned, write_new
 
 ARRAYS = "series.npz"
 INDEX = "series.json"
@@ -43,9 +45,11 @@ def save(
         arrays[f"s{i}_ts"] = np.asarray(s.ts, np.int64)
         arrays[f"s{i}_values"] = np.asarray(s.values, np.float64)
         index.append({"device": s.device, "name": s.name, "unit": s.unit})
-    with (directory / ARRAYS).open("wb") as f:
-        np.savez(f, **arrays)
-    (directory / INDEX).write_text(
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    # New names only (record's own directory; never a name someone planted).
+    write_new(directory / ARRAYS, buffer.getvalue())
+    text = (
         json.dumps(
             {
                 "devices": [{"device": d.device, "name": d.name} for d in devices],
@@ -58,11 +62,12 @@ def save(
         )
         + "\n"
     )
+    write_new(directory / INDEX, text.encode())
 
 
 def load(directory: Path) -> KeptCounters:
-    raw = json.loads((directory / INDEX).read_text())
-    with np.load(directory / ARRAYS) as arrays:
+    raw = json.loads(read_owned(directory / INDEX))
+    with np.load(io.BytesIO(read_owned(directory / ARRAYS))) as arrays:
         series = [
             model.GpuCounterSeries(
                 int(s["device"]), s["name"], s["unit"], arrays[f"s{i}_ts"], arrays[f"s{i}_values"]

@@ -6,6 +6,7 @@ launch stacks (collector/sources/cupti.py).  Needs no root."""
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from collector import model
 from collector.gpu_metrics import catalog
+from collector.owned_files import read_owned, replace
 from collector.recording.credentials import share_with_target
 from collector.recording.libraries import loadable_by_target
 from collector.recording.options import KINDS
@@ -117,7 +119,12 @@ class CuptiRecording:
             for p in stream_paths(self.directory):
                 # A process that changed user wrote into uid-N/: kept as uid-N.<name>.
                 name = p.name if p.parent == self.directory else f"{p.parent.name}.{p.name}"
-                shutil.copy2(p, self.keep_streams / name)
+                try:
+                    # Only what the target's processes wrote; a new file renamed into place
+                    # (replacing, never following, what has the name).
+                    replace(self.keep_streams / name, read_owned(p))
+                except OSError as exc:
+                    print(f"xpu-perf: not kept: {exc}", file=sys.stderr)
 
     def events(self) -> Iterable[model.Event]:
         self._source = CuptiSource(self.directory)

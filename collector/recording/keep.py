@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 from pathlib import Path
 
 from collector.errors import Terminated, UserError
@@ -24,24 +25,27 @@ def keep_streams(
     size_limit: SizeLimit | None,
     tree: TreeWindows | None,
 ) -> None:
-    """The trace could not be written: keep the streams and say, in one line, where they
-    are and the command that writes the trace from them."""
-    if isinstance(exc, OSError):
-        why = exc.strerror or str(exc)
-    elif isinstance(exc, (KeyboardInterrupt, Terminated)):
-        why = "interrupted while writing"
+    """The trace could not be written (an error, or a signal that stopped record): keep
+    the streams and say, in one line, where they are and the command that writes the trace
+    from them."""
+    if isinstance(exc, (KeyboardInterrupt, Terminated)):
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        what = f"error: stopped by {signal.Signals(signum).name} before {output} was written"
+    elif isinstance(exc, OSError):
+        what = f"error: cannot write {output}: {exc.strerror or exc}"
     else:
-        why = str(exc)
+        what = f"error: cannot write {output}: {exc}"
     if not streams.has_streams():
         streams.remove()
-        say(f"error: cannot write {output}: {why}; the recording is lost (nothing on disk)")
+        say(f"{what}; the recording is lost (nothing on disk)")
         return
     metadata = size_limit.metadata() if size_limit is not None else {}
     if tree is not None and tree.plan.toggle_signal is not None:
         metadata["toggles"] = tree.toggles
     streams.add_to_manifest(metadata, list(tree.windows) if tree is not None else [])
+    streams.hand_over()
     say(
-        f"error: cannot write {output}: {why}; the recording is kept in {streams.path}: "
+        f"{what}; the recording is kept in {streams.path}: "
         f"write the trace later with: xpu-perf record --from-streams {streams.path} -o {output}"
     )
 
@@ -55,7 +59,8 @@ def write_kept(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise UserError(f"no such directory: {directory}")
     manifest = load_manifest(directory)
-    sources = kept_sources(directory)
+    rejected: list[str] = []
+    sources = kept_sources(directory, rejected)
     if not sources:
         raise UserError(f"{directory} holds no streams")
     check_output(args.output)
@@ -70,9 +75,21 @@ def write_kept(args: argparse.Namespace) -> int:
         )
     except OSError as exc:
         raise UserError(f"cannot write {args.output}: {exc.strerror} (the streams stay)") from None
-    shutil.rmtree(directory, ignore_errors=True)
+    unread = rejected + [
+        f"{count} {name} streams"
+        for name, counts in stats.items()
+        if (count := counts.get("streams_unreadable", 0) + counts.get("streams_rejected", 0))
+    ]
     if not args.quiet:
         plan = CapturePlan(mode=manifest.capture_mode)
         for line in summary(stats, plan, manifest.freq, None, args.output, sources):
             say(line)
+    if unread:
+        # What could not be read stays where it is, for a look or another try.
+        say(
+            f"{directory} is kept: {', '.join(unread)} could not be read (said above); "
+            f"the trace has everything else"
+        )
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
     return 0

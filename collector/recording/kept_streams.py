@@ -12,20 +12,24 @@ kernel-mode stacks, is not in the streams and is lost with the process.)
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from collector import model
 from collector.errors import UserError
 from collector.gpu_metrics.kept import INDEX
+from collector.owned_files import read_owned, replace, write_new
 from collector.recording import program_profiler
-from collector.recording.credentials import share_with_target
+from collector.recording.credentials import share_with_target, target_credentials
 from collector.recording.gpu_metrics import KeptGpuMetrics
 from collector.recording.python_names import PythonNames
 from collector.recording.source import FinishedRun
@@ -35,6 +39,7 @@ from collector.sources.cupti_pm_sampling import PmSampling
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
+MAX_FREQ_HZ = 1_000_000  # far above any sampling rate record takes
 GPU_STREAMS = "cupti"
 CPU_STREAMS = "cpu"
 GPU_METRICS = "gpu_metrics"  # the counters record read itself (collector/gpu_metrics/kept.py)
@@ -57,8 +62,13 @@ class Manifest:
 
 
 class StreamsDir:
-    """One recording's private stream directory (mkdtemp: mode 0700, handed to the target's
-    user under sudo)."""
+    """One recording's private stream directory.
+
+    The directory itself is root's (mkdtemp: 0700, or 0711 as root so that the target's
+    users reach their subdirectories): only the subdirectories the target writes into are
+    handed to the target's user under sudo, and what record writes itself (the manifest, the
+    GPU counters) lies where no other user can plant a name (collector/owned_files.py).
+    A recording kept under sudo is handed to the user once record has finished writing it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -66,19 +76,23 @@ class StreamsDir:
     @classmethod
     def create(cls) -> StreamsDir:
         path = Path(tempfile.mkdtemp(prefix="xpu-perf-rec-"))
-        share_with_target(path)
+        if os.geteuid() == 0:
+            path.chmod(0o711)  # traversable, not listable; only root creates names in it
         return cls(path)
 
-    def subdir(self, name: str) -> Path:
-        """The directory a source's target process writes its streams into."""
+    def subdir(self, name: str, target_writes: bool = True) -> Path:
+        """A subdirectory: one the target's processes write their streams into
+        (`target_writes`: handed to the target's user under sudo), or one for record's
+        own files (root's)."""
         directory = self.path / name
         directory.mkdir(mode=0o700)
-        share_with_target(directory)
+        if target_writes:
+            share_with_target(directory)
         return directory
 
     def write_manifest(self, manifest: Manifest) -> None:
         try:
-            (self.path / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1) + "\n")
+            write_new(self.path / MANIFEST, _manifest_bytes(manifest))
         except OSError as exc:
             raise UserError(f"cannot write in {self.path}: {exc.strerror}") from None
 
@@ -91,9 +105,26 @@ class StreamsDir:
             manifest = load_manifest(self.path)
             manifest.metadata.update(metadata)
             manifest.windows = [asdict(w) for w in windows]
-            (self.path / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1) + "\n")
+            replace(self.path / MANIFEST, _manifest_bytes(manifest))
         except (OSError, UserError):
             pass
+
+    def hand_over(self) -> None:
+        """Under sudo, the kept recording becomes the user's, record's own files first and
+        the directory last (so that until record is done with it, no name in it is the
+        user's to replace); record writes nothing in it afterwards."""
+        creds = target_credentials()
+        if not creds:
+            return
+        uid, gid = int(creds["user"]), int(creds["group"])  # type: ignore[call-overload]
+        with contextlib.suppress(OSError):
+            for directory, _dirs, files in os.walk(self.path / GPU_METRICS):
+                for name in files:
+                    os.chown(Path(directory) / name, uid, gid, follow_symlinks=False)
+                os.chown(directory, uid, gid, follow_symlinks=False)
+            os.chown(self.path / MANIFEST, uid, gid, follow_symlinks=False)
+            os.chown(self.path, uid, gid, follow_symlinks=False)
+            self.path.chmod(0o700)
 
     def has_streams(self) -> bool:
         # uid-N/: processes that became another user (cupti_inject/src/process_hooks.c).
@@ -104,21 +135,73 @@ class StreamsDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def _manifest_bytes(manifest: Manifest) -> bytes:
+    return (json.dumps(asdict(manifest), indent=1) + "\n").encode()
+
+
 def load_manifest(directory: Path) -> Manifest:
     """The manifest of a kept recording; a UserError of one line when it is not one."""
     path = directory / MANIFEST
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(read_owned(path))
     except FileNotFoundError:
         raise UserError(f"{directory} is not a kept recording (no {MANIFEST})") from None
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}") from None
     if not isinstance(raw, dict) or raw.get("version") != MANIFEST_VERSION:
         raise UserError(f"{path}: not a manifest this xpu-perf reads")
-    try:
-        return Manifest(**raw)
-    except TypeError as exc:
-        raise UserError(f"{path}: {exc}") from None
+    problem = manifest_problem(raw)
+    if problem is not None:
+        raise UserError(f"{path}: {problem}: not a manifest record wrote (fix or remove it)")
+    return Manifest(**raw)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def manifest_problem(raw: Mapping[str, Any]) -> str | None:
+    """What makes `raw` not a manifest record wrote (None: nothing); every field is checked,
+    so that nothing downstream prints or writes a value of the wrong kind."""
+    known = {f.name for f in fields(Manifest)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        return f"unknown field {unknown[0]!r}"
+    if "command_line" not in raw:
+        return "no command_line"
+    command = raw["command_line"]
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        return f"command_line must be a list of strings, not {_shown(command)}"
+    freq = raw.get("freq", 0)
+    if not _is_int(freq) or not 0 <= freq <= MAX_FREQ_HZ:
+        return f"freq must be a whole number of Hz from 0 to {MAX_FREQ_HZ}, not {_shown(freq)}"
+    for name in ("capture_mode", "host"):
+        if name in raw and not isinstance(raw[name], str):
+            return f"{name} must be a string, not {_shown(raw[name])}"
+    metadata = raw.get("metadata", {})
+    if not isinstance(metadata, dict) or not all(_is_int(v) for v in metadata.values()):
+        return f"metadata must map names to whole numbers, not {_shown(metadata)}"
+    windows = raw.get("windows", [])
+    if not isinstance(windows, list) or not all(_window_ok(w) for w in windows):
+        return f"windows must be a list of capture windows, not {_shown(windows)}"
+    return None
+
+
+def _window_ok(window: object) -> bool:
+    names = {f.name for f in fields(model.CaptureWindow)}
+    if not isinstance(window, dict) or set(window) != set(names):
+        return False
+    ints = ("pid", "start", "end")
+    if not all(_is_int(window[k]) for k in ints):
+        return False
+    if not all(isinstance(window[k], str) for k in names if k not in ints):
+        return False
+    return 0 <= window["start"] <= window["end"]
 
 
 class KeptSource(FinishedRun):
@@ -161,16 +244,24 @@ class KeptSource(FinishedRun):
         return program_profiler.summary_lines(None, self.stats(), self._program_profilers())
 
 
-def kept_sources(directory: Path) -> list[KeptSource | KeptGpuMetrics | PythonNames]:
+def kept_sources(
+    directory: Path, rejected: list[str] | None = None
+) -> list[KeptSource | KeptGpuMetrics | PythonNames]:
     """The sources of a kept recording, in record's order (GPU, its counters, then CPU, then
-    the names the Python startup hook reported)."""
+    the names the Python startup hook reported).  Kept counters that cannot be read are
+    left out, each said in one line and named in `rejected`."""
     sources: list[KeptSource | KeptGpuMetrics | PythonNames] = []
     for name in (GPU_STREAMS, GPU_METRICS, CPU_STREAMS):
         if name == GPU_METRICS:
-            if (directory / name / INDEX).is_file():
+            if (directory / name / INDEX).exists():
                 gpu = next((s for s in sources if isinstance(s, KeptSource)), None)
                 pm = gpu.pm_sampling if gpu is not None else None
-                sources.append(KeptGpuMetrics(directory / name, pm))
+                try:
+                    sources.append(KeptGpuMetrics(directory / name, pm))
+                except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                    print(f"xpu-perf: skipping the kept GPU counters: {exc}", file=sys.stderr)
+                    if rejected is not None:
+                        rejected.append(f"{name}/")
         elif (directory / name).is_dir():
             sources.append(KeptSource(name, directory / name))
     if sources and (directory / PYTHON_NAMES).is_dir():

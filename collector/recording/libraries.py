@@ -16,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from collector.errors import UserError
+
 _run_directory: Path | None = None
 
 
@@ -28,6 +30,21 @@ def _directory() -> Path:
     return _run_directory
 
 
+def _copy_failed(copy: Path, exc: OSError) -> UserError:
+    """The copy's failure, said against the run's directory (TMPDIR), which is what
+    lacks room or permission, not the library copied (shutil names either)."""
+    shutil.rmtree(copy, ignore_errors=True) if copy.is_dir() else copy.unlink(missing_ok=True)
+    errors = exc.args[0] if isinstance(exc, shutil.Error) and exc.args else None
+    if isinstance(errors, list) and errors:
+        why = str(errors[0][2]).split(":", 1)[0].split("] ", 1)[-1]  # "[Errno 28] No space..."
+    else:
+        why = exc.strerror or str(exc)
+    return UserError(
+        f"cannot copy the libraries the target loads into {copy.parent.parent} (TMPDIR): "
+        f"{why}; free space there or point TMPDIR elsewhere"
+    )
+
+
 def loadable_by_target(library: Path) -> Path:
     """The path the target loads `library` from: as root, the run's world-readable copy;
     otherwise the library itself (the target runs as this user)."""
@@ -35,7 +52,10 @@ def loadable_by_target(library: Path) -> Path:
         return library
     copy = _directory() / library.name
     if not copy.exists():
-        shutil.copyfile(library, copy)
+        try:
+            shutil.copyfile(library, copy)
+        except OSError as exc:
+            raise _copy_failed(copy, exc) from None
         copy.chmod(0o755)
     return copy
 
@@ -47,7 +67,10 @@ def loadable_directory_by_target(directory: Path) -> Path:
         return directory
     copy = _directory() / directory.name
     if not copy.exists():
-        shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        try:
+            shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        except OSError as exc:  # shutil.Error too
+            raise _copy_failed(copy, exc) from None
         for path in (copy, *copy.iterdir()):
             path.chmod(0o755)
     return copy

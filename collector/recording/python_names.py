@@ -14,12 +14,14 @@ import argparse
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from collector import model
+from collector.owned_files import RejectedFile, read_owned
 from collector.recording.credentials import share_with_target
 from collector.recording.libraries import loadable_directory_by_target
 
@@ -67,7 +69,12 @@ def read_reports(directory: Path) -> ReportedNames:
     for path in sorted(directory.glob(NAMES_GLOB)):
         try:
             pid = int(path.name.removeprefix("names-").removesuffix(".tsv"))
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            # The target's user writes here: only a regular file of that user's is read.
+            lines = read_owned(path).decode("utf-8", errors="replace").splitlines()
+        except RejectedFile as exc:
+            print(f"xpu-perf: rejected {exc} (not read: not a name file the target wrote)",
+                  file=sys.stderr)  # fmt: skip
+            continue
         except (OSError, ValueError):
             continue
         for line in lines:

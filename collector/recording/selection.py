@@ -57,7 +57,10 @@ def select_sources(options: RecordOptions, streams: StreamsDir | None = None) ->
     if options.gpu_metrics_hz is not None:
         # After the GPU recording: it gets that source's capture windows to keep to, and
         # what PM sampling did in the target (the preferred source where it ran).
-        metrics_dir = streams.subdir(GPU_METRICS) if streams is not None else None
+        # record writes them itself: a directory of root's, not the target's user's.
+        metrics_dir = (
+            streams.subdir(GPU_METRICS, target_writes=False) if streams is not None else None
+        )
         cupti = next((s for s in sources if isinstance(s, CuptiRecording)), None)
         if cupti is None:
             cupti = next(

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from collector.recording.disk_space import StreamsDisk, disk_full, disk_summary_lines
 from collector.recording.size_limit import SizeLimit
 from collector.recording.source import (
     DescribedSource,
@@ -51,9 +52,10 @@ def summary(
     recorded at all (source.process_accounts), and what a source says beyond its counters
     (source.NotedSource, source.DescribedSource)."""
     accounts = process_accounts(sources)
+    full = disk_full(stats)
     lines = []
     if "cupti" in stats:
-        lines += gpu_summary_lines(stats["cupti"], accounts.get("cupti", {}))
+        lines += gpu_summary_lines(stats["cupti"], accounts.get("cupti", {}), full)
         if not stats["cupti"].get("streams"):
             lines.append(
                 "no GPU activity: no process of the target initialised "
@@ -75,7 +77,10 @@ def summary(
                 "may have ended late or not opened"
             )
     if "cpu" in stats:
-        lines += cpu_summary_lines(stats["cpu"], freq, accounts.get("cpu", {}))
+        lines += cpu_summary_lines(stats["cpu"], freq, accounts.get("cpu", {}), full)
+    for source in sources:
+        if isinstance(source, StreamsDisk):
+            lines += disk_summary_lines(stats, source.directory)
     if "ebpf_launch" in stats:
         lines.append(ebpf_launch_line(stats["ebpf_launch"]))
     if "ebpf" in stats:
@@ -99,9 +104,12 @@ def duration(ns: int) -> str:
 
 
 def gpu_summary_lines(
-    cupti: Mapping[str, int], accounts: Mapping[str, Sequence[str]] | None = None
+    cupti: Mapping[str, int],
+    accounts: Mapping[str, Sequence[str]] | None = None,
+    disk_full: bool = False,
 ) -> list[str]:
-    """The GPU part of the end-of-record summary."""
+    """The GPU part of the end-of-record summary (`disk_full`: the streams' file system
+    filled up, which cut the streams short, not a kill)."""
     ops = cupti.get("gpu_ops", 0)
     launches = cupti.get("launches", 0)
     lines = [
@@ -134,11 +142,13 @@ def gpu_summary_lines(
         # the process did in its last second before it died is not in the trace.  (_exit,
         # exec and a signal the process sends itself flush: process_hooks.h.)
         who = (accounts or {}).get("without_final_data", ())
+        why = "the disk was full, said below" if disk_full else "killed or crashed"
         lines.append(
             f"{unflushed} of {cupti.get('streams', 0)} processes ended without their final "
-            "flush (killed or crashed): up to their last second of GPU activity and API calls "
+            f"flush ({why}): up to their last second of GPU activity and API calls "
             "is missing" + (f": {named(who)}" if who else "")
         )
+    lines += rejected_line(cupti, "GPU")
     reopened = cupti.get("transport_reopened", 0)
     if reopened or cupti.get("transport_lost_bytes", 0):
         lines.append(
@@ -159,9 +169,13 @@ def gpu_summary_lines(
 
 
 def cpu_summary_lines(
-    cpu: Mapping[str, int], freq: int, accounts: Mapping[str, Sequence[str]] | None = None
+    cpu: Mapping[str, int],
+    freq: int,
+    accounts: Mapping[str, Sequence[str]] | None = None,
+    disk_full: bool = False,
 ) -> list[str]:
-    """The in-process CPU sampler's part of the end-of-record summary."""
+    """The in-process CPU sampler's part of the end-of-record summary (`disk_full`: the
+    streams' file system filled up, which cut the streams short, not a kill)."""
     accounts = accounts or {}
     samples = cpu.get("samples", 0)
     stopped = {r: cpu.get(f"unwind_{r}", 0) for r in UNWIND_ENDS[1:] if cpu.get(f"unwind_{r}", 0)}
@@ -207,11 +221,13 @@ def cpu_summary_lines(
         )
     if unflushed:
         who = accounts.get("without_final_data", ())
+        why = "the disk was full, said below" if disk_full else "killed"
         lines.append(
             f"{unflushed} of {cpu.get('streams', 0)} sampled processes "
-            "ended without their final flush (killed): their last samples are missing"
+            f"ended without their final flush ({why}): their last samples are missing"
             + (f": {named(who)}" if who else "")
         )
+    lines += rejected_line(cpu, "CPU")
     reopened = cpu.get("transport_reopened", 0) + cpu.get("clocks_restarted", 0)
     if reopened or cpu.get("transport_lost_bytes", 0):
         lines.append(
@@ -270,3 +286,14 @@ def ebpf_cpu_line(ebpf: Mapping[str, int], freq: int) -> str:
         f"unresolved frames: {ebpf.get('unresolved_frames', 0)}"
         + (f", {outside} taken just after a capture window dropped" if outside else "")
     )
+
+
+def rejected_line(counts: Mapping[str, int], which: str) -> list[str]:
+    """The files found where the streams go that were not read (each was said above)."""
+    rejected = counts.get("streams_rejected", 0)
+    if not rejected:
+        return []
+    return [
+        f"{rejected} files among the {which} streams were rejected, not read: not a regular "
+        "file that its directory's user wrote (a FIFO or a link planted there)"
+    ]

@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 
-from collector.errors import UserError
+from collector.errors import Terminated, UserError
 from collector.recording.credentials import target_credentials
 from collector.recording.size_limit import SizeLimit
 from collector.recording.source import RecordSource, SizedSource, WindowFollower
@@ -25,14 +25,56 @@ POLL_S = 0.05
 
 
 class Interrupt:
-    """The SIGINT/SIGTERM handler while the target runs: notes the signal, which the loop
-    passes on to the target (record itself must live on to write the trace)."""
+    """record's SIGINT/SIGTERM/SIGHUP handler, for the whole recording.
+
+    While the target runs, a signal is noted and the wait loop passes it on to the target
+    (record itself must live on to write the trace).  A signal the target did not get (it
+    came before the target started, as it exited, or after) asks record itself to stop:
+    noted as `stop_signal`, it never interrupts anything by itself (the sources' stop must
+    detach and flush); the writing of the trace calls `check()` between events and stops
+    there, so the recording ends as a complete trace or as kept streams."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
-        self.signal: int | None = None
+        self.signal: int | None = None  # the last one noted while the target ran
+        self.forwarded = 0  # signals passed on to the target
+        self.target_running = False
+        self.stop_signal: int | None = None  # one that asks record to stop
+        self._previous: dict[int, object] = {}
 
     def __call__(self, signum: int, _frame: object) -> None:
-        self.signal = signum
+        if self.target_running:
+            self.signal = signum
+            return
+        self.stop_signal = signum
+
+    def install(self) -> Interrupt:
+        self._previous = {s: signal.signal(s, self) for s in self.SIGNALS}
+        return self
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)  # type: ignore[arg-type]
+        self._previous = {}
+
+    def target_ended(self) -> None:
+        """The target is gone: a signal noted that never reached it is record's to obey."""
+        self.target_running = False
+        if self.signal is not None and not self.forwarded and self.stop_signal is None:
+            self.stop_signal = self.signal
+
+    def check(self) -> None:
+        """Raise (KeyboardInterrupt, Terminated) if record was asked to stop: called where
+        stopping is clean (between two events of the trace being written), never from the
+        handler itself, which could land in the middle of anything."""
+        if self.stop_signal is not None:
+            raise stop_error(self.stop_signal)
+
+
+def stop_error(signum: int) -> BaseException:
+    """What a signal raises: KeyboardInterrupt for SIGINT, Terminated for the others."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
 def target_environment(sources: Sequence[RecordSource]) -> dict[str, str]:
@@ -59,23 +101,35 @@ def run_target(
     duration: float | None = None,
     size_limit: SizeLimit | None = None,
     tree: TreeWindows | None = None,
+    interrupt: Interrupt | None = None,
 ) -> int:
     """Start the sources, run `cmd` with their environment, stop them; returns the target's
     exit status (128+N when killed by signal N).  Ctrl-C (or the end of `duration`, or the
     recorded data reaching `size_limit`, which notes when) is passed on to the target as
     SIGINT, then SIGTERM, then SIGKILL.  `tree`: the windows record opens for the whole tree
-    (--delay on record's clock; the toggle signal of --capture-range signal)."""
+    (--delay on record's clock; the toggle signal of --capture-range signal).  `interrupt`:
+    record's handler, installed by the caller for the whole recording (else one installed
+    here while the target runs); a signal before the target starts raises, one the target
+    did not get is left in `interrupt.stop_signal`."""
     env = target_environment(sources)
     if tree is not None:
         env.update(tree.env())
         for source in sources:
             if isinstance(source, WindowFollower):
                 source.follow_windows(tree.control)
-    for source in sources:
-        source.start()
-    interrupt = Interrupt()
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    own = interrupt is None
+    interrupt = Interrupt().install() if own else interrupt
     try:
+        for source in sources:
+            source.start()
+    except BaseException:
+        if own:
+            interrupt.restore()
+        raise
+    try:
+        if interrupt.stop_signal is not None:  # asked to stop before the target ran
+            raise stop_error(interrupt.stop_signal)
+        interrupt.target_running = True
         try:
             creds = target_credentials()
             proc = subprocess.Popen(  # type: ignore[call-overload]
@@ -98,13 +152,15 @@ def run_target(
             size_limit,
             tree,
         )
+        interrupt.target_ended()
         if tree is not None:
             tree.finish()
         code = proc.returncode
         return 128 - code if code < 0 else code
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        interrupt.target_ended()
+        if own:
+            interrupt.restore()
         for source in sources:
             source.stop()
 
@@ -155,6 +211,7 @@ def _wait(
         )
         if stopping and escalation and due:
             proc.send_signal(escalation.pop(0))
+            interrupt.forwarded += 1
             last_sent = time.monotonic()
         wait_s = POLL_S
         if tree is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -41,6 +41,7 @@ def write_trace(
     size_limit: SizeLimit | None = None,
     tree: TreeWindows | None = None,
     kept: Manifest | None = None,
+    check_stop: Callable[[], None] | None = None,
 ) -> dict[str, dict[str, int]]:
     """Every source through its own producer; counters as metadata `<source>_<counter>`
     (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice).  `capture`:
@@ -49,7 +50,8 @@ def write_trace(
     used CUDA) those `tree` opened, as slices.  `kept`: the manifest of a recording written
     later from its kept streams (its host, and what record knew at the end).  Every source's
     process and thread names go through TrackNames (what the Python startup hook reported,
-    the processes' roles)."""
+    the processes' roles).  `check_stop`: called between events, raises to stop the
+    writing (record asked to stop: the partial file goes, the streams are kept)."""
     stats: dict[str, dict[str, int]] = {}
     track_names = TrackNames(
         next((s.reported() for s in sources if isinstance(s, PythonNames)), None)
@@ -73,7 +75,10 @@ def write_trace(
             if tree is not None and isinstance(source, WindowFollower):
                 source.keep_only(seen)
             producer = writer.producer(source.name)
-            producer.write_all(track_names.apply(source.events()))
+            events = source.events()
+            if check_stop is not None:
+                events = _checked(events, check_stop)
+            producer.write_all(track_names.apply(events))
             stats[source.name] = dict(source.stats())
             for key, value in stats[source.name].items():
                 prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"
@@ -107,6 +112,14 @@ def write_trace(
             if tree is not None and capture.toggle_signal is not None:
                 writer.set_metadata("toggles", tree.toggles)
     return stats
+
+
+def _checked(
+    events: Iterable[model.Event], check_stop: Callable[[], None]
+) -> Iterator[model.Event]:
+    for event in events:
+        check_stop()
+        yield event
 
 
 def write_windows(writer: TraceWriter, windows: Sequence[model.CaptureWindow]) -> int:

@@ -72,7 +72,7 @@ class InprocessCpuSource:
         self.symbolizer = symbolizer or Symbolizer()
         self.kernel_stacks = kernel_stacks or {}
         # Read by name in SQL: present when zero too.
-        self.counts: Counter[str] = Counter({"streams_without_counters": 0})
+        self.counts: Counter[str] = Counter({"streams_without_counters": 0, "streams_rejected": 0})
         # 'pid N (name)' of each process whose stream has no final counters (killed).
         self.without_final_data: list[str] = []
         # Every pid with a stream file, readable or not (cpu-PID[.N].xpstream).

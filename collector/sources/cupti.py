@@ -58,6 +58,7 @@ REPORTED_COUNTS = (
     "python_guard_failures",
     "streams_truncated",
     "streams_without_counters",
+    "streams_rejected",  # files planted where the streams go (a FIFO, a link): not read
     "streams_python_unsupported",
     "python_unsupported_minor",  # CPython 3.x without Python frames (0: none)
     "cupti_delivered_kernel",

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector import model
+from collector.owned_files import RejectedFile, read_owned
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent.parent / "protos" / "cupti_stream.def"
 MAGIC = b"XPUPERF\0"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<III")
 _FIXED = {"U32": "I", "I32": "i", "U64": "Q", "F64": "d"}
+REJECTS_SAID = 10  # rejected files said one per line; a line for the rest
 
 
 class StreamError(Exception):
@@ -113,8 +115,10 @@ def _decode_chunk(schema: ChunkSchema, rows: int, payload: memoryview, table: Ta
 
 
 def read_stream(path: Path, schema: dict[int, ChunkSchema] | None = None) -> Stream:
+    """One stream file; a RejectedFile when it is not a regular file its directory's owner
+    wrote (the target's user may plant anything where it writes: collector/owned_files.py)."""
     schema = schema or load_schema()
-    data = memoryview(path.read_bytes())
+    data = memoryview(read_owned(path))
     if len(data) < 16 or bytes(data[:8]) != MAGIC:
         raise StreamError(f"{path}: not an xpu-perf CUPTI stream")
     (version,) = struct.unpack_from("<I", data, 8)
@@ -164,10 +168,21 @@ def process_info(proc: Table) -> model.ProcessInfo:
 
 def read_streams(paths: Iterable[Path], counts: Counter[str]) -> Iterator[Stream]:
     """The readable streams of `paths`; unreadable and truncated ones are counted (`streams`,
-    `streams_unreadable`, `streams_truncated`), an unreadable one said in one line."""
+    `streams_unreadable`, `streams_truncated`), an unreadable one said in one line.  A file
+    that is no stream its process wrote (a FIFO, a link, another user's) is not read at all:
+    counted (`streams_rejected`), each said in one line (the first REJECTS_SAID, then one
+    line for the rest)."""
+    rejected = 0
     for path in paths:
         try:
             stream = read_stream(path)
+        except RejectedFile as exc:
+            rejected += 1
+            counts["streams_rejected"] += 1
+            if rejected <= REJECTS_SAID:
+                print(f"xpu-perf: rejected {exc} (not read: not a stream its process wrote)",
+                      file=sys.stderr)  # fmt: skip
+            continue
         except (OSError, StreamError) as exc:
             counts["streams_unreadable"] += 1
             print(f"xpu-perf: skipping {path.name}: {exc}", file=sys.stderr)
@@ -175,6 +190,8 @@ def read_streams(paths: Iterable[Path], counts: Counter[str]) -> Iterator[Stream
         counts["streams"] += 1
         counts["streams_truncated"] += int(stream.truncated)
         yield stream
+    if rejected > REJECTS_SAID:
+        print(f"xpu-perf: rejected {rejected - REJECTS_SAID} more such files", file=sys.stderr)
 
 
 def process_events(stream: Stream, counts: Counter[str]) -> tuple[int, list[model.Event]] | None:

@@ -1,0 +1,132 @@
+"""Issue 34 L3/L4: a signal at any moment of `record` (while the target runs, as it exits,
+while record stops its sources, while it writes the trace) ends in a complete trace or in
+kept streams, with a non-zero exit and, for kept streams, one line saying how to finish;
+never a traceback, never exit 0 without a trace, never the recording gone.
+
+Each case is a real record (GPU streams from the fake CUPTI, the in-process CPU sampler and,
+as root, the eBPF kernel-mode sampler) of a small program that leaves a file just before it
+exits, so that the signal is sent at a known moment after the target's end."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from exporters.perfetto.trace_processor import open_trace
+from tests.fake_cupti.build import FakeCupti
+
+from ..conftest import REPO
+from .support import cli, entries
+
+BUSY = "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done"
+# "$0": the fake CUDA program, "$1": a file made after its GPU work, "$2": one made just
+# before the target exits (when `$3` is "run", the target runs until a signal stops it).
+SCRIPT = '"$0" 3000 0; touch "$1"; ' + BUSY + '; [ "$3" = run ] && while :; do :; done; touch "$2"'
+NOISE = ("Traceback", "Exception ignored", "Failed to detach", "No ring buffers")
+
+
+def _wait_for(condition, what: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, f"record ended before {what}"
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize(
+    ("moment", "signum"),
+    [
+        ("running", signal.SIGINT),
+        ("exit+0.0", signal.SIGTERM),
+        ("exit+0.05", signal.SIGINT),
+        ("exit+0.15", signal.SIGTERM),
+        ("exit+0.3", signal.SIGINT),
+        ("writing", signal.SIGTERM),
+        ("writing", signal.SIGINT),
+    ],
+)
+def test_a_signal_at_any_moment_leaves_a_trace_or_kept_streams(
+    fake: FakeCupti, tmp_path: Path, run_tmpdir: Path, moment: str, signum: int
+) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "rec.pftrace"
+    gpu_done, ended = tmp_path / "gpu_done", tmp_path / "ended"
+    until = "run" if moment == "running" else "end"
+    env = {**os.environ, "TMPDIR": str(run_tmpdir), "XPU_PERF_INJECT_LIB": str(fake.injection)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "record", "-o", out, "--",
+         "sh", "-c", SCRIPT, fake.app, gpu_done, ended, until],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        if moment == "running":
+            _wait_for(gpu_done.exists, "the target's GPU work was done", proc)
+            time.sleep(0.5)
+        elif moment.startswith("exit+"):
+            _wait_for(ended.exists, "the target ended", proc)
+            time.sleep(float(moment.removeprefix("exit+")))
+        else:  # the trace's temporary file: record is writing it
+            _wait_for(lambda: any(out_dir.iterdir()), "the trace was being written", proc)
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for noise in NOISE:
+        assert noise not in stderr, stderr
+    assert proc.returncode != 0, f"exit 0 after a signal:\n{stderr}"
+    hint = re.findall(r"xpu-perf record --from-streams (\S+) -o (\S+)$", stderr, re.M)
+    if out.exists():  # a complete trace, and nothing else left behind
+        assert not hint, stderr
+        assert entries(out_dir) == ["rec.pftrace"]
+        assert entries(run_tmpdir) == []
+        finished = out
+    else:  # the streams kept, said in one line with the command that finishes
+        assert entries(out_dir) == [], "a partial trace was left"
+        assert len(hint) == 1, stderr
+        assert len([line for line in stderr.splitlines() if "--from-streams" in line]) == 1
+        kept = Path(hint[0][0])
+        assert hint[0][1] == str(out) and kept.is_dir()
+        done = cli("record", "--from-streams", kept, "-o", out, env={"TMPDIR": str(run_tmpdir)})
+        assert done.returncode == 0, done.stderr
+        assert not kept.exists()
+        finished = out
+    with open_trace(finished) as trace:
+        assert trace.scalar("select count(*) from slice where category = 'kernel'") > 0
+        assert trace.scalar("select count(*) from perf_sample") > 0
+
+
+def test_a_signal_with_nothing_on_disk_to_keep_finishes_the_trace(tmp_path: Path) -> None:
+    """The eBPF CPU sampler holds its samples in record's memory: no streams to keep, so a
+    signal as the target exits finishes the trace (then exits 128+N) instead of losing it."""
+    out = tmp_path / "rec.pftrace"
+    ended = tmp_path / "ended"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "record", "--no-gpu", "--cpu-sampler", "ebpf",
+         "-o", out, "--", "sh", "-c", BUSY + '; touch "$0"', ended],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for(ended.exists, "the target ended", proc)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for noise in NOISE:
+        assert noise not in stderr, stderr
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert f"stopped by SIGTERM; the trace {out} is complete" in stderr
+    with open_trace(out) as trace:
+        assert trace.scalar("select count(*) from perf_sample") > 0
