@@ -78,128 +78,243 @@ def _where(sites: list[Site]) -> str:
     return sites[0].location if sites else "the loop"
 
 
-def _idle_finding(
+# A finding's sites are listed until they cover this share of the time it claims.
+EVIDENCE_SHARE = 0.9
+EVIDENCE_SITES = 8
+
+
+def _covering(sites: list[Site], ns: int) -> list[Site]:
+    """The heaviest sites until they cover EVIDENCE_SHARE of `ns` (at most EVIDENCE_SITES)."""
+    out: list[Site] = []
+    for site in sorted(sites, key=lambda s: -s.ns):
+        if len(out) >= EVIDENCE_SITES or sum(s.ns for s in out) >= EVIDENCE_SHARE * ns:
+            break
+        out.append(site)
+    return out
+
+
+def _listed(sites: list[Site]) -> str:
+    return ", ".join(f"{x.location} ({_ms(x.ns)})" for x in sites)
+
+
+def _claimed(ctx: Context, expr: str, where: str = "1") -> int:
+    return int(
+        ctx.trace.scalar(f"select coalesce(sum({expr}), 0) from xpu_focus_gap where {where}") or 0
+    )
+
+
+def _finding(
     ctx: Context,
-    cls: str,
     code: str,
-    title: Callable[[list[Site]], str],
-    sites: Callable[[], list[Site]],
-    evidence: Callable[[int, list[Site]], str],
-    suggestion: Callable[[list[Site]], str],
-) -> Finding | None:
-    ns = ctx.idle.by_class.get(cls, 0)
-    if ns < MIN_SHARE * ctx.span_ns:
-        return None
-    found = sites()
+    ns: int,
+    title: str,
+    sites: list[Site],
+    evidence: str,
+    suggestion: str,
+) -> Finding:
     return Finding(
         code=code,
-        title=title(found),
+        title=title,
         idle_ns=ns,
         share=ns / ctx.span_ns,
-        locations=[s.location for s in found],
-        evidence=evidence(ns, found),
-        suggestion=suggestion(found),
-        sites=found,
+        locations=[s.location for s in sites],
+        evidence=evidence,
+        suggestion=suggestion,
+        sites=sites,
     )
+
+
+def _enough(ctx: Context, ns: int) -> bool:
+    return ns >= MIN_SHARE * ctx.span_ns and ns > 0
 
 
 def host_sync(ctx: Context) -> Finding | None:
     """HOST_SYNC: the launching thread sat in a sync API or a blocking copy when the GPU ran
-    dry, so nothing was queued behind the work that ended.  Advice: read GPU values less
-    often, asynchronously."""
-
-    def evidence(ns: int, sites: list[Site]) -> str:
-        gaps = ctx.idle.gaps_by_class.get("sync", 0)
-        calls = ", ".join(f"{s.detail} from {s.location} ({s.count}x, {_ms(s.ns)})" for s in sites)
-        return (
-            f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) in {gaps} gaps "
-            f"that began while the host waited in a sync: {calls}"
-        )
-
-    return _idle_finding(
-        ctx,
-        "sync",
-        "HOST_SYNC",
-        lambda s: f"Host sync inside the loop: {s[0].detail if s else 'a sync'} at {_where(s)}",
-        lambda: idle.sync_sites(ctx.trace),
-        evidence,
-        lambda s: (
-            f"{_where(s)} makes the host wait for the GPU every time it runs (.item(), .cpu(), "
-            ".tolist(), printing a tensor, torch.cuda.synchronize() all do): keep the value on "
-            "the GPU and read it every N steps, or copy it with .to('cpu', non_blocking=True) "
-            "and read it after the next step is queued"
-        ),
+    dry, so nothing was queued behind the work that ended; the time claimed is the rest of
+    the call and the work that launches nothing run after it (the GPU empty meanwhile).
+    Advice: both fixes, move that work before the sync (it then overlaps the GPU) or drop
+    or defer the sync.  A blocking device-to-host copy's result is what the program needs
+    (`.cpu()`, `.item()` at the end of a request): it is not told to read less often."""
+    in_sync = _claimed(ctx, "sync_ns", "block_id is not null")
+    after = _claimed(ctx, "host_ns", "block_id is not null")
+    ns = in_sync + after
+    if not _enough(ctx, ns):
+        return None
+    calls = idle.sync_sites(ctx.trace, top=EVIDENCE_SITES)
+    following = idle.sample_sites(ctx.trace, "host", after_sync=True, top=EVIDENCE_SITES)
+    calls = _covering(calls, in_sync) if in_sync else []
+    following = _covering(following, after) if after else []
+    call = calls[0] if calls else None
+    what = call.detail if call else "a sync"
+    where = call.location if call else "the loop"
+    is_copy = bool(call and "emcpy" in call.detail)
+    gaps = ctx.idle.gaps_by_class.get("sync", 0) + ctx.trace.scalar(
+        "select count(*) from xpu_focus_gap where block_id is not null and class != 'sync'"
     )
+    evidence = (
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) in {gaps} gaps "
+        f"that began while the host waited in {what}: {_ms(in_sync)} until the call returned"
+        + (f" ({_listed(calls)})" if calls else "")
+    )
+    if following:
+        evidence += f"; then {_ms(after)} of work that launches nothing, the GPU empty: " + (
+            _listed(following)
+        )
+    work = following[0].location if following else ""
+    if is_copy:
+        title = (
+            f"{work} runs with the GPU empty after a blocking copy at {where}"
+            if work
+            else f"Blocking copy at {where}: the GPU waits for the host to read its result"
+        )
+        sites = following + calls
+        suggestion = f"the copy at {where} returns a result the program needs, so keep it; " + (
+            f"move {work} before it (or into another thread) so it runs while the GPU "
+            "computes, or queue the next step's GPU work before reading the result"
+            if work
+            else "queue the next step's GPU work before reading it "
+            "(.to('cpu', non_blocking=True) and an event), so the GPU keeps running"
+        )
+    else:
+        title = f"Host sync inside the loop: {what} at {where}" + (
+            f", then {work} with the GPU empty" if work else ""
+        )
+        sites = calls + following
+        suggestion = (
+            f"{where} makes the host wait for the GPU every time it runs (.item(), .cpu(), "
+            ".tolist(), printing a tensor, torch.cuda.synchronize() all do)"
+            + (
+                f"; {work} runs after it with nothing queued: move {work} before the sync "
+                "so it overlaps the GPU, or"
+                if work
+                else ":"
+            )
+            + " drop or defer the sync: keep the value on the GPU and read it every N steps, "
+            "or copy it with .to('cpu', non_blocking=True) and read it after the next step "
+            "is queued"
+        )
+    return _finding(ctx, "HOST_SYNC", ns, title, sites, evidence, suggestion)
 
 
 def input_pipeline(ctx: Context) -> Finding | None:
     """INPUT_PIPELINE: the launching thread ran input-pipeline code (torch.utils.data, a
-    dataset's __getitem__, decoding) while the GPU waited.  Advice: DataLoader workers."""
-    return _idle_finding(
+    dataset's __getitem__, decoding), or waited for a DataLoader batch, while the GPU
+    waited.  Advice: DataLoader workers, or a cheaper __getitem__."""
+    ns = _claimed(ctx, "data_ns")
+    if not _enough(ctx, ns):
+        return None
+    sites = _covering(
+        idle.sample_sites(ctx.trace, "data", top=EVIDENCE_SITES)
+        + idle.wait_sites(ctx.trace, data=True, top=EVIDENCE_SITES),
+        ns,
+    )
+    return _finding(
         ctx,
-        "data_loading",
         "INPUT_PIPELINE",
-        lambda s: f"Input pipeline on the critical path: {_where(s)}",
-        lambda: idle.sample_sites(ctx.trace, data=True),
-        lambda ns, s: (
-            f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
-            "launching thread loaded data, in: "
-            + ", ".join(f"{x.location} ({_ms(x.ns)})" for x in s)
-        ),
-        lambda s: (
-            f"load batches in background workers: DataLoader(num_workers=N, pin_memory=True, "
-            f"persistent_workers=True); or make {_where(s)} cheaper (decode once, cache, "
-            "move the transform to the GPU)"
-        ),
+        ns,
+        f"Input pipeline on the critical path: {_where(sites)}",
+        sites,
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
+        "launching thread loaded data or waited for it, in: " + _listed(sites),
+        f"load batches in background workers: DataLoader(num_workers=N, pin_memory=True, "
+        f"persistent_workers=True); or make {_where(sites)} cheaper (decode once, cache, "
+        "move the transform to the GPU)",
     )
 
 
 def python_between_launches(ctx: Context) -> Finding | None:
-    """PYTHON_BETWEEN_LAUNCHES: the launching thread ran other code (not a sync, not data
-    loading) for longer than the launch path takes before it launched the next op."""
-    return _idle_finding(
+    """PYTHON_BETWEEN_LAUNCHES: the launching thread ran code that launches nothing (not a
+    sync, not data loading, not the model's own launching) for longer than the launch path
+    takes before it launched the next op.  Advice: take it off the critical path."""
+    ns = _claimed(ctx, "host_ns", "block_id is null")
+    if not _enough(ctx, ns):
+        return None
+    sites = _covering(
+        idle.sample_sites(ctx.trace, "host", after_sync=False, top=EVIDENCE_SITES), ns
+    )
+    return _finding(
         ctx,
-        "host_compute",
         "PYTHON_BETWEEN_LAUNCHES",
-        lambda s: f"CPU work between launches: {_where(s)}",
-        lambda: idle.sample_sites(ctx.trace, data=False),
-        lambda ns, s: (
-            f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
-            "launching thread ran other code, in: "
-            + ", ".join(f"{x.location} ({_ms(x.ns)})" for x in s)
-        ),
-        lambda s: (
-            f"take {_where(s)} off the GPU's critical path: do it before the loop or in a "
-            "DataLoader worker or another thread, vectorise it on the GPU, or queue the next "
-            "step's GPU work before running it"
-        ),
+        ns,
+        f"CPU work between launches: {_where(sites)}",
+        sites,
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
+        "launching thread ran code that launches no GPU work, in: " + _listed(sites),
+        f"take {_where(sites)} off the GPU's critical path: do it before the loop or in a "
+        "DataLoader worker or another thread, vectorise it on the GPU, or queue the next "
+        "step's GPU work before running it",
+    )
+
+
+def blocked_wait(ctx: Context) -> Finding | None:
+    """BLOCKED_WAIT: the launching thread was blocked in a call (a lock, a queue, a sleep,
+    I/O: the recorder's waits) while the GPU waited.  Advice: what it waited for."""
+    ns = _claimed(ctx, "wait_ns")
+    if not _enough(ctx, ns):
+        return None
+    sites = _covering(idle.wait_sites(ctx.trace, data=False, top=EVIDENCE_SITES), ns)
+    what = sites[0].detail if sites else "a blocking call"
+    return _finding(
+        ctx,
+        "BLOCKED_WAIT",
+        ns,
+        f"Launching thread blocked in {what} at {_where(sites)}",
+        sites,
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
+        "launching thread was blocked, in: "
+        + ", ".join(f"{x.detail} at {x.location} ({_ms(x.ns)})" for x in sites),
+        f"the thread that launches the GPU's work waits at {_where(sites)}: make what it "
+        "waits for arrive earlier (produce it ahead, in parallel), or queue the GPU's next "
+        "work before waiting",
     )
 
 
 def launch_bound(ctx: Context) -> Finding | None:
-    """LAUNCH_BOUND: the GPU waits for the launch path (short host parts between launches,
-    launch latency): kernels too small for the CPU to keep up with.  Advice: CUDA graphs,
-    torch.compile, fusion, more work per kernel."""
+    """LAUNCH_BOUND: the GPU waits for the host to launch the model's own work: the launch
+    path (short host parts between launches, launch latency) and the host time spent in
+    the code that launches (module forwards, framework dispatch).  Located where the host
+    spends that time.  Advice: CUDA graphs, torch.compile, fusion, more work per kernel."""
     st = ctx.launches
-    return _idle_finding(
-        ctx,
-        "launch",
-        "LAUNCH_BOUND",
-        lambda s: f"Launch-bound: the GPU waits for small kernels launched from {_where(s)}",
-        lambda: idle.launch_sites(ctx.trace),
-        lambda ns, s: (
-            f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) waiting for "
-            f"launches; median kernel {_ms(st.kernel_p50_ns)} vs its launch call "
-            f"{_ms(st.call_p50_ns)}; {st.shorter_than_call} of {st.launches} kernels ran "
-            f"shorter than their launch call; launch latency p50 {_ms(st.latency_p50_ns)}; "
-            "sites: " + ", ".join(f"{x.location} ({x.count} launches)" for x in s)
+    ns = _claimed(ctx, "launch_ns")
+    if not _enough(ctx, ns):
+        return None
+    in_code = _claimed(ctx, "launch_host_ns")
+    sites = _covering(
+        _merge(
+            idle.sample_sites(ctx.trace, "launch", top=EVIDENCE_SITES)
+            + idle.launch_sites(ctx.trace, top=EVIDENCE_SITES)
         ),
-        lambda s: (
-            "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
-            "torch.cuda.graphs), fuse the small ops (torch.compile), or give each kernel "
-            f"more work (a larger batch) around {_where(s)}"
-        ),
+        ns,
     )
+    return _finding(
+        ctx,
+        "LAUNCH_BOUND",
+        ns,
+        f"Launch-bound: the GPU waits for the host to launch its work, at {_where(sites)}",
+        sites,
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) waiting for "
+        f"launches ({_ms(in_code)} of it the host running the code that launches them); "
+        f"median kernel {_ms(st.kernel_p50_ns)} vs its launch call "
+        f"{_ms(st.call_p50_ns)}; {st.shorter_than_call} of {st.launches} kernels ran "
+        f"shorter than their launch call; launch latency p50 {_ms(st.latency_p50_ns)}; "
+        "where: " + _listed(sites),
+        "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
+        "torch.cuda.graphs), fuse the small ops (torch.compile), or give each kernel "
+        f"more work (a larger batch) around {_where(sites)}",
+    )
+
+
+def _merge(sites: list[Site]) -> list[Site]:
+    """Sites of one location added up."""
+    merged: dict[str, Site] = {}
+    for s in sites:
+        m = merged.get(s.location)
+        merged[s.location] = (
+            s
+            if m is None
+            else Site(s.location, m.ns + s.ns, m.count + s.count, m.detail or s.detail)
+        )
+    return sorted(merged.values(), key=lambda s: -s.ns)
 
 
 def pageable_copies(ctx: Context) -> Finding | None:
@@ -280,6 +395,7 @@ RULES: tuple[Callable[[Context], Finding | None], ...] = (
     host_sync,
     input_pipeline,
     python_between_launches,
+    blocked_wait,
     launch_bound,
     pageable_copies,
     fp32_gemm,

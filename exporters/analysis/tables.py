@@ -16,8 +16,14 @@ from exporters.perfetto.trace_processor import Trace
 DEFAULT_STEPS = "ProfilerStep#*"
 # A host part shorter than this between two launches is the launch path itself.
 LAUNCH_HOST_NS = 50_000
-# Host time no sample covers takes the class of the thread's last sample at most this old.
+# In a host part shorter than SHORT_PERIODS sampling periods (too short for the samples to
+# say what ran), time no sample covers takes the class of the thread's last sample at most
+# STALE_NS old; in a longer one it is "other".
 STALE_NS = 1_000_000_000
+SHORT_PERIODS = 2
+# A Python line on at least this share of a thread's launch stacks is the loop around the
+# work, not a line that launches it (gaps.sql, _xpu_gap_launch_callsite).
+LOOP_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,12 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
         ):
             raise ValueError("analysis tables already loaded for another scope")
         return
+    period = sample_period_ns(trace)
     params = {
+        "{short_ns}": str(SHORT_PERIODS * period),
+        "{loop_share}": str(LOOP_SHARE),
         "{span_all}": "1" if scope.span_all else "0",
-        "{period}": str(sample_period_ns(trace)),
+        "{period}": str(period),
         "{stale_ns}": str(STALE_NS),
         "{launch_host_ns}": str(LAUNCH_HOST_NS),
         "{steps_glob}": _glob_literal(scope.steps_glob),
@@ -73,6 +82,8 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
     }
     from exporters.analysis import busy, step_busy  # numpy: not for a cached `folded`
 
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_wait'"):
+        trace.execute(_sql("wait_view.sql"))
     for name in ("span.sql", "gaps.sql", "steps.sql"):
         if name == "gaps.sql":
             busy.create_openings(trace)  # the gaps lie between busy islands

@@ -6,16 +6,11 @@ from __future__ import annotations
 
 from collector.frame_names import shorten_stack
 from exporters.analysis.analyze import Analysis
+from exporters.analysis.causes import CAUSES
 from exporters.report import units
 from exporters.report.sections import Column, Section
 
-CLASS_TEXT = {
-    "sync": "host sync / blocking copy",
-    "data_loading": "input pipeline",
-    "host_compute": "other CPU work before the launch",
-    "launch": "launch path and latency",
-    "other": "other (no launch call, nothing sampled)",
-}
+CLASS_TEXT = {c.key: c.label for c in CAUSES}
 
 
 def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
