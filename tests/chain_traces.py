@@ -8,6 +8,7 @@ launch (its kernel starts 30 us after the call: launch latency)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,10 +47,12 @@ def write(
     steps: int = 10,
     launch_stacks: list[Stack] | None = None,
     extra: list[model.Event] | None = None,
+    on_wait: Callable[[int, int], list[model.Event]] | None = None,
 ) -> Chain:
     """`chain`: the parts of each gap after the GPU ran dry (the first, a 'block', may
     begin before: it is the call in flight then); `classes`: the class of each part's time
-    in the gap (the block's from the GPU's end)."""
+    in the gap (the block's from the GPU's end); `on_wait(start, end)`: what others do
+    while the thread waits (their events)."""
     from exporters.perfetto.writer import TraceWriter
 
     events: list[model.Event] = [
@@ -135,6 +138,8 @@ def write(
                         launch_stack=part.stack,
                     )
                 )
+                if on_wait is not None:
+                    events.extend(on_wait(cur, cur + part.dur))
             cur += part.dur
             if step < steps - 1:
                 gap_ns[classes[i]] = gap_ns.get(classes[i], 0) + part.dur

@@ -5,14 +5,16 @@ covers; each part one cause with a location.  Traces from tests/chain_traces.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from collector import model
 from collector.model import Frame, Stack
 from exporters.analysis.analyze import analyze
 from exporters.perfetto.trace_processor import open_trace
 
 from . import chain_traces as ct
-from .analysis_traces import HOST_STACK, LOOP, SYNC_STACK, TORCH_DATA, _py
+from .analysis_traces import HOST_STACK, LOOP, PERIOD, SYNC_STACK, TORCH_DATA, _py
 
 MODEL = f"{ct.SITE}/transformers/modeling.py"
 FUNCTIONAL = f"{ct.SITE}/torch/nn/functional.py"
@@ -181,3 +183,134 @@ def test_launching_the_models_own_work_is_launch_bound_at_the_module(tmp_path: P
     assert top.locations[0] == "Attention.forward (modeling.py:120)"
     assert "off the" not in top.suggestion and "CUDA graph" in top.suggestion
     _evidence_covers(top)
+
+
+# -- following a wait to what it waited for (item 2) ---------------------------------------
+DATASET = Stack(
+    (
+        Frame("_start", "/usr/bin/python3.11"),
+        _py("_worker_loop", 300, TORCH_DATA.replace("dataloader.py", "_utils/worker.py")),
+        _py("fetch", 52, TORCH_DATA),
+        _py("SlowDecode.__getitem__", 21),
+        Frame("png_read_row", "/usr/lib/libpng.so"),
+    )
+)
+COLLATE = Stack(
+    (
+        Frame("_start", "/usr/bin/python3.11"),
+        _py("fetch", 54, TORCH_DATA),
+        _py("default_collate", 140, TORCH_DATA),
+    )
+)
+
+
+def _workers(n: int, every: int, cpus: bool) -> Callable[[int, int], list[model.Event]]:
+    """`n` DataLoader worker processes sampled during each wait, one sample per `every`
+    periods each (1: saturated), 3 in 4 of them in __getitem__."""
+
+    def during(start: int, end: int) -> list[model.Event]:
+        out: list[model.Event] = []
+        for w in range(n):
+            pid = 5000 + w
+            k, ts = 0, start + PERIOD * every
+            while ts <= end:
+                stack = COLLATE if k % 4 == 3 else DATASET
+                out.append(model.CpuSample(pid, pid, ts, stack, cpu=1 + w if cpus else 0))
+                k, ts = k + 1, ts + PERIOD * every
+        return out
+
+    return during
+
+
+def _worker_processes(n: int) -> list[model.Event]:
+    out: list[model.Event] = []
+    for w in range(n):
+        out += [
+            model.ProcessInfo(5000 + w, f"DataLoader worker {w} (python3)"),
+            model.ThreadInfo(5000 + w, 5000 + w, "python3"),
+        ]
+    return out
+
+
+def _loader_trace(path: Path, every: int, cpus: bool, stack: Stack | None) -> object:
+    ct.write(
+        path,
+        [ct.Part("samples", 1_000_000, HOST_STACK), ct.Part("wait", 8_000_000, stack, "poll")],
+        ["host_compute", "data_loading"],
+        extra=_worker_processes(2),
+        on_wait=_workers(2, every, cpus),
+    )
+    with open_trace(path) as t:
+        return analyze(t)
+
+
+def test_dataloader_wait_followed_to_saturated_workers(tmp_path: Path) -> None:
+    analysis = _loader_trace(tmp_path / "t.pftrace", every=1, cpus=True, stack=None)
+    top = analysis.findings[0]
+    assert top.code == "INPUT_PIPELINE"
+    assert top.locations[0] == "SlowDecode.__getitem__ (train.py:21)"
+    assert "DataLoader workers too slow" in top.title and "__getitem__" in top.title
+    assert "2 DataLoader worker(s) were busy 100.0%" in top.evidence
+    assert "num_workers" in top.suggestion  # saturated, with CPUs to spare
+    _evidence_covers(top)
+
+
+def test_dataloader_wait_with_idle_workers_advises_a_cheaper_getitem(tmp_path: Path) -> None:
+    analysis = _loader_trace(tmp_path / "t.pftrace", every=4, cpus=True, stack=LOADER_STACK)
+    top = analysis.findings[0]
+    assert top.code == "INPUT_PIPELINE"
+    assert top.locations[0] == "SlowDecode.__getitem__ (train.py:21)"
+    assert "num_workers" not in top.suggestion and "cheaper" in top.suggestion
+    assert "busy only" in top.suggestion
+    _evidence_covers(top)
+
+
+PRODUCE = Stack(
+    (
+        Frame("_start", "/usr/bin/python3.11"),
+        _py("producer_loop", 70),
+        _py("produce", 9),
+        Frame("memcpy", "/lib/libc.so.6"),
+    )
+)
+
+
+def test_queue_wait_followed_to_the_producer_thread(tmp_path: Path) -> None:
+    path = tmp_path / "t.pftrace"
+
+    def producer(start: int, end: int) -> list[model.Event]:
+        return [
+            model.CpuSample(ct.PID, 4243, ts, PRODUCE)
+            for ts in range(start + PERIOD, end + 1, PERIOD)
+        ]
+
+    ct.write(
+        path,
+        [
+            ct.Part("samples", 1_000_000, HOST_STACK),
+            ct.Part("wait", 3_000_000, QUEUE_STACK, "futex"),
+        ],
+        ["host_compute", "wait"],
+        extra=[model.ThreadInfo(ct.PID, 4243, "producer")],
+        on_wait=producer,
+    )
+    with open_trace(path) as t:
+        top = analyze(t).findings[0]
+    assert top.code == "BLOCKED_WAIT"
+    assert top.locations[:2] == ["next_batch (train.py:50)", "produce (train.py:9)"]
+    assert "thread 'producer'" in top.title and "produce (train.py:9)" in top.suggestion
+
+
+def test_sync_followed_to_the_gpu_op_it_waited_for(tmp_path: Path) -> None:
+    path = tmp_path / "t.pftrace"
+    ct.write(
+        path,
+        [
+            ct.Part("block", 10_000, SYNC_STACK, "cudaStreamSynchronize"),
+            ct.Part("samples", 2_000_000, HOST_STACK),
+        ],
+        ["sync", "host_compute"],
+    )
+    with open_trace(path) as t:
+        top = analyze(t).findings[0]
+    assert top.code == "HOST_SYNC" and "for k3 (" in top.evidence

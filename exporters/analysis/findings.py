@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporters.analysis import idle
+from exporters.analysis import follow, idle
 from exporters.analysis.idle import IdleSummary, Site
 from exporters.analysis.launches import LaunchStats
 from exporters.perfetto.trace_processor import Trace
@@ -151,9 +151,16 @@ def host_sync(ctx: Context) -> Finding | None:
     gaps = ctx.idle.gaps_by_class.get("sync", 0) + ctx.trace.scalar(
         "select count(*) from xpu_focus_gap where block_id is not null and class != 'sync'"
     )
+    targets = follow.sync_targets(ctx.trace)
     evidence = (
         f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) in {gaps} gaps "
-        f"that began while the host waited in {what}: {_ms(in_sync)} until the call returned"
+        f"that began while the host waited in {what}"
+        + (
+            " for " + ", ".join(f"{name} ({n}x)" for name, n in targets) + " to finish"
+            if targets
+            else ""
+        )
+        + f": {_ms(in_sync)} until the call returned"
         + (f" ({_listed(calls)})" if calls else "")
     )
     if following:
@@ -199,26 +206,63 @@ def host_sync(ctx: Context) -> Finding | None:
 def input_pipeline(ctx: Context) -> Finding | None:
     """INPUT_PIPELINE: the launching thread ran input-pipeline code (torch.utils.data, a
     dataset's __getitem__, decoding), or waited for a DataLoader batch, while the GPU
-    waited.  Advice: DataLoader workers, or a cheaper __getitem__."""
+    waited.  A wait for a batch is followed to the DataLoader workers (follow.py): located
+    at their hottest line; more workers advised only where they were saturated and the
+    machine has cores for more, else a cheaper __getitem__.  Without waits: DataLoader
+    workers."""
     ns = _claimed(ctx, "data_ns")
     if not _enough(ctx, ns):
         return None
-    sites = _covering(
-        idle.sample_sites(ctx.trace, "data", top=EVIDENCE_SITES)
-        + idle.wait_sites(ctx.trace, data=True, top=EVIDENCE_SITES),
-        ns,
+    waited = _claimed(ctx, "data_wait_ns")
+    workers = follow.loader_workers(ctx.trace) if waited else None
+    on_thread = idle.sample_sites(ctx.trace, "data", top=EVIDENCE_SITES)
+    if workers is None:
+        on_thread += idle.wait_sites(ctx.trace, data=True, top=EVIDENCE_SITES)
+    else:
+        on_thread += workers.sites
+    sites = _covering(on_thread, ns)
+    evidence = (
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
+        "launching thread loaded data or waited for it, in: " + _listed(sites)
     )
+    if workers is None or waited < ns / 2:
+        return _finding(
+            ctx,
+            "INPUT_PIPELINE",
+            ns,
+            f"Input pipeline on the critical path: {_where(sites)}",
+            sites,
+            evidence,
+            f"load batches in background workers: DataLoader(num_workers=N, "
+            f"pin_memory=True, persistent_workers=True); or make {_where(sites)} cheaper "
+            "(decode once, cache, move the transform to the GPU)",
+        )
+    hot = workers.sites[0].location if workers.sites else "__getitem__"
+    evidence += (
+        f"; the launching thread waited {_ms(waited)} for batches while "
+        f"{workers.count} DataLoader worker(s) were busy {_pct(workers.busy)} of it"
+    )
+    room = workers.cores is not None and workers.count < workers.cores
+    if workers.saturated() and room:
+        advice = (
+            f"the {workers.count} workers were saturated and the machine has "
+            f"{workers.cores} CPUs: raise DataLoader(num_workers=...), or make {hot} cheaper"
+        )
+    else:
+        advice = f"make {hot} cheaper (decode once, cache, do the transform on the GPU): " + (
+            f"the {workers.count} workers were busy only {_pct(workers.busy)} of the wait"
+            if not workers.saturated()
+            else "there are no spare CPUs for more workers"
+        )
+    sites = _covering(workers.sites + idle.sample_sites(ctx.trace, "data"), ns)
     return _finding(
         ctx,
         "INPUT_PIPELINE",
         ns,
-        f"Input pipeline on the critical path: {_where(sites)}",
+        f"Input pipeline: DataLoader workers too slow, at {hot}",
         sites,
-        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
-        "launching thread loaded data or waited for it, in: " + _listed(sites),
-        f"load batches in background workers: DataLoader(num_workers=N, pin_memory=True, "
-        f"persistent_workers=True); or make {_where(sites)} cheaper (decode once, cache, "
-        "move the transform to the GPU)",
+        evidence,
+        advice,
     )
 
 
@@ -248,25 +292,39 @@ def python_between_launches(ctx: Context) -> Finding | None:
 
 def blocked_wait(ctx: Context) -> Finding | None:
     """BLOCKED_WAIT: the launching thread was blocked in a call (a lock, a queue, a sleep,
-    I/O: the recorder's waits) while the GPU waited.  Advice: what it waited for."""
+    I/O: the recorder's waits) while the GPU waited; followed to what the other threads of
+    its process ran meanwhile (follow.py).  Advice: what it waited for."""
     ns = _claimed(ctx, "wait_ns")
     if not _enough(ctx, ns):
         return None
     sites = _covering(idle.wait_sites(ctx.trace, data=False, top=EVIDENCE_SITES), ns)
     what = sites[0].detail if sites else "a blocking call"
-    return _finding(
-        ctx,
-        "BLOCKED_WAIT",
-        ns,
-        f"Launching thread blocked in {what} at {_where(sites)}",
-        sites,
+    title = f"Launching thread blocked in {what} at {_where(sites)}"
+    evidence = (
         f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
         "launching thread was blocked, in: "
-        + ", ".join(f"{x.detail} at {x.location} ({_ms(x.ns)})" for x in sites),
+        + ", ".join(f"{x.detail} at {x.location} ({_ms(x.ns)})" for x in sites)
+    )
+    suggestion = (
         f"the thread that launches the GPU's work waits at {_where(sites)}: make what it "
         "waits for arrive earlier (produce it ahead, in parallel), or queue the GPU's next "
-        "work before waiting",
+        "work before waiting"
     )
+    others = follow.other_threads(ctx.trace)
+    if others is not None and others.sites:
+        hot = others.sites[0].location
+        title += f", waiting on {others.who} running {hot}"
+        evidence += (
+            f"; meanwhile {others.who} ran {_listed(others.sites[:3])} "
+            f"(busy {_pct(others.busy)} of the wait)"
+        )
+        suggestion = (
+            f"the launching thread waits for {others.who}, which runs {hot}: make {hot} "
+            "cheaper or run more of it in parallel, or hand work over earlier (a deeper "
+            "queue, produced ahead) so the GPU's next work is queued before the wait"
+        )
+        sites = sites + others.sites[:1]
+    return _finding(ctx, "BLOCKED_WAIT", ns, title, sites, evidence, suggestion)
 
 
 def launch_bound(ctx: Context) -> Finding | None:

@@ -264,22 +264,33 @@ JOIN _xpu_gap_launch_line l ON l.utid = p.utid AND l.name = p.name
 LEFT JOIN innermost i ON i.utid = p.utid AND i.callsite_id = p.callsite_id AND i.up = p.up
 WHERE l.share < {loop_share} OR i.up IS NOT NULL;
 
--- Each gap wait and the part of the gap's host part after the sync it covers; is_data: a
--- wait for the input pipeline (its stack in torch.utils.data, a dataset, or a process
--- with DataLoader worker children: the main thread waiting for a batch).
-CREATE PERFETTO TABLE _xpu_dataloader_process AS
-SELECT DISTINCT p.parent_upid AS upid
+-- The processes whose DataLoader workers are in the trace: the workers' parent where the
+-- trace knows it, else (no process tree: record names the workers, not their parent) every
+-- process when there are workers at all.
+CREATE PERFETTO TABLE _xpu_loader_worker AS
+SELECT DISTINCT p.upid, p.parent_upid
 FROM process p
-WHERE p.parent_upid IS NOT NULL
-  AND (p.name GLOB 'DataLoader worker*'
-       OR EXISTS (SELECT 1 FROM thread t WHERE t.upid = p.upid
-                  AND t.name GLOB 'DataLoader worker*'));
+WHERE p.name GLOB 'DataLoader worker*'
+   OR EXISTS (SELECT 1 FROM thread t WHERE t.upid = p.upid AND t.name GLOB 'DataLoader worker*');
 
+CREATE PERFETTO TABLE _xpu_dataloader_process AS
+SELECT parent_upid AS upid FROM _xpu_loader_worker WHERE parent_upid IS NOT NULL
+UNION
+SELECT p.upid FROM process p
+WHERE EXISTS (SELECT 1 FROM _xpu_loader_worker)
+  AND NOT EXISTS (SELECT 1 FROM _xpu_loader_worker WHERE parent_upid IS NOT NULL);
+
+-- Each gap wait and the part of the gap's host part after the sync it covers; is_data: a
+-- wait for the input pipeline (its stack in torch.utils.data or a dataset; without a stack,
+-- a wait of a process with DataLoader workers: the main thread waiting for a batch).
 CREATE PERFETTO TABLE _xpu_gap_wait AS
-SELECT g.id AS gap_id, w.id AS wait_id, w.ts, w.end_ts, w.call, w.callsite_id,
-       CASE WHEN coalesce(c.is_data, 0) = 1 OR t.upid IN (SELECT upid FROM _xpu_dataloader_process)
+SELECT g.id AS gap_id, w.id AS wait_id, w.utid, w.ts, w.end_ts, w.call, w.callsite_id,
+       CASE WHEN coalesce(c.is_data, 0) = 1
+              OR (w.callsite_id IS NULL
+                  AND t.upid IN (SELECT upid FROM _xpu_dataloader_process))
             THEN 1 ELSE 0 END AS is_data,
-       max(0, min(w.end_ts, g.host_end) - max(w.ts, g.after_ts)) AS covered_ns
+       max(0, min(w.end_ts, g.host_end) - max(w.ts, g.after_ts)) AS covered_ns,
+       max(w.ts, g.after_ts) AS from_ts, min(w.end_ts, g.host_end) AS to_ts
 FROM _xpu_gap_wait_lookup l
 JOIN _xpu_gap_host g ON g.id = l.gap_id
 JOIN _xpu_gap_thread_wait w ON w.seq BETWEEN l.first_wait AND l.last_wait

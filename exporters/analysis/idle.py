@@ -130,7 +130,7 @@ def sample_sites(
         """
     )
     if not rows:
-        if kind == "launch":
+        if kind == "launch" or trace.scalar("select count(*) from _xpu_gap_sample"):
             return []
         # No samples in the gaps (converted traces, --no-cpu): the code that made the next
         # launch, from its launch stack or the CPU slices around it.
