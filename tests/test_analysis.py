@@ -14,7 +14,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from exporters.analysis.analyze import analyze
 from exporters.analysis.steps import step_table
-from exporters.analysis.tables import Scope
+from exporters.analysis.tables import Scope, StepsError
 from exporters.perfetto.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 
@@ -182,9 +182,9 @@ def test_marked_steps_win_over_detection(tmp_path: Path) -> None:
     assert [s.name for s in analysis.steps.steps] == [f"ProfilerStep#{i}" for i in range(5)]
     assert analysis.steps.source == "marked"
     assert [s.busy_ns for s in analysis.steps.steps] == [50_000] * 5
-    with open_trace(path) as t:
-        other = analyze(t, Scope(steps_glob="nothing*"))
-    assert other.steps.source.startswith("detected") or not other.steps.steps
+    # --steps naming nothing in the trace is an error, not a silent fallback.
+    with open_trace(path) as t, pytest.raises(StepsError, match="nothing"):
+        analyze(t, Scope(steps_glob="nothing*"))
 
 
 def test_active_span_and_whole_trace(scenario_traces: dict) -> None:

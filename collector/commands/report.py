@@ -13,7 +13,7 @@ from collector.commands.query import add_cache_flag, add_trace_processor_flag, a
 from collector.errors import UserError
 from collector.files import check_output
 from exporters.analysis.annotate import annotations, write_annotated
-from exporters.analysis.tables import DEFAULT_STEPS, Scope
+from exporters.analysis.tables import Scope, StepsError
 from exporters.folded.folded import FoldedError
 from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
@@ -51,7 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         default=None,
         help="the step slices (NVTX ranges or any slice on a thread), a name or GLOB pattern "
-        "(default: 'ProfilerStep#*'; where none match, steps are detected from the repeating "
+        "(an error where none match; default: 'ProfilerStep#*', else a range that repeats on "
+        "the launching process, else repeated CUDA graph launches, else the repeating "
         "sequence of launches)",
     )
     p.add_argument(
@@ -125,7 +126,7 @@ def main(args: argparse.Namespace) -> int:
         if out is not None:
             # Said before the queries run, not after; never the input trace itself.
             check_output(out, [args.trace])
-    scope = Scope(span_all=args.span == "all", steps_glob=args.steps or DEFAULT_STEPS)
+    scope = Scope(span_all=args.span == "all", steps_glob=args.steps or None)
     try:
         with open_cached(args.trace, args.trace_processor) as trace:
             report = collect(
@@ -140,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
                 scope=scope,
             )
             marks = annotations(trace) if args.annotate is not None else None
-    except (TraceOpenError, QueryError, FoldedError) as exc:
+    except (TraceOpenError, QueryError, FoldedError, StepsError) as exc:
         raise UserError(str(exc)) from None
     # The page first: a run that cannot write it fails with one line and shows nothing.
     if args.output is not None:

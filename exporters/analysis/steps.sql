@@ -1,19 +1,39 @@
 -- Steps: the repeating unit of work the span is made of.  Needs span.sql and gaps.sql.
 -- Marked steps: slices on a thread named like {steps_glob} (torch.profiler's ProfilerStep#N,
--- an NVTX range).  Where none is marked and {detect} = 1, steps are found in the sequence of
--- launches of the thread that launches most: the op name each launch starts with is a
--- symbol; a symbol that recurs at one distance (in launches) all along is once per step;
--- the distance shared by most such symbols is the step's length, and the occurrences of
--- the one of them seen first are the step boundaries.
+-- an NVTX range, a repeating range step_ranges.py found; {steps_on} = 0: none).  Where none
+-- is marked: the CUDA graph launches of the process that launches most, where it replays a
+-- graph at least 3 times (each replay a step); else, where {detect} = 1, steps are found in
+-- the sequence of launches of the process that launches most: the op name each launch
+-- starts with is a symbol; a symbol that recurs at one distance (in launches) all along is
+-- once per step; the distance shared by most such symbols is the step's length, and the
+-- occurrences of the one of them seen first are the step boundaries.
 
 CREATE PERFETTO TABLE _xpu_marked_step AS
 SELECT s.id AS slice_id, s.ts, s.dur, s.name, s.utid, t.upid
 FROM xpu_thread_slice s
 JOIN thread t USING (utid)
 JOIN xpu_analysis_span sp ON s.ts < sp.end_ts AND s.ts + s.dur > sp.ts
-WHERE s.name GLOB '{steps_glob}' AND s.dur > 0
+WHERE {steps_on} AND s.name GLOB '{steps_glob}' AND s.dur > 0
   -- the outermost of nested slices of the same name
   AND NOT EXISTS (SELECT 1 FROM ancestor_slice(s.id) a WHERE a.name GLOB '{steps_glob}');
+
+-- CUDA graph replays of the process that launches most: each launch to the next, the last
+-- to the end of its ops.
+CREATE PERFETTO TABLE _xpu_graph_step AS
+WITH main AS (
+  SELECT t.upid FROM xpu_analysis_op o JOIN thread t USING (utid)
+  WHERE o.api_ts IS NOT NULL GROUP BY t.upid ORDER BY count(*) DESC LIMIT 1
+),
+g AS (
+  SELECT o.api_id, o.api_ts AS ts, o.utid, max(o.end_ts) AS ops_end
+  FROM xpu_analysis_op o JOIN thread t USING (utid)
+  WHERE o.api_name GLOB '*GraphLaunch*' AND t.upid = (SELECT upid FROM main)
+    AND NOT EXISTS (SELECT 1 FROM _xpu_marked_step)
+  GROUP BY o.api_id
+),
+seq AS (SELECT ts, utid, ops_end, lead(ts) OVER (ORDER BY ts) AS next_ts FROM g)
+SELECT ts, coalesce(next_ts, ops_end) - ts AS dur, utid FROM seq
+WHERE (SELECT count(*) FROM g) >= 3 AND coalesce(next_ts, ops_end) > ts;
 
 -- The launches of the process with most launches in the span (all its threads: PyTorch's
 -- backward launches from the autograd thread while the main thread waits), in order, with
@@ -24,6 +44,7 @@ WITH calls AS (
   SELECT o.api_id, min(o.id) AS op_id, o.name AS symbol, o.api_ts AS ts, o.utid
   FROM xpu_analysis_op o
   WHERE o.api_ts IS NOT NULL AND {detect} AND NOT EXISTS (SELECT 1 FROM _xpu_marked_step)
+    AND NOT EXISTS (SELECT 1 FROM _xpu_graph_step)
   GROUP BY o.api_id
 ),
 located AS (
@@ -124,6 +145,8 @@ WHERE coalesce(o.next_ts, l.end_ts) IS NOT NULL;
 CREATE PERFETTO TABLE xpu_step AS
 WITH s AS (
   SELECT ts, dur, utid, name, 'marked' AS source FROM _xpu_marked_step
+  UNION ALL
+  SELECT ts, dur, utid, NULL, 'CUDA graph launches (each replay a step)' FROM _xpu_graph_step
   UNION ALL
   SELECT ts, dur, utid, NULL, 'detected: launch sequence repeats every '
          || (SELECT period FROM _xpu_step_anchor) || ' launches'

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
+from exporters.analysis.step_ranges import DEFAULT_STEPS, StepsError, choose
 from exporters.folded.folded import recorded_frequency
 from exporters.perfetto.trace_processor import Trace
 
-DEFAULT_STEPS = "ProfilerStep#*"
+__all__ = ["DEFAULT_SCOPE", "DEFAULT_STEPS", "Scope", "StepsError", "load"]
 # A host part shorter than this between two launches is the launch path itself.
 LAUNCH_HOST_NS = 50_000
 # In a host part shorter than SHORT_PERIODS sampling periods (too short for the samples to
@@ -29,10 +30,11 @@ LOOP_SHARE = 0.9
 @dataclass(frozen=True)
 class Scope:
     """What the tables were built for: the whole trace or the active span, and the glob of
-    marked steps."""
+    marked steps (None: ProfilerStep#* where the trace has them, else a repeating range,
+    else none; step_ranges.py)."""
 
     span_all: bool = False
-    steps_glob: str = DEFAULT_STEPS
+    steps_glob: str | None = None
     detect_steps: bool = True
 
 
@@ -64,7 +66,7 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
         loaded = trace.query("select span_all, steps_glob, detect from xpu_analysis_scope")[0]
         if (bool(loaded["span_all"]), loaded["steps_glob"], bool(loaded["detect"])) != (
             scope.span_all,
-            scope.steps_glob,
+            scope.steps_glob or "",
             scope.detect_steps,
         ):
             raise ValueError("analysis tables already loaded for another scope")
@@ -77,7 +79,6 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
         "{period}": str(period),
         "{stale_ns}": str(STALE_NS),
         "{launch_host_ns}": str(LAUNCH_HOST_NS),
-        "{steps_glob}": _glob_literal(scope.steps_glob),
         "{detect}": "1" if scope.detect_steps else "0",
     }
     from exporters.analysis import busy, step_busy  # numpy: not for a cached `folded`
@@ -87,6 +88,9 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
     for name in ("span.sql", "gaps.sql", "steps.sql"):
         if name == "gaps.sql":
             busy.create_openings(trace)  # the gaps lie between busy islands
+            chosen = choose(trace, scope.steps_glob)
+            params["{steps_glob}"] = _glob_literal(chosen.glob)
+            params["{steps_on}"] = "1" if chosen.glob else "0"
         text = _sql(name)
         for key, value in params.items():
             text = text.replace(key, value)
@@ -94,6 +98,7 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
     step_busy.create(trace)
     trace.execute(
         "create perfetto table xpu_analysis_scope as select "
-        f"{int(scope.span_all)} as span_all, '{_glob_literal(scope.steps_glob)}' as steps_glob, "
-        f"{int(scope.detect_steps)} as detect"
+        f"{int(scope.span_all)} as span_all, '{_glob_literal(scope.steps_glob or '')}' "
+        f"as steps_glob, {int(scope.detect_steps)} as detect, "
+        f"'{_glob_literal(chosen.how)}' as steps_how"
     )

@@ -30,7 +30,7 @@ def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
                 "steps",
                 f"{steps.count}, median {units.duration(steps.median_ns)}, "
                 f"p90 {units.duration(steps.p90_ns)}, max {units.duration(steps.max_ns)} "
-                f"({steps.source})",
+                f"({steps.describe_source()})",
             )
         )
     else:
