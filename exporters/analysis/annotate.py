@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporters.analysis import causes
 from exporters.perfetto.trace_processor import Trace
 
 STEP_LANE = "steps"
@@ -30,14 +31,15 @@ def annotations(trace: Trace) -> list[Mark]:
         Mark(STEP_LANE, int(r["ts"]), int(r["dur"]), str(r["name"]), {"source": str(r["source"])})
         for r in trace.query("select ts, dur, name, source from xpu_step order by ts")
     ]
+    parts = tuple(causes.COLUMNS.values())
     for r in trace.query(
         "select ts, dur, device, class, coalesce(next_op, '') as next_op, "
-        "coalesce(api_name, '') as api, coalesce(block_name, '') as block, sync_ns, data_ns, "
-        "host_ns, launch_ns, other_ns from xpu_gpu_gap order by ts"
+        "coalesce(api_name, '') as api, coalesce(block_name, '') as block, "
+        + ", ".join(parts)
+        + " from xpu_gpu_gap order by ts"
     ):
-        args: dict[str, int | str] = {
-            k: int(r[k]) for k in ("sync_ns", "data_ns", "host_ns", "launch_ns", "other_ns")
-        }
+        # The gap named by its cause (causes.py's key), with every part's ns.
+        args: dict[str, int | str] = {k: int(r[k]) for k in parts}
         args["next_op"] = str(r["next_op"])
         if r["block"]:
             args["waited_in"] = str(r["block"])

@@ -59,17 +59,23 @@ def summary(trace: Trace, longest: int = 5) -> IdleSummary:
 _COLUMNS = causes.COLUMNS
 
 
-def sync_sites(trace: Trace, top: int = 3) -> list[Site]:  # weighted by the time in the call
-    """The blocking calls the GPU ran dry behind, by the line that made them."""
+# The gaps the sites are of: the findings' (from the second step on); a rank's own are a
+# subquery of the same rows (rank_causes.py).
+FOCUS = "xpu_focus_gap"
+
+
+def sync_sites(trace: Trace, top: int = 3, gaps: str = FOCUS) -> list[Site]:
+    """The blocking calls the GPU ran dry behind, by the line that made them (weighted by
+    the time in the call)."""
     return call_sites(
         trace,
         "SELECT g.block_id AS call_id, s.ts, g.utid, g.sync_ns AS ns, g.block_name AS detail "
-        "FROM xpu_focus_gap g JOIN slice s ON s.id = g.block_id WHERE g.sync_ns > 0",
+        f"FROM {gaps} g JOIN slice s ON s.id = g.block_id WHERE g.sync_ns > 0",
         top,
     )
 
 
-def launch_sites(trace: Trace, top: int = 3) -> list[Site]:
+def launch_sites(trace: Trace, top: int = 3, gaps: str = FOCUS) -> list[Site]:
     """The launches the GPU waited for, by the model code that made them (the innermost
     Python frame outside the framework: a module's forward), weighted by the launch time
     that the samples of the launching code (sample_sites 'launch') do not already hold."""
@@ -78,19 +84,21 @@ def launch_sites(trace: Trace, top: int = 3) -> list[Site]:
         "SELECT g.api_id AS call_id, g.api_ts AS ts, g.utid, "
         "g.launch_ns - min(g.launch_host_ns, coalesce((SELECT sum(s.covered_ns) "
         "FROM _xpu_gap_sample s WHERE s.gap_id = g.id AND s.kind = 'launch'), 0)) AS ns, "
-        "g.next_op AS detail FROM xpu_focus_gap g WHERE g.api_id IS NOT NULL AND g.launch_ns > 0",
+        f"g.next_op AS detail FROM {gaps} g WHERE g.api_id IS NOT NULL AND g.launch_ns > 0",
         top,
         locate=locations.model_location,
     )
 
 
-def nextcall_sites(trace: Trace, part: str, top: int = 3, where: str = "1") -> list[Site]:
+def nextcall_sites(
+    trace: Trace, part: str, top: int = 3, where: str = "1", gaps: str = FOCUS
+) -> list[Site]:
     """The launches that ended gaps with time in `part` (a column of xpu_gpu_gap), by the
     line that made them, weighted by that time."""
     return call_sites(
         trace,
         f"SELECT g.api_id AS call_id, g.api_ts AS ts, g.utid, g.{part} AS ns, "
-        f"g.next_op AS detail FROM xpu_focus_gap g WHERE g.api_id IS NOT NULL AND g.{part} > 0 "
+        f"g.next_op AS detail FROM {gaps} g WHERE g.api_id IS NOT NULL AND g.{part} > 0 "
         f"AND ({where})",
         top,
     )
@@ -111,7 +119,7 @@ _KIND_PART = {"data": "data_ns", "host": "host_ns", "launch": "launch_host_ns"}
 
 
 def sample_sites(
-    trace: Trace, kind: str, after_sync: bool | None = None, top: int = 3
+    trace: Trace, kind: str, after_sync: bool | None = None, top: int = 3, gaps: str = FOCUS
 ) -> list[Site]:
     """Where the launching thread's samples in the gaps ran, of one kind (gaps.sql: 'data'
     input-pipeline code, 'launch' the code launching the model's GPU work, 'host' other
@@ -124,7 +132,7 @@ def sample_sites(
     rows = trace.query(
         f"""
         SELECT s.callsite_id, sum(s.covered_ns) AS ns, count(*) AS n
-        FROM _xpu_gap_sample s JOIN xpu_focus_gap g ON g.id = s.gap_id
+        FROM _xpu_gap_sample s JOIN {gaps} g ON g.id = s.gap_id
         WHERE {where}
         GROUP BY s.callsite_id
         """
@@ -135,7 +143,7 @@ def sample_sites(
         # No samples in the gaps (converted traces, --no-cpu): the code that made the next
         # launch, from its launch stack or the CPU slices around it.
         sync = "1" if after_sync is None else f"g.block_id IS {'NOT ' if after_sync else ''}NULL"
-        return nextcall_sites(trace, part, top, sync)
+        return nextcall_sites(trace, part, top, sync, gaps)
     locate = locations.model_location if kind == "launch" else locations.location
     frames = locations.callsite_frames(trace, (r["callsite_id"] for r in rows))
     # Samples land on whatever line of a function runs: they are added up per function
@@ -157,7 +165,7 @@ def sample_sites(
     return _top(weights, top)
 
 
-def wait_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
+def wait_sites(trace: Trace, data: bool, top: int = 3, gaps: str = FOCUS) -> list[Site]:
     """Where the launching thread waited in the gaps (xpu_wait, gaps.sql's _xpu_gap_wait):
     for the input pipeline (`data`) or anything else, by the line of the wait's stack, the
     call as detail."""
@@ -165,7 +173,7 @@ def wait_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
     rows = trace.query(
         f"""
         SELECT w.callsite_id, w.call, sum(w.covered_ns) AS ns, count(*) AS n
-        FROM _xpu_gap_wait w JOIN xpu_focus_gap g ON g.id = w.gap_id
+        FROM _xpu_gap_wait w JOIN {gaps} g ON g.id = w.gap_id
         WHERE g.{part} > 0 AND w.is_data = {1 if data else 0}
         GROUP BY w.callsite_id, w.call
         """

@@ -85,7 +85,15 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
 
     if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_wait'"):
         trace.execute(_sql("wait_view.sql"))
+    # `report --ranks` runs span.sql (of the active span) before its table and then this.
+    span_loaded = bool(
+        trace.scalar("select count(*) from sqlite_master where name = 'xpu_analysis_span'")
+    )
+    if span_loaded and scope.span_all:
+        raise ValueError("analysis tables already loaded for another scope")
     for name in ("span.sql", "gaps.sql", "steps.sql"):
+        if name == "span.sql" and span_loaded:
+            continue
         if name == "gaps.sql":
             busy.create_openings(trace)  # the gaps lie between busy islands
             chosen = choose(trace, scope.steps_glob)
