@@ -23,7 +23,7 @@ EXTRA = Stack((*BASE, _py("extra_work", 40), Frame("memmove", "/lib/libc.so.6"))
 STEPS, STEP_NS = 12, 10_000_000
 
 
-def _job(path: Path) -> Path:
+def _job(path: Path, ranges: bool = True) -> Path:
     events: list[model.Event] = [
         model.GpuDevice(0, "NVIDIA H200"),
         model.GpuDevice(1, "NVIDIA H200"),
@@ -67,7 +67,8 @@ def _job(path: Path) -> Path:
         ]
         for step in range(STEPS):
             base = 1_000_000_000 + step * STEP_NS
-            events.append(model.CpuSlice(pid, pid, base, 6_000_000, "train_step", "nvtx"))
+            if ranges:
+                events.append(model.CpuSlice(pid, pid, base, 6_000_000, "train_step", "nvtx"))
             launch(pid, base, rank, base + 20_000, base + 1_020_000, "gemm_fwd")
             if rank == 0:
                 launch(pid, base + 1_100_000, rank, base + 1_120_000, base + 5_700_000, NCCL)
@@ -108,3 +109,25 @@ def test_one_process_has_no_slowest(tmp_path: Path) -> None:
     out = run_cli("report", "--ranks", path, check=True).stdout
     assert "slowest" not in out and "0.0% above" not in out
     assert "one rank: no other rank to compare with" in " ".join(out.split())
+
+
+def test_unmarked_steps_are_detected_per_rank(tmp_path: Path) -> None:
+    """No range marks the steps: each rank's launch sequence is its own (both ranks get
+    their steps, not only the one that launches most)."""
+    from exporters.analysis.analyze import analyze
+    from exporters.perfetto.trace_processor import open_trace
+
+    path = _job(tmp_path / "ddp.pftrace", ranges=False)
+    with open_trace(path) as t:
+        analyze(t)
+        per_rank = {
+            int(r["pid"]): int(r["n"])
+            for r in t.query(
+                "select p.pid, count(*) as n from xpu_step s join process p using (upid) "
+                "group by p.pid"
+            )
+        }
+    assert set(per_rank) == {100, 200}
+    assert all(abs(n - STEPS) <= 1 for n in per_rank.values())
+    rows = json.loads(run_cli("report", "--ranks", "--format", "json", path, check=True).stdout)
+    assert all(abs(r["steps"] - STEPS) <= 1 for r in rows)

@@ -12,13 +12,15 @@ inside the waits, so the sites add up to the time waited."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from exporters.analysis import locations
 from exporters.analysis.idle import Site
 from exporters.analysis.tables import sample_period_ns
 from exporters.perfetto.trace_processor import Trace
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Workers busy at least this share of the waits (of each worker's time) are saturated:
 # only then do more workers help (where there are cores for them).
@@ -43,6 +45,8 @@ class Activity:
 def _intervals(trace: Trace, data: bool) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """The focus gaps' waits of one kind (clipped to the gaps' host parts), merged, and the
     processes that waited."""
+    import numpy as np
+
     cols = trace.query_arrays(
         "select w.from_ts, w.to_ts, t.upid from _xpu_gap_wait w "
         "join xpu_focus_gap g on g.id = w.gap_id join thread t on t.utid = w.utid "
@@ -61,6 +65,8 @@ def _intervals(trace: Trace, data: bool) -> tuple[np.ndarray, np.ndarray, list[i
 
 
 def _inside(ts: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     k = np.searchsorted(start, ts, side="right") - 1
     ok = k >= 0
     ok[ok] = ts[ok] <= end[k[ok]]
@@ -70,6 +76,8 @@ def _inside(ts: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
 def _activity(
     trace: Trace, who: str, threads_sql: str, start: np.ndarray, end: np.ndarray
 ) -> Activity | None:
+    import numpy as np
+
     waited = int((end - start).sum())
     if not waited:
         return None
@@ -155,6 +163,8 @@ def other_threads(trace: Trace) -> Activity | None:
 def sync_targets(trace: Trace, top: int = 2) -> list[tuple[str, int]]:
     """The GPU ops that the syncs in the findings' gaps waited for (the op whose end began
     the gap, on its device): (name, gaps), most often first."""
+    import numpy as np
+
     from exporters.analysis.busy import gpu_busy
 
     rows = trace.query_arrays(

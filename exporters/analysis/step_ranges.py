@@ -17,8 +17,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from exporters.perfetto.trace_processor import Trace
 
 DEFAULT_STEPS = "ProfilerStep#*"
@@ -78,6 +76,8 @@ def choose(trace: Trace, asked: str | None) -> StepChoice:
 
 def repeating_range(trace: Trace) -> tuple[str, str] | None:
     """(glob, name) of the range that repeats on the launching process, or None."""
+    import numpy as np
+
     main = trace.query(
         "select t.upid from xpu_analysis_op o join thread t using (utid) "
         "where o.api_ts is not null group by t.upid order by count(*) desc limit 1"
