@@ -314,3 +314,35 @@ def test_sync_followed_to_the_gpu_op_it_waited_for(tmp_path: Path) -> None:
     with open_trace(path) as t:
         top = analyze(t).findings[0]
     assert top.code == "HOST_SYNC" and "for k3 (" in top.evidence
+
+
+def test_folded_idle_and_annotate_read_the_same_parts(tmp_path: Path) -> None:
+    """`folded --mode idle` puts each part on its own stack (the wait on the wait's stack)
+    and adds up to the idle time; `--annotate` names each gap by its cause."""
+    from .conftest import run_cli
+
+    path = tmp_path / "t.pftrace"
+    chain = ct.write(
+        path,
+        [
+            ct.Part("samples", 1_000_000, HOST_STACK),
+            ct.Part("wait", 3_000_000, QUEUE_STACK, "futex"),
+        ],
+        ["host_compute", "wait"],
+    )
+    res = run_cli("folded", path, "--mode", "idle", check=True)
+    weights = {s: int(w) for s, w in (line.rsplit(" ", 1) for line in res.stdout.splitlines())}
+    assert sum(weights.values()) == sum(chain.gap_ns.values())
+    waited = [w for s, w in weights.items() if s.endswith("futex_wait;[waiting in futex]")]
+    assert waited == [chain.gap_ns["wait"]]
+    out = tmp_path / "annotated.pftrace"
+    run_cli("report", path, "--annotate", out, check=True)
+    with open_trace(out) as t:
+        names = {
+            r["name"]: int(r["n"])
+            for r in t.query(
+                "select s.name, count(*) as n from slice s join track k on k.id = s.track_id "
+                "where s.category = 'xpu_perf_analysis' and k.name glob 'GPU idle*' group by 1"
+            )
+        }
+    assert names == {"wait": chain.steps - 1}
