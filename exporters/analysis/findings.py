@@ -140,17 +140,22 @@ def host_sync(ctx: Context) -> Finding | None:
     ns = in_sync + after
     if not _enough(ctx, ns):
         return None
-    calls = idle.sync_sites(ctx.trace, top=EVIDENCE_SITES)
-    following = idle.sample_sites(ctx.trace, "host", after_sync=True, top=EVIDENCE_SITES)
-    calls = _covering(calls, in_sync) if in_sync else []
-    following = _covering(following, after) if after else []
+    # The calls weighted by all they explain (the time in them and the work after them).
+    calls = _covering(
+        idle.sync_sites(ctx.trace, top=EVIDENCE_SITES, weight="g.sync_ns + g.host_ns"), ns
+    )
+    # What ran after them, where samples say (without samples, nothing names that work).
+    sampled = bool(ctx.trace.scalar("select count(*) from _xpu_gap_sample"))
+    following = (
+        _covering(idle.sample_sites(ctx.trace, "host", after_sync=True, top=EVIDENCE_SITES), after)
+        if after and sampled
+        else []
+    )
     call = calls[0] if calls else None
     what = call.detail if call else "a sync"
     where = call.location if call else "the loop"
     is_copy = bool(call and "emcpy" in call.detail)
-    gaps = ctx.idle.gaps_by_class.get("sync", 0) + ctx.trace.scalar(
-        "select count(*) from xpu_focus_gap where block_id is not null and class != 'sync'"
-    )
+    gaps = ctx.trace.scalar("select count(*) from xpu_focus_gap where block_id is not null")
     targets = follow.sync_targets(ctx.trace)
     evidence = (
         f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) in {gaps} gaps "
@@ -160,13 +165,15 @@ def host_sync(ctx: Context) -> Finding | None:
             if targets
             else ""
         )
-        + f": {_ms(in_sync)} until the call returned"
-        + (f" ({_listed(calls)})" if calls else "")
+        + (f", made at {_listed(calls)}" if calls else "")
+        + f": {_ms(in_sync)} in the call until it returned"
     )
     if following:
         evidence += f"; then {_ms(after)} of work that launches nothing, the GPU empty: " + (
             _listed(following)
         )
+    elif after:
+        evidence += f"; then {_ms(after)} of host time before the next launch"
     work = following[0].location if following else ""
     if is_copy:
         title = (

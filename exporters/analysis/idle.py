@@ -64,13 +64,15 @@ _COLUMNS = causes.COLUMNS
 FOCUS = "xpu_focus_gap"
 
 
-def sync_sites(trace: Trace, top: int = 3, gaps: str = FOCUS) -> list[Site]:
-    """The blocking calls the GPU ran dry behind, by the line that made them (weighted by
-    the time in the call)."""
+def sync_sites(
+    trace: Trace, top: int = 3, gaps: str = FOCUS, weight: str = "g.sync_ns"
+) -> list[Site]:
+    """The blocking calls the GPU ran dry behind, by the line that made them, weighted by
+    `weight` (the time in the call; HOST_SYNC: with the work after it)."""
     return call_sites(
         trace,
-        "SELECT g.block_id AS call_id, s.ts, g.utid, g.sync_ns AS ns, g.block_name AS detail "
-        f"FROM {gaps} g JOIN slice s ON s.id = g.block_id WHERE g.sync_ns > 0",
+        f"SELECT g.block_id AS call_id, s.ts, g.utid, {weight} AS ns, g.block_name AS detail "
+        f"FROM {gaps} g JOIN slice s ON s.id = g.block_id WHERE {weight} > 0",
         top,
     )
 
