@@ -28,6 +28,9 @@ class Part:
     dur: int
     stack: Stack | None = None
     name: str = ""  # the CUDA call ('block'), the blocked call ('wait')
+    # 'block': a device-to-host copy of this many bytes made just before the call (its op
+    # runs 10 us after the step's kernels): `.cpu()` / `.item()`
+    copy_bytes: int = 0
 
 
 @dataclass
@@ -102,6 +105,41 @@ def write(
             launch(t + k * 20_000, gpu_t, f"k{k}", stacks[k % len(stacks)])
             gpu_t += 1_000_000
         gpu_end = gpu_t
+        copying = [p for p in chain if p.kind == "block" and p.copy_bytes]
+        if copying:
+            corr[0] += 1
+            flow = model.flow_id(PID, corr[0])
+            events.append(
+                model.CpuSlice(
+                    PID,
+                    TID,
+                    t + 4 * 20_000 - 10_000,
+                    5_000,
+                    "cudaMemcpyAsync",
+                    model.CAT_CUDA_API,
+                    {"correlation_id": corr[0]},
+                    flow_ids=(flow,),
+                    launch_stack=copying[0].stack,
+                )
+            )
+            events.append(
+                model.GpuOp(
+                    0,
+                    STREAM,
+                    gpu_end,
+                    10_000,
+                    "Memcpy DtoH (Device -> Pageable)",
+                    model.CAT_MEMCPY,
+                    {
+                        "correlation_id": corr[0],
+                        "copy_kind": "DtoH",
+                        "bytes": copying[0].copy_bytes,
+                    },
+                    correlation_id=corr[0],
+                    terminating_flow_ids=(flow,),
+                )
+            )
+            gpu_end += 10_000
         cur = gpu_end
         for i, part in enumerate(chain):
             start = cur

@@ -105,7 +105,8 @@ def test_needed_result_copy_then_preprocessing_names_the_preprocessing(tmp_path:
     chain = ct.write(
         path,
         [
-            ct.Part("block", 20_000, COPY_STACK, "cudaMemcpyAsync"),
+            # .cpu() of the output: an async copy of 4 MB, then a sync waiting for it
+            ct.Part("block", 20_000, COPY_STACK, "cudaStreamSynchronize", copy_bytes=4 << 20),
             ct.Part("samples", 2_000_000, TOKENIZE_STACK),
         ],
         ["sync", "host_compute"],
@@ -118,6 +119,26 @@ def test_needed_result_copy_then_preprocessing_names_the_preprocessing(tmp_path:
     assert top.title.startswith("tokenize (train.py:12)")
     assert "every N steps" not in top.suggestion and "handle (train.py:30)" in top.suggestion
     _evidence_covers(top)
+
+
+def test_a_scalar_read_then_work_is_a_sync_to_defer(tmp_path: Path) -> None:
+    """`.item()` (a 4-byte copy, then a sync) followed by CPU work: a value read, not a
+    result the program hands on, so dropping or deferring the read is offered too."""
+    path = tmp_path / "t.pftrace"
+    chain = ct.write(
+        path,
+        [
+            ct.Part("block", 20_000, COPY_STACK, "cudaStreamSynchronize", copy_bytes=4),
+            ct.Part("samples", 2_000_000, TOKENIZE_STACK),
+        ],
+        ["sync", "host_compute"],
+    )
+    sums, analysis = _sums(path)
+    assert sums == chain.gap_ns
+    top = analysis.findings[0]
+    assert top.code == "HOST_SYNC" and top.locations[0] == "handle (train.py:30)"
+    assert "move tokenize (train.py:12) before the sync" in top.suggestion
+    assert "every N steps" in top.suggestion
 
 
 def test_host_time_nothing_covers_is_other_not_the_last_sample(tmp_path: Path) -> None:

@@ -78,6 +78,9 @@ def _where(sites: list[Site]) -> str:
     return sites[0].location if sites else "the loop"
 
 
+# A device-to-host copy of more than this many bytes is a result the program reads (a
+# model's output), not a value read for logging (`.item()`: a scalar).
+RESULT_BYTES = 1024
 # A finding's sites are listed until they cover this share of the time it claims.
 EVIDENCE_SHARE = 0.9
 EVIDENCE_SITES = 8
@@ -133,8 +136,11 @@ def host_sync(ctx: Context) -> Finding | None:
     dry, so nothing was queued behind the work that ended; the time claimed is the rest of
     the call and the work that launches nothing run after it (the GPU empty meanwhile).
     Advice: both fixes, move that work before the sync (it then overlaps the GPU) or drop
-    or defer the sync.  A blocking device-to-host copy's result is what the program needs
-    (`.cpu()`, `.item()` at the end of a request): it is not told to read less often."""
+    or defer the sync.  Where most of that time follows a device-to-host copy of more than
+    RESULT_BYTES (the copy itself blocking, or an async copy then the sync: `.cpu()` of a
+    model's output at the end of a request), the result is what the program needs: titled
+    by the work after it, and not told to read less often; a scalar read (`.item()` for a
+    log line) is offered both."""
     in_sync = _claimed(ctx, "sync_ns", "block_id is not null")
     after = _claimed(ctx, "host_ns", "block_id is not null")
     ns = in_sync + after
@@ -154,7 +160,17 @@ def host_sync(ctx: Context) -> Finding | None:
     call = calls[0] if calls else None
     what = call.detail if call else "a sync"
     where = call.location if call else "the loop"
-    is_copy = bool(call and "emcpy" in call.detail)
+    # Reading back a result (a device-to-host copy of more than a scalar: `.cpu()` of a
+    # model's output) for most of the time: the program needs it, so the copy stays.
+    result_ns = int(
+        ctx.trace.scalar(
+            "select coalesce(sum(g.sync_ns + g.host_ns), 0) from xpu_focus_gap g "
+            "join xpu_copy c on c.api_id = g.copy_id where g.block_id is not null "
+            f"and c.direction = 'DtoH' and coalesce(c.bytes, 0) > {RESULT_BYTES}"
+        )
+        or 0
+    )
+    is_copy = result_ns >= ns / 2
     gaps = ctx.trace.scalar("select count(*) from xpu_focus_gap where block_id is not null")
     targets = follow.sync_targets(ctx.trace)
     evidence = (
@@ -177,9 +193,9 @@ def host_sync(ctx: Context) -> Finding | None:
     work = following[0].location if following else ""
     if is_copy:
         title = (
-            f"{work} runs with the GPU empty after a blocking copy at {where}"
+            f"{work} runs with the GPU empty after reading a result back at {where}"
             if work
-            else f"Blocking copy at {where}: the GPU waits for the host to read its result"
+            else f"Reading a result back at {where}: the GPU waits for the host"
         )
         sites = following + calls
         suggestion = f"the copy at {where} returns a result the program needs, so keep it; " + (

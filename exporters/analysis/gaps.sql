@@ -103,12 +103,19 @@ SELECT gap_id, seq AS block_seq FROM counted WHERE gap_id IS NOT NULL AND seq > 
 -- The blocking call in flight when the GPU ran dry (begun before the gap, ended after its
 -- start, on the launching thread); after_ts: where it returned (clipped to the host part),
 -- the start of the host part after the sync.
+-- copy_id: the copy whose result the call waited for: the call itself where it is a copy,
+-- else a copy the thread made just before it (`.cpu()`, `.item()`: an async copy, then a
+-- stream sync).
 CREATE PERFETTO TABLE _xpu_gap_block AS
 SELECT l.gap_id, b.id AS block_id, b.name AS block_name, b.end_ts AS block_end,
-       max(g.ts, min(b.end_ts, g.host_end)) AS after_ts
+       max(g.ts, min(b.end_ts, g.host_end)) AS after_ts,
+       CASE WHEN b.name GLOB '*emcpy*' THEN b.id
+            WHEN p.utid = b.utid AND p.name GLOB '*emcpy*' AND p.end_ts >= b.ts - 100000
+            THEN p.id END AS copy_id
 FROM _xpu_gap_block_lookup l
 JOIN _xpu_gap g ON g.id = l.gap_id
 JOIN _xpu_block_call b ON b.seq = l.block_seq
+LEFT JOIN _xpu_block_call p ON p.seq = l.block_seq - 1
 WHERE b.utid = g.utid AND b.end_ts >= g.ts - 2000 AND g.host_end > g.ts;
 CREATE PERFETTO INDEX _xpu_gap_block_gap ON _xpu_gap_block(gap_id);
 
@@ -383,7 +390,7 @@ last_seen AS (
 -- what is left of it: waits first (a blocked thread is not running its last sample's
 -- code), then data, launching and other samples.
 split AS (
-  SELECT g.*, b.block_id, b.block_name,
+  SELECT g.*, b.block_id, b.block_name, b.copy_id,
          coalesce(b.after_ts, g.ts) - g.ts AS sync_ns,
          g.host_end - coalesce(b.after_ts, g.ts) AS after_ns,
          h.id IS NOT NULL AS long_after,
@@ -435,7 +442,7 @@ parts AS (
 -- framework's per-op work), not code worth naming: it counts as launch.
 classed AS (
   SELECT id, ts, dur, end_ts, device_track_id, next_op_id, next_op, api_id, api_name, api_ts,
-         utid, block_id, block_name, sync_ns,
+         utid, block_id, block_name, copy_id, sync_ns,
          CASE WHEN NOT long_after THEN 0
               WHEN slice_data_ns IS NOT NULL THEN min(slice_data_ns, after_ns) ELSE 0 END
          + CASE WHEN long_after AND slice_data_ns IS NULL
@@ -470,7 +477,7 @@ SELECT c.id, c.ts, c.dur, c.device_track_id, t.name AS device, c.utid, c.api_id,
        c.sync_ns, c.data_ns, c.host_ns, c.wait_ns, c.launch_ns, c.other_ns,
        -- the parts of data_ns and launch_ns that are waits for a batch / host code
        c.data_wait_ns, c.launch_host_ns,
-       c.block_id, c.block_name
+       c.block_id, c.block_name, c.copy_id
 FROM summed c
 JOIN track t ON t.id = c.device_track_id;
 CREATE PERFETTO INDEX xpu_gpu_gap_id ON xpu_gpu_gap(id);
