@@ -131,3 +131,16 @@ def test_unmarked_steps_are_detected_per_rank(tmp_path: Path) -> None:
     assert all(abs(n - STEPS) <= 1 for n in per_rank.values())
     rows = json.loads(run_cli("report", "--ranks", "--format", "json", path, check=True).stdout)
     assert all(abs(r["steps"] - STEPS) <= 1 for r in rows)
+
+
+def test_plain_report_says_which_rank_a_finding_is_of(tmp_path: Path) -> None:
+    """`report` on the same trace: the host work between launches is rank 1's."""
+    from exporters.analysis.analyze import analyze
+    from exporters.perfetto.trace_processor import open_trace
+
+    path = _job(tmp_path / "ddp.pftrace")
+    with open_trace(path) as t:
+        found = {f.code: f for f in analyze(t).findings}
+    host = found["PYTHON_BETWEEN_LAUNCHES"]
+    assert host.locations[0] == "extra_work (train.py:40)"
+    assert host.title.endswith("(rank 1: 100% of it)")

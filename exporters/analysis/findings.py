@@ -106,6 +106,30 @@ def _claimed(ctx: Context, expr: str, where: str = "1") -> int:
     )
 
 
+# A finding of a multi-rank trace names the rank holding at least this share of its time.
+RANK_SHARE = 0.6
+
+
+def _rank_note(ctx: Context, claim: tuple[str, str] | None) -> str:
+    """' (rank N: X% of it)' where the trace holds several ranks and one of them holds most
+    of the finding's time (`claim`: its ns expression and gap condition), else ''."""
+    if claim is None:
+        return ""
+    expr, where = claim
+    rows = ctx.trace.query(
+        f"select p.rank, sum({expr}) as ns from xpu_focus_gap g join thread t using (utid) "
+        f"join xpu_process p using (upid) where {where} and p.rank is not null "
+        "group by p.rank order by ns desc"
+    )
+    if len(rows) < 2:
+        return ""
+    total = sum(int(r["ns"] or 0) for r in rows)
+    top = rows[0]
+    if not total or int(top["ns"] or 0) < RANK_SHARE * total:
+        return ""
+    return f" (rank {top['rank']}: {100 * int(top['ns']) / total:.0f}% of it)"
+
+
 def _finding(
     ctx: Context,
     code: str,
@@ -114,10 +138,11 @@ def _finding(
     sites: list[Site],
     evidence: str,
     suggestion: str,
+    claim: tuple[str, str] | None = None,
 ) -> Finding:
     return Finding(
         code=code,
-        title=title,
+        title=title + _rank_note(ctx, claim),
         idle_ns=ns,
         share=ns / ctx.span_ns,
         locations=[s.location for s in sites],
@@ -223,7 +248,16 @@ def host_sync(ctx: Context) -> Finding | None:
             "or copy it with .to('cpu', non_blocking=True) and read it after the next step "
             "is queued"
         )
-    return _finding(ctx, "HOST_SYNC", ns, title, sites, evidence, suggestion)
+    return _finding(
+        ctx,
+        "HOST_SYNC",
+        ns,
+        title,
+        sites,
+        evidence,
+        suggestion,
+        ("g.sync_ns + g.host_ns", "g.block_id is not null"),
+    )
 
 
 def input_pipeline(ctx: Context) -> Finding | None:
@@ -259,6 +293,7 @@ def input_pipeline(ctx: Context) -> Finding | None:
             f"load batches in background workers: DataLoader(num_workers=N, "
             f"pin_memory=True, persistent_workers=True); or make {_where(sites)} cheaper "
             "(decode once, cache, move the transform to the GPU)",
+            ("g.data_ns", "1"),
         )
     hot = workers.sites[0].location if workers.sites else "__getitem__"
     evidence += (
@@ -286,6 +321,7 @@ def input_pipeline(ctx: Context) -> Finding | None:
         sites,
         evidence,
         advice,
+        ("g.data_ns", "1"),
     )
 
 
@@ -310,6 +346,7 @@ def python_between_launches(ctx: Context) -> Finding | None:
         f"take {_where(sites)} off the GPU's critical path: do it before the loop or in a "
         "DataLoader worker or another thread, vectorise it on the GPU, or queue the next "
         "step's GPU work before running it",
+        ("g.host_ns", "g.block_id is null"),
     )
 
 
@@ -347,7 +384,7 @@ def blocked_wait(ctx: Context) -> Finding | None:
             "queue, produced ahead) so the GPU's next work is queued before the wait"
         )
         sites = sites + others.sites[:1]
-    return _finding(ctx, "BLOCKED_WAIT", ns, title, sites, evidence, suggestion)
+    return _finding(ctx, "BLOCKED_WAIT", ns, title, sites, evidence, suggestion, ("g.wait_ns", "1"))
 
 
 def launch_bound(ctx: Context) -> Finding | None:
@@ -382,6 +419,7 @@ def launch_bound(ctx: Context) -> Finding | None:
         "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
         "torch.cuda.graphs), fuse the small ops (torch.compile), or give each kernel "
         f"more work (a larger batch) around {_where(sites)}",
+        ("g.launch_ns", "1"),
     )
 
 

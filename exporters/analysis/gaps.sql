@@ -398,9 +398,10 @@ split AS (
          coalesce(c.data_ns, 0) AS s_data, coalesce(c.launch_ns, 0) AS s_launch,
          coalesce(c.host_ns, 0) AS s_host,
          ls.kind AS last_kind,
-         -- No sample of the thread at all: the CPU slices say what it did.
+         -- No sample of any launching thread (a converted trace, --no-cpu): the CPU slices
+         -- say what it did.  (A thread without samples in a sampled trace was off-CPU.)
          CASE WHEN c.gap_id IS NULL AND ls.gap_id IS NULL AND w.gap_id IS NULL
-                AND g.utid NOT IN (SELECT DISTINCT utid FROM _xpu_gap_thread_sample)
+                AND NOT EXISTS (SELECT 1 FROM _xpu_gap_thread_sample)
               THEN coalesce(ds.data_ns, 0) END AS slice_data_ns
   FROM _xpu_gap g
   LEFT JOIN _xpu_gap_block b ON b.gap_id = g.id
