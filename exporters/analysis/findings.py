@@ -9,7 +9,7 @@ half of the FP32 GEMMs' time (TF32 or BF16 tensor-core GEMMs run several times f
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporters.analysis import follow, idle
@@ -64,6 +64,7 @@ class Context:
     span_ns: int
     idle: IdleSummary
     launches: LaunchStats
+    ranks: dict[int, int] = field(default_factory=dict)  # upid -> rank, of ranked processes
 
 
 def _ms(ns: float) -> str:
@@ -113,21 +114,25 @@ RANK_SHARE = 0.6
 def _rank_note(ctx: Context, claim: tuple[str, str] | None) -> str:
     """' (rank N: X% of it)' where the trace holds several ranks and one of them holds most
     of the finding's time (`claim`: its ns expression and gap condition), else ''."""
-    if claim is None:
+    if claim is None or len(ctx.ranks) < 2:
         return ""
     expr, where = claim
-    rows = ctx.trace.query(
-        f"select p.rank, sum({expr}) as ns from xpu_focus_gap g join thread t using (utid) "
-        f"join xpu_process p using (upid) where {where} and p.rank is not null "
-        "group by p.rank order by ns desc"
+    per_upid = ctx.trace.query(
+        f"select t.upid, sum({expr}) as ns from xpu_focus_gap g join thread t using (utid) "
+        f"where {where} group by t.upid"
     )
-    if len(rows) < 2:
+    by_rank: dict[int, int] = {}
+    for r in per_upid:
+        rank = ctx.ranks.get(int(r["upid"])) if r["upid"] is not None else None
+        if rank is not None:
+            by_rank[rank] = by_rank.get(rank, 0) + int(r["ns"] or 0)
+    total = sum(by_rank.values())
+    if len(by_rank) < 2 or not total:
         return ""
-    total = sum(int(r["ns"] or 0) for r in rows)
-    top = rows[0]
-    if not total or int(top["ns"] or 0) < RANK_SHARE * total:
+    rank, ns = max(by_rank.items(), key=lambda kv: kv[1])
+    if ns < RANK_SHARE * total:
         return ""
-    return f" (rank {top['rank']}: {100 * int(top['ns']) / total:.0f}% of it)"
+    return f" (rank {rank}: {100 * ns / total:.0f}% of it)"
 
 
 def _finding(
@@ -522,5 +527,10 @@ RULES: tuple[Callable[[Context], Finding | None], ...] = (
 
 
 def findings(ctx: Context) -> list[Finding]:
+    ranks = {
+        int(r["upid"]): int(r["rank"])
+        for r in ctx.trace.query("select upid, rank from xpu_process where rank is not null")
+    }
+    ctx = replace(ctx, ranks=ranks)
     found = [f for rule in RULES if (f := rule(ctx)) is not None]
     return sorted(found, key=lambda f: -f.idle_ns)

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 # Workers busy at least this share of the waits (of each worker's time) are saturated:
 # only then do more workers help (where there are cores for them).
 SATURATED = 0.8
+# The ops a sync waited for are named from this many of them (the most common names).
+SYNC_TARGET_OPS = 1000
 
 
 @dataclass(frozen=True)
@@ -185,8 +187,10 @@ def sync_targets(trace: Trace, top: int = 2) -> list[tuple[str, int]]:
     ]
     if not ids:
         return []
+    # A join by id, over at most SYNC_TARGET_OPS of them (`id IN (...)` is a scan per value).
+    values = ",".join(f"({i})" for i in ids[:SYNC_TARGET_OPS])
     counted = trace.query(
-        f"select name, count(*) as n from slice where id in ({','.join(map(str, ids))}) "
-        f"group by name order by n desc limit {int(top)}"
+        f"with o(id) as (values {values}) select s.name, count(*) as n from o "
+        f"join slice s using (id) group by s.name order by n desc limit {int(top)}"
     )
     return [(str(r["name"]), int(r["n"])) for r in counted]

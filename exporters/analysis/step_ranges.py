@@ -25,6 +25,8 @@ RANGE_SPAN = 0.5
 RANGE_LAUNCHES = 0.5
 RANGE_WITH_LAUNCH = 0.8
 
+# Thread slices that are never a step: API calls, waits, the recorder's metadata.
+_NOT_RANGES = ("cuda_api", "wait", "xpu_perf_metadata")
 _NUMBERED = re.compile(r"[\s#_:.-]*\d+$")
 
 
@@ -86,13 +88,18 @@ def repeating_range(trace: Trace) -> tuple[str, str] | None:
         return None
     upid = int(main[0]["upid"])
     span = trace.query("select ts, end_ts, dur from xpu_analysis_span")[0]
-    names = trace.query(
-        "select s.name, count(*) as n, sum(s.dur) as d from xpu_thread_slice s "
-        f"join thread t using (utid) where t.upid = {upid} and s.dur > 0 "
-        f"and s.ts < {int(span['end_ts'])} and s.ts + s.dur > {int(span['ts'])} "
-        "and coalesce(s.category, '') not in ('cuda_api', 'wait', 'xpu_perf_metadata') "
-        "group by s.name"
-    )
+    # The slice table filtered by its tracks (not the xpu_thread_slice view joined to the
+    # threads: 0.8 s against 0.2 s over 740k slices of one process).
+    tracks = f"select tt.id from thread_track tt join thread t using (utid) where t.upid = {upid}"
+    # (The categories left out in Python: a condition per row costs more than the rows.)
+    names = [
+        r
+        for r in trace.query(
+            "select s.name, s.category, count(*) as n, sum(s.dur) as d from slice s "
+            f"where s.track_id in ({tracks}) and s.dur > 0 group by s.name, s.category"
+        )
+        if r["category"] not in _NOT_RANGES
+    ]
     families: dict[str, list[str]] = {}
     sizes: dict[str, list[int]] = {}
     for r in names:
@@ -121,8 +128,8 @@ def repeating_range(trace: Trace) -> tuple[str, str] | None:
         glob = glob_escape(key) + "*" if members != [key] else glob_escape(key)
         listed = ",".join("'" + m.replace("'", "''") + "'" for m in members)
         cols = trace.query_arrays(
-            "select s.ts, s.ts + s.dur as end_ts from xpu_thread_slice s "
-            f"join thread t using (utid) where t.upid = {upid} and s.dur > 0 "
+            "select s.ts, s.ts + s.dur as end_ts from slice s "
+            f"where s.track_id in ({tracks}) and s.dur > 0 "
             f"and s.name in ({listed}) order by s.ts"
         )
         start = np.asarray(cols["ts"], np.int64)
