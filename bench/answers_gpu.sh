@@ -11,7 +11,8 @@ exec > >(tee "$out/log.txt") 2>&1
 python3 -m collector.inject_build >/dev/null
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 modes=("$@")
-[ ${#modes[@]} -gt 0 ] || modes=(sync dataloader preprocess pageable launch_bound fp32_gemm gpu_bound)
+[ ${#modes[@]} -gt 0 ] || modes=(sync dataloader preprocess pageable launch_bound fp32_gemm gpu_bound
+    loader_workers infer_preprocess sync_then_prep producer_thread file_reads nvtx_steps cuda_graph)
 for mode in "${modes[@]}"; do
     echo "== $mode $(date +%T)"
     python3 -m collector.commands.record --no-kernel-stacks \

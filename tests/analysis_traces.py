@@ -52,6 +52,11 @@ class Expected:
     finding: str | None  # the top finding's code
     idle_per_step_ns: int = 0
     gap_ns: dict[str, int] = field(default_factory=dict)  # ns per class over the trace
+    # The classes whose time the top finding claims (default: gap_class's).
+    finding_classes: tuple[str, ...] = ()
+
+    def claimed(self) -> tuple[str, ...]:
+        return self.finding_classes or ((self.gap_class,) if self.gap_class else ())
 
 
 def write(path: Path, scenario: str, steps: int = 12) -> Expected:
@@ -161,7 +166,8 @@ def write(path: Path, scenario: str, steps: int = 12) -> Expected:
         host_start = t + 4 * 20_000
         if scenario == "sync":
             # loss.item(): a sync that returns 10 us after the GPU ran dry, then 2 ms of
-            # logging in Python before the next step's first launch.
+            # preparation in Python before the next step's first launch: the GPU idles
+            # 10 us inside the sync, then 2 ms while augment runs.
             sync_end = gpu_end + 10_000
             events.append(
                 model.CpuSlice(
@@ -178,6 +184,9 @@ def write(path: Path, scenario: str, steps: int = 12) -> Expected:
             next_t = sync_end + 2_000_000
             samples(sync_end, next_t, HOST_STACK)
             cls = "sync"
+            if step < steps - 1:
+                gap_ns["host_compute"] = gap_ns.get("host_compute", 0) + next_t - sync_end
+                gap_ns["sync"] = gap_ns.get("sync", 0) + sync_end - gpu_end
         else:
             stack = DATA_STACK if scenario == "data" else HOST_STACK
             # 9 ms of input pipeline / preprocessing on the CPU while the GPU runs 4 ms.
@@ -186,7 +195,8 @@ def write(path: Path, scenario: str, steps: int = 12) -> Expected:
             cls = "data_loading" if scenario == "data" else "host_compute"
         if step < steps - 1:
             # The next step's first kernel starts 30 us after its call: launch latency.
-            gap_ns[cls] = gap_ns.get(cls, 0) + next_t - gpu_end
+            if cls != "sync":
+                gap_ns[cls] = gap_ns.get(cls, 0) + next_t - gpu_end
             gap_ns["launch"] = gap_ns.get("launch", 0) + 30_000
         t = next_t
     if scenario == "gpu_bound":
@@ -201,8 +211,14 @@ def write(path: Path, scenario: str, steps: int = 12) -> Expected:
     }[scenario]
     code = {"sync": "HOST_SYNC", "data": "INPUT_PIPELINE", "host": "PYTHON_BETWEEN_LAUNCHES"}
     per_step = sum(gap_ns.values()) // (steps - 1)
+    # The sync finding claims the time in the sync and the work that followed it.
+    claimed = ("sync", "host_compute") if scenario == "sync" else ()
     return _finish(
-        path, events, pb, TraceWriter, Expected(steps, cls, where, code[scenario], per_step, gap_ns)
+        path,
+        events,
+        pb,
+        TraceWriter,
+        Expected(steps, cls, where, code[scenario], per_step, gap_ns, claimed),
     )
 
 

@@ -13,7 +13,7 @@ from collector.commands.output import check_outputs, write_output
 from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
 from exporters.analysis.annotate import annotations, write_annotated
-from exporters.analysis.tables import DEFAULT_STEPS, Scope
+from exporters.analysis.tables import Scope, StepsError
 from exporters.folded.folded import FoldedError
 from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
@@ -54,7 +54,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         default=None,
         help="the step slices (NVTX ranges or any slice on a thread), a name or GLOB pattern "
-        "(default: 'ProfilerStep#*'; where none match, steps are detected from the repeating "
+        "(an error where none match; default: 'ProfilerStep#*', else a range that repeats on "
+        "the launching process, else repeated CUDA graph launches, else the repeating "
         "sequence of launches)",
     )
     p.add_argument(
@@ -152,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--bins must be 1..2000")
     # Said before the queries run, not after; never the input trace, never one file twice.
     check_outputs({"-o": args.output, "--annotate": args.annotate}, [args.trace])
-    scope = Scope(span_all=args.span == "all", steps_glob=args.steps or DEFAULT_STEPS)
+    scope = Scope(span_all=args.span == "all", steps_glob=args.steps or None)
     try:
         with open_cached(args.trace, args.trace_processor) as trace:
             report = collect(
@@ -168,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
                 flame_span=args.span,
             )
             marks = annotations(trace) if args.annotate is not None else None
-    except (TraceOpenError, QueryError, FoldedError) as exc:
+    except (TraceOpenError, QueryError, FoldedError, StepsError) as exc:
         raise UserError(str(exc)) from None
     # The page first: a run that cannot write it fails with one line and shows nothing.
     if args.output is not None:

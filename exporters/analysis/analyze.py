@@ -1,7 +1,7 @@
 """The facade: everything the analyses say about a trace, for `report`, `report --format
 json` and the tests.
 
-    analysis = analyze(trace, Scope(span_all=False, steps_glob="ProfilerStep#*"))
+    analysis = analyze(trace, Scope(span_all=False, steps_glob=None))  # None: found
     analysis.findings   # ranked, each with code, title, idle_ns, share, locations, ...
     analysis.steps      # per-step wall time, GPU busy by kind, idle
     analysis.idle       # idle time by cause, the longest gaps
@@ -110,6 +110,8 @@ class Analysis:
                 for s in self.steps.steps
             ],
             "step_source": self.steps.source,
+            # which slices marked the steps (a ProfilerStep, --steps, a repeating range)
+            **({"step_marks": self.steps.marked_by} if self.steps.marked_by else {}),
             "steps_total": self.steps.count,
             # Set where "steps" holds the slowest only (more than steps.STEP_ROWS found).
             **({"steps_note": self.steps.shown_note()} if self.steps.capped else {}),

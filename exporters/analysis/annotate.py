@@ -11,23 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporters.analysis import locations
+from exporters.analysis import causes, locations
 from exporters.perfetto.trace_processor import Trace
 
 STEP_LANE = "steps: "  # + the process's name
 GAP_LANE = "GPU idle: "  # + the device's track name
 CATEGORY = "xpu_perf_analysis"
-# A gap's class (xpu_gpu_gap.class) in words.  Hook: where the table of causes
-# (exporters/analysis/causes.py) names them, its label is the one to use here.
-CAUSE_WORDS = {
-    "sync": "host sync",
-    "data_loading": "data loading",
-    "host_compute": "CPU work before the launch",
-    "launch": "launch",
-    "other": "other",
-}
-# Where a data loading or CPU work gap's cause ran: the gap's samples of that kind (is_data).
-_SAMPLED = {"data_loading": 1, "host_compute": 0}
+# Where a gap's cause ran, for the classes samples explain: the gap's samples of that
+# kind (_xpu_gap_sample.kind).
+_SAMPLED = {"data_loading": "data", "host_compute": "host", "launch": "launch"}
 
 
 @dataclass(frozen=True)
@@ -56,19 +48,21 @@ def annotations(trace: Trace) -> list[Mark]:
         )
     ]
     where = gap_locations(trace)
+    parts = tuple(causes.COLUMNS.values())
     for r in trace.query(
         "select id, ts, dur, device, class, coalesce(next_op, '') as next_op, "
-        "coalesce(api_name, '') as api, coalesce(block_name, '') as block, sync_ns, data_ns, "
-        "host_ns, launch_ns, other_ns from xpu_gpu_gap order by ts"
+        "coalesce(api_name, '') as api, coalesce(block_name, '') as block, "
+        + ", ".join(parts)
+        + " from xpu_gpu_gap order by ts"
     ):
-        args: dict[str, int | str] = {
-            k: int(r[k]) for k in ("sync_ns", "data_ns", "host_ns", "launch_ns", "other_ns")
-        }
+        # The gap named by its cause (causes.py's key), with every part's ns.
+        args: dict[str, int | str] = {k: int(r[k]) for k in parts}
         args["next_op"] = str(r["next_op"])
         args["cause"] = str(r["class"])
         if r["block"]:
             args["waited_in"] = str(r["block"])
-        name = CAUSE_WORDS.get(str(r["class"]), str(r["class"]))
+        cause = causes.BY_KEY.get(str(r["class"]))
+        name = cause.annotate if cause is not None else str(r["class"])
         location = where.get(int(r["id"]))
         if location:
             name = f"{name}: {location}"
@@ -85,16 +79,28 @@ def gap_locations(trace: Trace) -> dict[int, str]:
     nothing to tell are left out."""
     found: dict[int, str] = {}
     weights: dict[int, tuple[int, int]] = {}  # gap -> (ns, callsite), the heaviest so far
-    for cls, is_data in _SAMPLED.items():
+    for cls, kind in _SAMPLED.items():
         for r in trace.query(
             "select s.gap_id, s.callsite_id, sum(s.covered_ns) as ns "
             "from _xpu_gap_sample s join xpu_gpu_gap g on g.id = s.gap_id "
-            f"where g.class = '{cls}' and s.is_data = {is_data} and s.callsite_id is not null "
+            f"where g.class = '{cls}' and s.kind = '{kind}' and s.callsite_id is not null "
             "group by s.gap_id, s.callsite_id"
         ):
             gap, ns = int(r["gap_id"]), int(r["ns"])
             if ns > weights.get(gap, (-1, 0))[0]:
                 weights[gap] = (ns, int(r["callsite_id"]))
+    # A gap the thread spent blocked: where it waited (the heaviest wait's stack).
+    waited: dict[int, tuple[int, int]] = {}
+    for r in trace.query(
+        "select w.gap_id, w.callsite_id, sum(w.covered_ns) as ns "
+        "from _xpu_gap_wait w join xpu_gpu_gap g on g.id = w.gap_id "
+        "where g.class in ('wait', 'data_loading') and w.callsite_id is not null "
+        "group by w.gap_id, w.callsite_id"
+    ):
+        gap, ns = int(r["gap_id"]), int(r["ns"])
+        if ns > waited.get(gap, (-1, 0))[0]:
+            waited[gap] = (ns, int(r["callsite_id"]))
+    weights = waited | weights  # samples of its class first, else where it waited
     calls: dict[int, int] = {}  # gap -> the API call's slice id
     stacked: dict[int, int] = {}  # gap -> the call's launch stack
     for r in trace.query(

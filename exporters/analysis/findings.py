@@ -9,10 +9,10 @@ half of the FP32 GEMMs' time (TF32 or BF16 tensor-core GEMMs run several times f
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from exporters.analysis import idle
+from exporters.analysis import follow, idle
 from exporters.analysis.idle import IdleSummary, Site
 from exporters.analysis.launches import LaunchStats
 from exporters.perfetto.trace_processor import Trace
@@ -64,6 +64,7 @@ class Context:
     span_ns: int
     idle: IdleSummary
     launches: LaunchStats
+    ranks: dict[int, int] = field(default_factory=dict)  # upid -> rank, of ranked processes
 
 
 def _ms(ns: float) -> str:
@@ -78,128 +79,366 @@ def _where(sites: list[Site]) -> str:
     return sites[0].location if sites else "the loop"
 
 
-def _idle_finding(
+# A device-to-host copy of more than this many bytes is a result the program reads (a
+# model's output), not a value read for logging (`.item()`: a scalar).
+RESULT_BYTES = 1024
+# A finding's sites are listed until they cover this share of the time it claims.
+EVIDENCE_SHARE = 0.9
+EVIDENCE_SITES = 8
+
+
+def _covering(sites: list[Site], ns: int) -> list[Site]:
+    """The heaviest sites until they cover EVIDENCE_SHARE of `ns` (at most EVIDENCE_SITES)."""
+    out: list[Site] = []
+    for site in sorted(sites, key=lambda s: -s.ns):
+        if len(out) >= EVIDENCE_SITES or sum(s.ns for s in out) >= EVIDENCE_SHARE * ns:
+            break
+        out.append(site)
+    return out
+
+
+def _listed(sites: list[Site]) -> str:
+    return ", ".join(f"{x.location} ({_ms(x.ns)})" for x in sites)
+
+
+def _claimed(ctx: Context, expr: str, where: str = "1") -> int:
+    return int(
+        ctx.trace.scalar(f"select coalesce(sum({expr}), 0) from xpu_focus_gap where {where}") or 0
+    )
+
+
+# A finding of a multi-rank trace names the rank holding at least this share of its time.
+RANK_SHARE = 0.6
+
+
+def _rank_note(ctx: Context, claim: tuple[str, str] | None) -> str:
+    """' (rank N: X% of it)' where the trace holds several ranks and one of them holds most
+    of the finding's time (`claim`: its ns expression and gap condition), else ''."""
+    if claim is None or len(ctx.ranks) < 2:
+        return ""
+    expr, where = claim
+    per_upid = ctx.trace.query(
+        f"select t.upid, sum({expr}) as ns from xpu_focus_gap g join thread t using (utid) "
+        f"where {where} group by t.upid"
+    )
+    by_rank: dict[int, int] = {}
+    for r in per_upid:
+        rank = ctx.ranks.get(int(r["upid"])) if r["upid"] is not None else None
+        if rank is not None:
+            by_rank[rank] = by_rank.get(rank, 0) + int(r["ns"] or 0)
+    total = sum(by_rank.values())
+    if len(by_rank) < 2 or not total:
+        return ""
+    rank, ns = max(by_rank.items(), key=lambda kv: kv[1])
+    if ns < RANK_SHARE * total:
+        return ""
+    return f" (rank {rank}: {100 * ns / total:.0f}% of it)"
+
+
+def _finding(
     ctx: Context,
-    cls: str,
     code: str,
-    title: Callable[[list[Site]], str],
-    sites: Callable[[], list[Site]],
-    evidence: Callable[[int, list[Site]], str],
-    suggestion: Callable[[list[Site]], str],
-) -> Finding | None:
-    ns = ctx.idle.by_class.get(cls, 0)
-    if ns < MIN_SHARE * ctx.span_ns:
-        return None
-    found = sites()
+    ns: int,
+    title: str,
+    sites: list[Site],
+    evidence: str,
+    suggestion: str,
+    claim: tuple[str, str] | None = None,
+) -> Finding:
     return Finding(
         code=code,
-        title=title(found),
+        title=title + _rank_note(ctx, claim),
         idle_ns=ns,
         share=ns / ctx.span_ns,
-        locations=[s.location for s in found],
-        evidence=evidence(ns, found),
-        suggestion=suggestion(found),
-        sites=found,
+        locations=[s.location for s in sites],
+        evidence=evidence,
+        suggestion=suggestion,
+        sites=sites,
     )
+
+
+def _enough(ctx: Context, ns: int) -> bool:
+    return ns >= MIN_SHARE * ctx.span_ns and ns > 0
 
 
 def host_sync(ctx: Context) -> Finding | None:
     """HOST_SYNC: the launching thread sat in a sync API or a blocking copy when the GPU ran
-    dry, so nothing was queued behind the work that ended.  Advice: read GPU values less
-    often, asynchronously."""
-
-    def evidence(ns: int, sites: list[Site]) -> str:
-        gaps = ctx.idle.gaps_by_class.get("sync", 0)
-        calls = ", ".join(f"{s.detail} from {s.location} ({s.count}x, {_ms(s.ns)})" for s in sites)
-        return (
-            f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) in {gaps} gaps "
-            f"that began while the host waited in a sync: {calls}"
+    dry, so nothing was queued behind the work that ended; the time claimed is the rest of
+    the call and the work that launches nothing run after it (the GPU empty meanwhile).
+    Advice: both fixes, move that work before the sync (it then overlaps the GPU) or drop
+    or defer the sync.  Where most of that time follows a device-to-host copy of more than
+    RESULT_BYTES (the copy itself blocking, or an async copy then the sync: `.cpu()` of a
+    model's output at the end of a request), the result is what the program needs: titled
+    by the work after it, and not told to read less often; a scalar read (`.item()` for a
+    log line) is offered both."""
+    in_sync = _claimed(ctx, "sync_ns", "block_id is not null")
+    after = _claimed(ctx, "host_ns", "block_id is not null")
+    ns = in_sync + after
+    if not _enough(ctx, ns):
+        return None
+    # The calls weighted by all they explain (the time in them and the work after them).
+    calls = _covering(
+        idle.sync_sites(ctx.trace, top=EVIDENCE_SITES, weight="g.sync_ns + g.host_ns"), ns
+    )
+    # What ran after them, where samples say (without samples, nothing names that work).
+    sampled = bool(ctx.trace.scalar("select count(*) from _xpu_gap_sample"))
+    following = (
+        _covering(idle.sample_sites(ctx.trace, "host", after_sync=True, top=EVIDENCE_SITES), after)
+        if after and sampled
+        else []
+    )
+    call = calls[0] if calls else None
+    what = call.detail if call else "a sync"
+    where = call.location if call else "the loop"
+    # Reading back a result (a device-to-host copy of more than a scalar: `.cpu()` of a
+    # model's output) for most of the time: the program needs it, so the copy stays.
+    result_ns = int(
+        ctx.trace.scalar(
+            "select coalesce(sum(g.sync_ns + g.host_ns), 0) from xpu_focus_gap g "
+            "join xpu_copy c on c.api_id = g.copy_id where g.block_id is not null "
+            f"and c.direction = 'DtoH' and coalesce(c.bytes, 0) > {RESULT_BYTES}"
         )
-
-    return _idle_finding(
+        or 0
+    )
+    is_copy = result_ns >= ns / 2
+    gaps = ctx.trace.scalar("select count(*) from xpu_focus_gap where block_id is not null")
+    targets = follow.sync_targets(ctx.trace)
+    evidence = (
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) in {gaps} gaps "
+        f"that began while the host waited in {what}"
+        + (
+            " for " + ", ".join(f"{name} ({n}x)" for name, n in targets) + " to finish"
+            if targets
+            else ""
+        )
+        + (f", made at {_listed(calls)}" if calls else "")
+        + f": {_ms(in_sync)} in the call until it returned"
+    )
+    if following:
+        evidence += f"; then {_ms(after)} of work that launches nothing, the GPU empty: " + (
+            _listed(following)
+        )
+    elif after:
+        evidence += f"; then {_ms(after)} of host time before the next launch"
+    work = following[0].location if following else ""
+    if is_copy:
+        title = (
+            f"{work} runs with the GPU empty after reading a result back at {where}"
+            if work
+            else f"Reading a result back at {where}: the GPU waits for the host"
+        )
+        sites = following + calls
+        suggestion = f"the copy at {where} returns a result the program needs, so keep it; " + (
+            f"move {work} before it (or into another thread) so it runs while the GPU "
+            "computes, or queue the next step's GPU work before reading the result"
+            if work
+            else "queue the next step's GPU work before reading it "
+            "(.to('cpu', non_blocking=True) and an event), so the GPU keeps running"
+        )
+    else:
+        title = f"Host sync inside the loop: {what} at {where}" + (
+            f", then {work} with the GPU empty" if work else ""
+        )
+        sites = calls + following
+        suggestion = (
+            f"{where} makes the host wait for the GPU every time it runs (.item(), .cpu(), "
+            ".tolist(), printing a tensor, torch.cuda.synchronize() all do)"
+            + (
+                f"; {work} runs after it with nothing queued: move {work} before the sync "
+                "so it overlaps the GPU, or"
+                if work
+                else ":"
+            )
+            + " drop or defer the sync: keep the value on the GPU and read it every N steps, "
+            "or copy it with .to('cpu', non_blocking=True) and read it after the next step "
+            "is queued"
+        )
+    return _finding(
         ctx,
-        "sync",
         "HOST_SYNC",
-        lambda s: f"Host sync inside the loop: {s[0].detail if s else 'a sync'} at {_where(s)}",
-        lambda: idle.sync_sites(ctx.trace),
+        ns,
+        title,
+        sites,
         evidence,
-        lambda s: (
-            f"{_where(s)} makes the host wait for the GPU every time it runs (.item(), .cpu(), "
-            ".tolist(), printing a tensor, torch.cuda.synchronize() all do): keep the value on "
-            "the GPU and read it every N steps, or copy it with .to('cpu', non_blocking=True) "
-            "and read it after the next step is queued"
-        ),
+        suggestion,
+        ("g.sync_ns + g.host_ns", "g.block_id is not null"),
     )
 
 
 def input_pipeline(ctx: Context) -> Finding | None:
     """INPUT_PIPELINE: the launching thread ran input-pipeline code (torch.utils.data, a
-    dataset's __getitem__, decoding) while the GPU waited.  Advice: DataLoader workers."""
-    return _idle_finding(
+    dataset's __getitem__, decoding), or waited for a DataLoader batch, while the GPU
+    waited.  A wait for a batch is followed to the DataLoader workers (follow.py): located
+    at their hottest line; more workers advised only where they were saturated and the
+    machine has cores for more, else a cheaper __getitem__.  Without waits: DataLoader
+    workers."""
+    ns = _claimed(ctx, "data_ns")
+    if not _enough(ctx, ns):
+        return None
+    waited = _claimed(ctx, "data_wait_ns")
+    workers = follow.loader_workers(ctx.trace) if waited else None
+    on_thread = idle.sample_sites(ctx.trace, "data", top=EVIDENCE_SITES)
+    if workers is None:
+        on_thread += idle.wait_sites(ctx.trace, data=True, top=EVIDENCE_SITES)
+    else:
+        on_thread += workers.sites
+    sites = _covering(on_thread, ns)
+    evidence = (
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
+        "launching thread loaded data or waited for it, in: " + _listed(sites)
+    )
+    if workers is None or waited < ns / 2:
+        return _finding(
+            ctx,
+            "INPUT_PIPELINE",
+            ns,
+            f"Input pipeline on the critical path: {_where(sites)}",
+            sites,
+            evidence,
+            f"load batches in background workers: DataLoader(num_workers=N, "
+            f"pin_memory=True, persistent_workers=True); or make {_where(sites)} cheaper "
+            "(decode once, cache, move the transform to the GPU)",
+            ("g.data_ns", "1"),
+        )
+    hot = workers.sites[0].location if workers.sites else "__getitem__"
+    evidence += (
+        f"; the launching thread waited {_ms(waited)} for batches while "
+        f"{workers.count} DataLoader worker(s) were busy {_pct(workers.busy)} of it"
+    )
+    room = workers.cores is not None and workers.count < workers.cores
+    if workers.saturated() and room:
+        advice = (
+            f"the {workers.count} workers were saturated and the machine has "
+            f"{workers.cores} CPUs: raise DataLoader(num_workers=...), or make {hot} cheaper"
+        )
+    else:
+        advice = f"make {hot} cheaper (decode once, cache, do the transform on the GPU): " + (
+            f"the {workers.count} workers were busy only {_pct(workers.busy)} of the wait"
+            if not workers.saturated()
+            else "there are no spare CPUs for more workers"
+        )
+    sites = _covering(workers.sites + idle.sample_sites(ctx.trace, "data"), ns)
+    return _finding(
         ctx,
-        "data_loading",
         "INPUT_PIPELINE",
-        lambda s: f"Input pipeline on the critical path: {_where(s)}",
-        lambda: idle.sample_sites(ctx.trace, data=True),
-        lambda ns, s: (
-            f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
-            "launching thread loaded data, in: "
-            + ", ".join(f"{x.location} ({_ms(x.ns)})" for x in s)
-        ),
-        lambda s: (
-            f"load batches in background workers: DataLoader(num_workers=N, pin_memory=True, "
-            f"persistent_workers=True); or make {_where(s)} cheaper (decode once, cache, "
-            "move the transform to the GPU)"
-        ),
+        ns,
+        f"Input pipeline: DataLoader workers too slow, at {hot}",
+        sites,
+        evidence,
+        advice,
+        ("g.data_ns", "1"),
     )
 
 
 def python_between_launches(ctx: Context) -> Finding | None:
-    """PYTHON_BETWEEN_LAUNCHES: the launching thread ran other code (not a sync, not data
-    loading) for longer than the launch path takes before it launched the next op."""
-    return _idle_finding(
-        ctx,
-        "host_compute",
-        "PYTHON_BETWEEN_LAUNCHES",
-        lambda s: f"CPU work between launches: {_where(s)}",
-        lambda: idle.sample_sites(ctx.trace, data=False),
-        lambda ns, s: (
-            f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
-            "launching thread ran other code, in: "
-            + ", ".join(f"{x.location} ({_ms(x.ns)})" for x in s)
-        ),
-        lambda s: (
-            f"take {_where(s)} off the GPU's critical path: do it before the loop or in a "
-            "DataLoader worker or another thread, vectorise it on the GPU, or queue the next "
-            "step's GPU work before running it"
-        ),
+    """PYTHON_BETWEEN_LAUNCHES: the launching thread ran code that launches nothing (not a
+    sync, not data loading, not the model's own launching) for longer than the launch path
+    takes before it launched the next op.  Advice: take it off the critical path."""
+    ns = _claimed(ctx, "host_ns", "block_id is null")
+    if not _enough(ctx, ns):
+        return None
+    sites = _covering(
+        idle.sample_sites(ctx.trace, "host", after_sync=False, top=EVIDENCE_SITES), ns
     )
+    return _finding(
+        ctx,
+        "PYTHON_BETWEEN_LAUNCHES",
+        ns,
+        f"CPU work between launches: {_where(sites)}",
+        sites,
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
+        "launching thread ran code that launches no GPU work, in: " + _listed(sites),
+        f"take {_where(sites)} off the GPU's critical path: do it before the loop or in a "
+        "DataLoader worker or another thread, vectorise it on the GPU, or queue the next "
+        "step's GPU work before running it",
+        ("g.host_ns", "g.block_id is null"),
+    )
+
+
+def blocked_wait(ctx: Context) -> Finding | None:
+    """BLOCKED_WAIT: the launching thread was blocked in a call (a lock, a queue, a sleep,
+    I/O: the recorder's waits) while the GPU waited; followed to what the other threads of
+    its process ran meanwhile (follow.py).  Advice: what it waited for."""
+    ns = _claimed(ctx, "wait_ns")
+    if not _enough(ctx, ns):
+        return None
+    sites = _covering(idle.wait_sites(ctx.trace, data=False, top=EVIDENCE_SITES), ns)
+    what = sites[0].detail if sites else "a blocking call"
+    title = f"Launching thread blocked in {what} at {_where(sites)}"
+    evidence = (
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
+        "launching thread was blocked, in: "
+        + ", ".join(f"{x.detail} at {x.location} ({_ms(x.ns)})" for x in sites)
+    )
+    suggestion = (
+        f"the thread that launches the GPU's work waits at {_where(sites)}: make what it "
+        "waits for arrive earlier (produce it ahead, in parallel), or queue the GPU's next "
+        "work before waiting"
+    )
+    others = follow.other_threads(ctx.trace)
+    if others is not None and others.sites:
+        hot = others.sites[0].location
+        title += f", waiting on {others.who} running {hot}"
+        evidence += (
+            f"; meanwhile {others.who} ran {_listed(others.sites[:3])} "
+            f"(busy {_pct(others.busy)} of the wait)"
+        )
+        suggestion = (
+            f"the launching thread waits for {others.who}, which runs {hot}: make {hot} "
+            "cheaper or run more of it in parallel, or hand work over earlier (a deeper "
+            "queue, produced ahead) so the GPU's next work is queued before the wait"
+        )
+        sites = sites + others.sites[:1]
+    return _finding(ctx, "BLOCKED_WAIT", ns, title, sites, evidence, suggestion, ("g.wait_ns", "1"))
 
 
 def launch_bound(ctx: Context) -> Finding | None:
-    """LAUNCH_BOUND: the GPU waits for the launch path (short host parts between launches,
-    launch latency): kernels too small for the CPU to keep up with.  Advice: CUDA graphs,
-    torch.compile, fusion, more work per kernel."""
+    """LAUNCH_BOUND: the GPU waits for the host to launch the model's own work: the launch
+    path (short host parts between launches, launch latency) and the host time spent in
+    the code that launches (module forwards, framework dispatch).  Located where the host
+    spends that time.  Advice: CUDA graphs, torch.compile, fusion, more work per kernel."""
     st = ctx.launches
-    return _idle_finding(
-        ctx,
-        "launch",
-        "LAUNCH_BOUND",
-        lambda s: f"Launch-bound: the GPU waits for small kernels launched from {_where(s)}",
-        lambda: idle.launch_sites(ctx.trace),
-        lambda ns, s: (
-            f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) waiting for "
-            f"launches; median kernel {_ms(st.kernel_p50_ns)} vs its launch call "
-            f"{_ms(st.call_p50_ns)}; {st.shorter_than_call} of {st.launches} kernels ran "
-            f"shorter than their launch call; launch latency p50 {_ms(st.latency_p50_ns)}; "
-            "sites: " + ", ".join(f"{x.location} ({x.count} launches)" for x in s)
+    ns = _claimed(ctx, "launch_ns")
+    if not _enough(ctx, ns):
+        return None
+    in_code = _claimed(ctx, "launch_host_ns")
+    sites = _covering(
+        _merge(
+            idle.sample_sites(ctx.trace, "launch", top=EVIDENCE_SITES)
+            + idle.launch_sites(ctx.trace, top=EVIDENCE_SITES)
         ),
-        lambda s: (
-            "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
-            "torch.cuda.graphs), fuse the small ops (torch.compile), or give each kernel "
-            f"more work (a larger batch) around {_where(s)}"
-        ),
+        ns,
     )
+    return _finding(
+        ctx,
+        "LAUNCH_BOUND",
+        ns,
+        f"Launch-bound: the GPU waits for the host to launch its work, at {_where(sites)}",
+        sites,
+        f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) waiting for "
+        f"launches ({_ms(in_code)} of it the host running the code that launches them); "
+        f"median kernel {_ms(st.kernel_p50_ns)} vs its launch call "
+        f"{_ms(st.call_p50_ns)}; {st.shorter_than_call} of {st.launches} kernels ran "
+        f"shorter than their launch call; launch latency p50 {_ms(st.latency_p50_ns)}; "
+        "where: " + _listed(sites),
+        "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
+        "torch.cuda.graphs), fuse the small ops (torch.compile), or give each kernel "
+        f"more work (a larger batch) around {_where(sites)}",
+        ("g.launch_ns", "1"),
+    )
+
+
+def _merge(sites: list[Site]) -> list[Site]:
+    """Sites of one location added up."""
+    merged: dict[str, Site] = {}
+    for s in sites:
+        m = merged.get(s.location)
+        merged[s.location] = (
+            s
+            if m is None
+            else Site(s.location, m.ns + s.ns, m.count + s.count, m.detail or s.detail)
+        )
+    return sorted(merged.values(), key=lambda s: -s.ns)
 
 
 def pageable_copies(ctx: Context) -> Finding | None:
@@ -280,6 +519,7 @@ RULES: tuple[Callable[[Context], Finding | None], ...] = (
     host_sync,
     input_pipeline,
     python_between_launches,
+    blocked_wait,
     launch_bound,
     pageable_copies,
     fp32_gemm,
@@ -287,5 +527,10 @@ RULES: tuple[Callable[[Context], Finding | None], ...] = (
 
 
 def findings(ctx: Context) -> list[Finding]:
+    ranks = {
+        int(r["upid"]): int(r["rank"])
+        for r in ctx.trace.query("select upid, rank from xpu_process where rank is not null")
+    }
+    ctx = replace(ctx, ranks=ranks)
     found = [f for rule in RULES if (f := rule(ctx)) is not None]
     return sorted(found, key=lambda f: -f.idle_ns)

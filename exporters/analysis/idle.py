@@ -5,12 +5,13 @@ there."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporters.analysis import locations
+from exporters.analysis import causes, locations
 from exporters.perfetto.trace_processor import Trace
 
-CLASSES = ("sync", "data_loading", "host_compute", "launch", "other")
+CLASSES = causes.KEYS
 
 
 @dataclass(frozen=True)
@@ -55,37 +56,52 @@ def summary(trace: Trace, longest: int = 5) -> IdleSummary:
     )
 
 
-_COLUMNS = {
-    "sync": "sync_ns",
-    "data_loading": "data_ns",
-    "host_compute": "host_ns",
-    "launch": "launch_ns",
-    "other": "other_ns",
-}
+_COLUMNS = causes.COLUMNS
 
 
-def sync_sites(trace: Trace, top: int = 3) -> list[Site]:
-    """The blocking calls the GPU ran dry behind, by the line that made them."""
+# The gaps the sites are of: the findings' (from the second step on); a rank's own are a
+# subquery of the same rows (rank_causes.py).
+FOCUS = "xpu_focus_gap"
+
+
+def sync_sites(
+    trace: Trace, top: int = 3, gaps: str = FOCUS, weight: str = "g.sync_ns"
+) -> list[Site]:
+    """The blocking calls the GPU ran dry behind, by the line that made them, weighted by
+    `weight` (the time in the call; HOST_SYNC: with the work after it)."""
     return call_sites(
         trace,
-        "SELECT g.block_id AS call_id, s.ts, g.utid, g.sync_ns AS ns, g.block_name AS detail "
-        "FROM xpu_focus_gap g JOIN slice s ON s.id = g.block_id WHERE g.sync_ns > 0",
+        f"SELECT g.block_id AS call_id, s.ts, g.utid, {weight} AS ns, g.block_name AS detail "
+        f"FROM {gaps} g JOIN slice s ON s.id = g.block_id WHERE {weight} > 0",
         top,
     )
 
 
-def launch_sites(trace: Trace, top: int = 3) -> list[Site]:
-    """The launches the GPU waited for, by the line that made them."""
-    return nextcall_sites(trace, "launch_ns", top)
+def launch_sites(trace: Trace, top: int = 3, gaps: str = FOCUS) -> list[Site]:
+    """The launches the GPU waited for, by the model code that made them (the innermost
+    Python frame outside the framework: a module's forward), weighted by the launch time
+    that the samples of the launching code (sample_sites 'launch') do not already hold."""
+    return call_sites(
+        trace,
+        "SELECT g.api_id AS call_id, g.api_ts AS ts, g.utid, "
+        "g.launch_ns - min(g.launch_host_ns, coalesce((SELECT sum(s.covered_ns) "
+        "FROM _xpu_gap_sample s WHERE s.gap_id = g.id AND s.kind = 'launch'), 0)) AS ns, "
+        f"g.next_op AS detail FROM {gaps} g WHERE g.api_id IS NOT NULL AND g.launch_ns > 0",
+        top,
+        locate=locations.model_location,
+    )
 
 
-def nextcall_sites(trace: Trace, part: str, top: int = 3) -> list[Site]:
+def nextcall_sites(
+    trace: Trace, part: str, top: int = 3, where: str = "1", gaps: str = FOCUS
+) -> list[Site]:
     """The launches that ended gaps with time in `part` (a column of xpu_gpu_gap), by the
     line that made them, weighted by that time."""
     return call_sites(
         trace,
         f"SELECT g.api_id AS call_id, g.api_ts AS ts, g.utid, g.{part} AS ns, "
-        f"g.next_op AS detail FROM xpu_focus_gap g WHERE g.api_id IS NOT NULL AND g.{part} > 0",
+        f"g.next_op AS detail FROM {gaps} g WHERE g.api_id IS NOT NULL AND g.{part} > 0 "
+        f"AND ({where})",
         top,
     )
 
@@ -101,28 +117,42 @@ def op_sites(trace: Trace, where: str, top: int = 3) -> list[Site]:
     )
 
 
-def sample_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
-    """Where the launching thread's samples in the gaps ran: input-pipeline code (`data`)
-    or other host code, by the line users wrote."""
-    part = "data_ns" if data else "host_ns"
+_KIND_PART = {"data": "data_ns", "host": "host_ns", "launch": "launch_host_ns"}
+
+
+def sample_sites(
+    trace: Trace, kind: str, after_sync: bool | None = None, top: int = 3, gaps: str = FOCUS
+) -> list[Site]:
+    """Where the launching thread's samples in the gaps ran, of one kind (gaps.sql: 'data'
+    input-pipeline code, 'launch' the code launching the model's GPU work, 'host' other
+    code), in the gaps that began in a sync (`after_sync`), the others, or all; by the line
+    users wrote ('launch': by the model code, a module's forward)."""
+    part = _KIND_PART[kind]
+    where = f"g.{part} > 0 AND s.kind = '{kind}'"
+    if after_sync is not None:
+        where += f" AND g.block_id IS {'NOT ' if after_sync else ''}NULL"
     rows = trace.query(
         f"""
         SELECT s.callsite_id, sum(s.covered_ns) AS ns, count(*) AS n
-        FROM _xpu_gap_sample s JOIN xpu_focus_gap g ON g.id = s.gap_id
-        WHERE g.{part} > 0 AND s.is_data = {1 if data else 0}
+        FROM _xpu_gap_sample s JOIN {gaps} g ON g.id = s.gap_id
+        WHERE {where}
         GROUP BY s.callsite_id
         """
     )
     if not rows:
+        if kind == "launch" or trace.scalar("select count(*) from _xpu_gap_sample"):
+            return []
         # No samples in the gaps (converted traces, --no-cpu): the code that made the next
         # launch, from its launch stack or the CPU slices around it.
-        return nextcall_sites(trace, part, top)
+        sync = "1" if after_sync is None else f"g.block_id IS {'NOT ' if after_sync else ''}NULL"
+        return nextcall_sites(trace, part, top, sync, gaps)
+    locate = locations.model_location if kind == "launch" else locations.location
     frames = locations.callsite_frames(trace, (r["callsite_id"] for r in rows))
     # Samples land on whatever line of a function runs: they are added up per function
     # (the dataset's __getitem__, the function between launches), named by its heaviest line.
     per_function: dict[str, dict[str, list[int]]] = {}
     for r in rows:
-        loc = locations.location(frames.get(int(r["callsite_id"]), []))
+        loc = locate(frames.get(int(r["callsite_id"]), []))
         lines = per_function.setdefault(locations.function_of(loc), {})
         w = lines.setdefault(loc, [0, 0])
         w[0] += int(r["ns"])
@@ -137,12 +167,48 @@ def sample_sites(trace: Trace, data: bool, top: int = 3) -> list[Site]:
     return _top(weights, top)
 
 
+def wait_sites(trace: Trace, data: bool, top: int = 3, gaps: str = FOCUS) -> list[Site]:
+    """Where the launching thread waited in the gaps (xpu_wait, gaps.sql's _xpu_gap_wait):
+    for the input pipeline (`data`) or anything else, by the line of the wait's stack, the
+    call as detail."""
+    part = "data_ns" if data else "wait_ns"
+    rows = trace.query(
+        f"""
+        SELECT w.callsite_id, w.call, sum(w.covered_ns) AS ns, count(*) AS n
+        FROM _xpu_gap_wait w JOIN {gaps} g ON g.id = w.gap_id
+        WHERE g.{part} > 0 AND w.is_data = {1 if data else 0}
+        GROUP BY w.callsite_id, w.call
+        """
+    )
+    frames = locations.callsite_frames(trace, (r["callsite_id"] for r in rows))
+    weights: dict[str, list[int]] = {}
+    details: dict[str, dict[str, int]] = {}
+    for r in rows:
+        cid = r["callsite_id"]
+        loc = locations.location(frames.get(int(cid), [])) if cid is not None else ""
+        loc = loc or f"[{r['call']}]"
+        w = weights.setdefault(loc, [0, 0])
+        w[0] += int(r["ns"])
+        w[1] += int(r["n"])
+        d = details.setdefault(loc, {})
+        d[str(r["call"])] = d.get(str(r["call"]), 0) + int(r["ns"])
+    return [
+        Site(s.location, s.ns, s.count, max(details[s.location].items(), key=lambda kv: kv[1])[0])
+        for s in _top(weights, top)
+    ]
+
+
 # Calls without a launch stack (converted traces) are located one by one through their
 # enclosing slices: only the heaviest.
 _UNSTACKED_CALLS = 200
 
 
-def call_sites(trace: Trace, calls_sql: str, top: int) -> list[Site]:
+def call_sites(
+    trace: Trace,
+    calls_sql: str,
+    top: int,
+    locate: Callable[[list[locations.Frame]], str] = locations.location,
+) -> list[Site]:
     """Sites of API calls (`calls_sql`: call_id, ts, utid, ns, detail), by the innermost user
     frame of each call's launch stack (summed per stack in SQL), or of its enclosing slices.
     `ns` is the weight the sites are ranked by (time; bytes for allocations).  Needs
@@ -181,7 +247,7 @@ def call_sites(trace: Trace, calls_sql: str, top: int) -> list[Site]:
         d[detail] = d.get(detail, 0) + ns
 
     for r in stacked:
-        loc = locations.location(frames.get(int(r["callsite_id"]), []))
+        loc = locate(frames.get(int(r["callsite_id"]), []))
         add(loc, str(r["detail"]), int(r["ns"]), int(r["n"]))
     for r in unstacked:
         add(by_slice.get(int(r["call_id"]), ""), str(r["detail"]), int(r["ns"]), 1)

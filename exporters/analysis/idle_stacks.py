@@ -1,10 +1,11 @@
 """`folded --mode idle` / `flamegraph --mode idle`: what the CPU did while the GPU waited,
 as folded stacks weighted by GPU idle time (ns).
 
-Each gap's time goes to the launching thread's stacks: its samples share the gap's host part
-in proportion to what they cover, the sync part goes to the blocking call's launch stack
-(`[waiting in <API>]`), the launch part to the next launch's stack (`[launch] <op>`), the
-rest to `[GPU idle: other]`."""
+Each gap's time goes to the launching thread's stacks, part by part (gaps.sql): its samples
+share the host parts they explain (data, other host code, launching code) in proportion to
+what they cover, its waits the wait parts (`[waiting in <call>]` on the wait's stack), the
+sync part goes to the blocking call's launch stack (`[waiting in <API>]`), the launch path to
+the next launch's stack (`[launch] <op>`), the rest to `[GPU idle: other]`."""
 
 from __future__ import annotations
 
@@ -22,19 +23,37 @@ _SQL = """
 WITH tot AS MATERIALIZED (
   SELECT gap_id, sum(covered_ns) AS c FROM _xpu_gap_sample GROUP BY gap_id
 ),
+wtot AS MATERIALIZED (
+  SELECT gap_id, sum(covered_ns) AS c FROM _xpu_gap_wait GROUP BY gap_id
+),
 sampled AS (
-  SELECT g.utid, s.callsite_id, s.covered_ns * 1.0 * (g.data_ns + g.host_ns) / tot.c AS w,
+  SELECT g.utid, s.callsite_id,
+         s.covered_ns * 1.0 * (g.data_ns - g.data_wait_ns + g.host_ns + g.launch_host_ns)
+           / tot.c AS w,
          NULL AS leaf
   FROM _xpu_gap_sample s
   JOIN tot ON tot.gap_id = s.gap_id
   JOIN {gaps} g ON g.id = s.gap_id
-  WHERE tot.c > 0 AND g.data_ns + g.host_ns > 0
+  WHERE tot.c > 0 AND g.data_ns - g.data_wait_ns + g.host_ns + g.launch_host_ns > 0
+),
+waited AS (
+  SELECT g.utid, w.callsite_id,
+         w.covered_ns * 1.0 * (g.wait_ns + g.data_wait_ns) / wtot.c AS w,
+         '[waiting in ' || w.call || ']' AS leaf
+  FROM _xpu_gap_wait w
+  JOIN wtot ON wtot.gap_id = w.gap_id
+  JOIN {gaps} g ON g.id = w.gap_id
+  WHERE wtot.c > 0 AND g.wait_ns + g.data_wait_ns > 0
 ),
 calls AS MATERIALIZED (
   SELECT g.utid, b.ts, g.sync_ns AS w, '[waiting in ' || g.block_name || ']' AS leaf
   FROM {gaps} g JOIN slice b ON b.id = g.block_id WHERE g.sync_ns > 0
   UNION ALL
-  SELECT g.utid, a.ts, g.launch_ns, '[launch] ' || g.next_op
+  -- the launch path, and the host's launching where no sample shows its code
+  SELECT g.utid, a.ts,
+         g.launch_ns - CASE WHEN g.id IN (SELECT gap_id FROM tot WHERE c > 0)
+                            THEN g.launch_host_ns ELSE 0 END,
+         '[launch] ' || g.next_op
   FROM {gaps} g JOIN slice a ON a.id = g.api_id WHERE g.launch_ns > 0
 ),
 called AS (
@@ -42,10 +61,13 @@ called AS (
   LEFT JOIN _xpu_launch_stack_at ls ON ls.ts = c.ts AND ls.utid = c.utid
 ),
 unsampled AS (
-  -- host time of gaps with no sample, and the rest
+  -- host time of gaps with no sample (the CPU slices' guess), and the rest
   SELECT g.utid, NULL AS callsite_id,
          g.other_ns + CASE WHEN g.id IN (SELECT gap_id FROM tot WHERE c > 0) THEN 0
-                           ELSE g.data_ns + g.host_ns END AS w,
+                           ELSE g.data_ns - g.data_wait_ns + g.host_ns END
+         + CASE WHEN g.id IN (SELECT gap_id FROM wtot WHERE c > 0) THEN 0
+                ELSE g.wait_ns + g.data_wait_ns END
+         + CASE WHEN g.api_id IS NULL THEN g.launch_ns ELSE 0 END AS w,
          '[GPU idle: other]' AS leaf
   FROM {gaps} g
 )
@@ -55,7 +77,8 @@ SELECT coalesce(r.root, 'no thread') || coalesce(';' || cp.path, '')
        coalesce(';' || cp.modules, '') || CASE WHEN x.leaf IS NULL THEN '' ELSE ';' END
          AS modules,
        sum(x.w) AS weight_ns
-FROM (SELECT * FROM sampled UNION ALL SELECT * FROM called UNION ALL SELECT * FROM unsampled) x
+FROM (SELECT * FROM sampled UNION ALL SELECT * FROM waited UNION ALL SELECT * FROM called
+      UNION ALL SELECT * FROM unsampled) x
 LEFT JOIN xpu_thread_root r USING (utid)
 LEFT JOIN xpu_callsite_path cp USING (callsite_id)
 WHERE x.w > 0

@@ -57,6 +57,27 @@ def location(frames_leaf_first: Iterable[Frame]) -> str:
     return shorten_stack(stack[0][0]) if stack else ""
 
 
+# The framework's own Python (torch, its compiler and C++ extension glue): the frames a
+# module's forward calls down into, not the model code that names the work.
+_FRAMEWORK_PATH = re.compile(r"/torch/|/torchvision/|/triton/")
+_STDLIB_PATH = re.compile(r"/lib/python\d[\d.]*/(?!site-packages|dist-packages)|^<frozen ")
+
+
+def model_location(frames_leaf_first: Iterable[Frame]) -> str:
+    """Where the host spends time launching a model's GPU work: the innermost Python frame
+    outside the framework and the standard library (a module's forward, in the user's code
+    or an installed model library such as transformers), else location()."""
+    stack = list(frames_leaf_first)
+    for frame in stack:
+        if (
+            is_python(frame)
+            and not _FRAMEWORK_PATH.search(frame[1] or frame[0])
+            and not _STDLIB_PATH.search(frame[1])
+        ):
+            return frame[0]
+    return location(stack)
+
+
 _LINE = re.compile(r":\d+\)$")
 
 

@@ -39,6 +39,10 @@ class StepSummary:
     spread: float  # (max - min) / median
     slowest: list[Step]
     count: int = 0  # all steps found (len(steps) unless more than STEP_ROWS)
+    marked_by: str = ""  # for marked steps: which slices ("slices named 'X'", a range)
+
+    def describe_source(self) -> str:
+        return f"{self.source}: {self.marked_by}" if self.marked_by else self.source
 
     @property
     def capped(self) -> bool:
@@ -108,4 +112,11 @@ def step_table(trace: Trace, slowest: int = 3, rows: int = STEP_ROWS) -> StepSum
         spread=(hi - lo) / median if median else 0.0,
         slowest=sorted(steps, key=lambda s: -s.dur)[:slowest],
         count=n,
+        marked_by=_marked_by(trace) if listed[0]["source"] == "marked" else "",
     )
+
+
+def _marked_by(trace: Trace) -> str:
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_analysis_scope'"):
+        return ""
+    return str(trace.scalar("select steps_how from xpu_analysis_scope") or "")

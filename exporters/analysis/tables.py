@@ -10,23 +10,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
+from exporters.analysis.step_ranges import DEFAULT_STEPS, StepsError, choose
 from exporters.folded.folded import recorded_frequency
 from exporters.perfetto.trace_processor import Trace
 
-DEFAULT_STEPS = "ProfilerStep#*"
+__all__ = ["DEFAULT_SCOPE", "DEFAULT_STEPS", "Scope", "StepsError", "load"]
 # A host part shorter than this between two launches is the launch path itself.
 LAUNCH_HOST_NS = 50_000
-# Host time no sample covers takes the class of the thread's last sample at most this old.
+# In a host part shorter than SHORT_PERIODS sampling periods (too short for the samples to
+# say what ran), time no sample covers takes the class of the thread's last sample at most
+# STALE_NS old; in a longer one it is "other".
 STALE_NS = 1_000_000_000
+SHORT_PERIODS = 2
+# A Python line on at least this share of a thread's launch stacks is the loop around the
+# work, not a line that launches it (gaps.sql, _xpu_gap_launch_callsite).
+LOOP_SHARE = 0.9
 
 
 @dataclass(frozen=True)
 class Scope:
     """What the tables were built for: the whole trace or the active span, and the glob of
-    marked steps."""
+    marked steps (None: ProfilerStep#* where the trace has them, else a repeating range,
+    else none; step_ranges.py)."""
 
     span_all: bool = False
-    steps_glob: str = DEFAULT_STEPS
+    steps_glob: str | None = None
     detect_steps: bool = True
 
 
@@ -58,24 +66,39 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
         loaded = trace.query("select span_all, steps_glob, detect from xpu_analysis_scope")[0]
         if (bool(loaded["span_all"]), loaded["steps_glob"], bool(loaded["detect"])) != (
             scope.span_all,
-            scope.steps_glob,
+            scope.steps_glob or "",
             scope.detect_steps,
         ):
             raise ValueError("analysis tables already loaded for another scope")
         return
+    period = sample_period_ns(trace)
     params = {
+        "{short_ns}": str(SHORT_PERIODS * period),
+        "{loop_share}": str(LOOP_SHARE),
         "{span_all}": "1" if scope.span_all else "0",
-        "{period}": str(sample_period_ns(trace)),
+        "{period}": str(period),
         "{stale_ns}": str(STALE_NS),
         "{launch_host_ns}": str(LAUNCH_HOST_NS),
-        "{steps_glob}": _glob_literal(scope.steps_glob),
         "{detect}": "1" if scope.detect_steps else "0",
     }
     from exporters.analysis import busy, step_busy  # numpy: not for a cached `folded`
 
+    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_wait'"):
+        trace.execute(_sql("wait_view.sql"))
+    # `report --ranks` runs span.sql (of the active span) before its table and then this.
+    span_loaded = bool(
+        trace.scalar("select count(*) from sqlite_master where name = 'xpu_analysis_span'")
+    )
+    if span_loaded and scope.span_all:
+        raise ValueError("analysis tables already loaded for another scope")
     for name in ("span.sql", "gaps.sql", "steps.sql"):
+        if name == "span.sql" and span_loaded:
+            continue
         if name == "gaps.sql":
             busy.create_openings(trace)  # the gaps lie between busy islands
+            chosen = choose(trace, scope.steps_glob)
+            params["{steps_glob}"] = _glob_literal(chosen.glob)
+            params["{steps_on}"] = "1" if chosen.glob else "0"
         text = _sql(name)
         for key, value in params.items():
             text = text.replace(key, value)
@@ -83,6 +106,7 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
     step_busy.create(trace)
     trace.execute(
         "create perfetto table xpu_analysis_scope as select "
-        f"{int(scope.span_all)} as span_all, '{_glob_literal(scope.steps_glob)}' as steps_glob, "
-        f"{int(scope.detect_steps)} as detect"
+        f"{int(scope.span_all)} as span_all, '{_glob_literal(scope.steps_glob or '')}' "
+        f"as steps_glob, {int(scope.detect_steps)} as detect, "
+        f"'{_glob_literal(chosen.how)}' as steps_how"
     )

@@ -9,6 +9,7 @@ WITH RECURSIVE
   used(callsite_id) AS (
     SELECT callsite_id FROM xpu_cpu_sample
     UNION SELECT callsite_id FROM xpu_launch_stack
+    UNION SELECT callsite_id FROM xpu_wait WHERE callsite_id IS NOT NULL
   ),
   chain(leaf, id, parent_id, frame_id, depth) AS (
     SELECT c.id, c.id, c.parent_id, c.frame_id, c.depth

@@ -320,18 +320,19 @@ def _json_start(path: Path) -> bytes | None:
 _JSON_SNIFF = 1 << 16
 
 
-def check_trace_file(path: str | os.PathLike[str]) -> Path:
-    """`path`, if it is a readable, non-empty regular file that is no JSON; else a
-    TraceOpenError of one line (a directory, a FIFO, which is never opened, a file this
-    user cannot read, a PyTorch profiler JSON that `convert` makes a trace of: the
-    engine would read it as a trace without GPU tracks, and every answer would be empty)."""
+def check_trace_file(path: str | os.PathLike[str], json_ok: bool = False) -> Path:
+    """`path`, if it is a readable, non-empty regular file that is no JSON (`json_ok`: or
+    JSON, for the UI, which reads it itself); else a TraceOpenError of one line (a
+    directory, a FIFO, which is never opened, a file this user cannot read, a PyTorch
+    profiler JSON that `convert` makes a trace of: the engine would read it as a trace
+    without GPU tracks, and every answer would be empty)."""
     try:
         trace_path = check_input(path)
     except FileError as exc:
         raise TraceOpenError(str(exc)) from None
     if trace_path.stat().st_size == 0:
         raise TraceOpenError(f"trace file is empty: {trace_path}")
-    start = _json_start(trace_path)
+    start = None if json_ok else _json_start(trace_path)
     if start is not None and b'"traceEvents"' in start:
         raise TraceOpenError(
             f"not a Perfetto trace: {trace_path} is a PyTorch profiler (Kineto) JSON trace; "
@@ -349,7 +350,7 @@ def check_trace_file(path: str | os.PathLike[str]) -> Path:
 def check_complete(path: str | os.PathLike[str]) -> None:
     """For a Perfetto protobuf trace: that its last packet ends at the end of the file (the
     check open_trace makes while loading), for a reader that does not load it (`view`)."""
-    trace_path = check_trace_file(path)
+    trace_path = check_trace_file(path, json_ok=True)
     if not _looks_like_proto(trace_path):
         return
     for _ in _chunks(trace_path, _FramingCheck()):

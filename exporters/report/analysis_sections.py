@@ -4,18 +4,15 @@ layouts themselves (terminal.py, html_page.py): they are prose, not rows."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from collector.frame_names import kernel_labels
 from exporters.analysis.analyze import Analysis
+from exporters.analysis.causes import CAUSES
 from exporters.report import units
 from exporters.report.sections import Column, Section
 
-CLASS_TEXT = {
-    "sync": "host sync / blocking copy",
-    "data_loading": "input pipeline",
-    "host_compute": "other CPU work before the launch",
-    "launch": "launch path and latency",
-    "other": "other (no launch call, nothing sampled)",
-}
+CLASS_TEXT = {c.key: c.label for c in CAUSES}
 
 
 def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
@@ -35,7 +32,7 @@ def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
                 "steps",
                 f"{steps.count}, median {units.duration(steps.median_ns)}, "
                 f"p90 {units.duration(steps.p90_ns)}, max {units.duration(steps.max_ns)} "
-                f"({steps.source})",
+                f"({steps.describe_source()})",
             )
         )
     else:
@@ -69,7 +66,7 @@ def analysis_summary(analysis: Analysis) -> list[tuple[str, str]]:
         (
             "steps",
             f"{steps.count}, median {units.duration(steps.median_ns)}, "
-            f"max {units.duration(steps.max_ns)} ({steps.source})"
+            f"max {units.duration(steps.max_ns)} ({steps.describe_source()})"
             if steps.steps
             else "none found (no ProfilerStep/--steps slices, no repeating launches)",
         ),
@@ -108,6 +105,7 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
         # The slowest steps, slowest first (the summary holds the slowest when it cannot
         # hold every step: these are the slowest of all).
         shown = sorted(shown, key=lambda s: (-s.dur, s.step))[:top]
+    names = Counter(s.name for s in analysis.steps.steps)
     steps = Section(
         "steps",
         "Steps (wall time, GPU busy by kind, idle)"
@@ -124,7 +122,8 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
         ),
         [
             {
-                "name": s.name,
+                # Steps marked by slices of one name (a repeating range) read apart by number.
+                "name": s.name if names[s.name] == 1 else f"step {s.step}: {s.name}",
                 "dur": s.dur,
                 "compute_ns": s.compute_ns,
                 "nccl_ns": s.nccl_ns,

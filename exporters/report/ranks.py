@@ -34,6 +34,7 @@ COLUMNS = (
     Column("steps", "steps", "count", optional=3),
     Column("step_mean_ns", "step mean", "ns"),
     Column("step_max_ns", "step max", "ns", optional=4),
+    Column("late_ns", "collective lag", "ns", optional=7),
 )
 TRACE_COLUMN = Column("trace", "trace", "name")
 
@@ -77,19 +78,64 @@ class Slowest:
         return f"slowest: {who} ({where}): {self.criterion} {self.value_ns / 1e3:.1f} us{extra}"
 
 
+# A rank whose collectives start at least this much after the first rank's, on average,
+# is the one the others wait for.
+STRAGGLER_NS = 20_000
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The rank whose collectives start last: the others' NCCL time is spent waiting."""
+
+    row: dict[str, Any]
+    others_comm_ns: int  # the NCCL time of the other ranks, per rank on average
+    cause: str = ""  # its own top cause and line (rank_causes.py), where known
+
+    def describe(self) -> str:
+        row = self.row
+        who = f"rank {row['rank']}" if row.get("rank") is not None else f"pid {row.get('pid')}"
+        where = ", ".join(
+            str(v) for v in (row.get("trace"), row.get("host"), f"pid {row.get('pid')}") if v
+        )
+        text = (
+            f"straggler: {who} ({where}): its collectives start {row['late_ns'] / 1e3:.1f} us "
+            f"after the first rank's on average (last in {row['arrived_last']} of "
+            f"{row['collectives']}); the other ranks wait for it in NCCL "
+            f"({self.others_comm_ns / 1e6:.1f} ms of NCCL each against its "
+            f"{int(row['comm_ns']) / 1e6:.1f} ms)"
+        )
+        return f"{text}; {self.cause}" if self.cause else text
+
+
+def verdict(rows: list[dict[str, Any]]) -> Straggler | Slowest | None:
+    """The rank the others wait for: by collective arrival where the ranks' collectives can
+    be matched (one trace of them all) and one starts late; else the slowest by step time
+    or compute (slowest()); None where there is no other rank to compare with."""
+    timed = [r for r in rows if r.get("late_ns") is not None]
+    if len(timed) >= 2:
+        worst = max(timed, key=lambda r: (r["late_ns"], -(r.get("rank") or 0)))
+        if worst["late_ns"] >= STRAGGLER_NS:
+            others = [int(r.get("comm_ns") or 0) for r in timed if r is not worst]
+            return Straggler(worst, sum(others) // len(others), str(worst.get("cause") or ""))
+    return slowest(rows)
+
+
 def slowest(rows: list[dict[str, Any]]) -> Slowest | None:
     """The rank with the longest mean step; where no rank marks steps, the one with the
-    most compute time (the others wait for it in their collectives)."""
+    most compute time (the others wait for it in their collectives).  None with fewer than
+    two ranks to compare, or none slower than another."""
     stepped = [r for r in rows if r.get("steps")]
     if stepped:
         key, criterion, pool = "step_mean_ns", "mean step time", stepped
     else:
         key, criterion = "compute_ns", "compute time"
         pool = [r for r in rows if r.get("compute_ns")]
-    if not pool:
+    if len(pool) < 2:
         return None
     worst = max(pool, key=lambda r: (r[key], -(r.get("rank") or 0)))
     best = min(int(r[key]) for r in pool)
+    if int(worst[key]) <= best:
+        return None
     return Slowest(worst, criterion, int(worst[key]), best, len(pool))
 
 

@@ -107,6 +107,29 @@ FROM xpu_thread_slice s JOIN thread th USING (utid)
 WHERE s.name GLOB '{steps}' AND s.dur > 0
 GROUP BY th.upid;
 
+-- Collective arrival: the ranks issue their collectives in one order, so the k-th NCCL
+-- kernel of each rank is one collective; a rank whose kernel starts after the others' is
+-- the one they waited for (their kernels ran, waiting, until it arrived).  late_ns: how
+-- long after the first rank's its collectives start, on average; last: how often it
+-- started last.  Only collectives every rank has (k up to the fewest of any rank).
+CREATE PERFETTO TABLE xpu_rank_collective AS
+SELECT upid, ts, row_number() OVER (PARTITION BY upid ORDER BY ts, id) AS k
+FROM xpu_rank_op WHERE kind = 'comm' AND upid IS NOT NULL;
+
+CREATE PERFETTO TABLE xpu_rank_arrival AS
+WITH ranks AS (SELECT count(DISTINCT upid) AS n, min(k_max) AS k_common FROM (
+  SELECT upid, max(k) AS k_max FROM xpu_rank_collective GROUP BY upid)),
+per_k AS (
+  SELECT k, min(ts) AS first_ts, max(ts) AS last_ts FROM xpu_rank_collective
+  WHERE k <= (SELECT k_common FROM ranks) GROUP BY k
+)
+SELECT c.upid, avg(c.ts - p.first_ts) AS late_ns,
+       sum(CASE WHEN c.ts = p.last_ts AND p.last_ts > p.first_ts THEN 1 ELSE 0 END) AS last_n,
+       count(*) AS collectives
+FROM xpu_rank_collective c JOIN per_k p USING (k)
+WHERE (SELECT n FROM ranks) >= 2
+GROUP BY c.upid;
+
 CREATE PERFETTO TABLE xpu_rank_gpu AS
 SELECT i.upid,
        count(DISTINCT i.device_track_id) AS devices,
@@ -139,9 +162,14 @@ SELECT p.rank,
                            WHERE e.upid IS u.upid), 0) / g.comm_ns END AS exposed_pct,
        coalesce(s.steps, 0) AS steps,
        s.step_total_ns / s.steps AS step_mean_ns,
-       s.step_max_ns
+       s.step_max_ns,
+       CAST(a.late_ns AS INT) AS late_ns,
+       a.last_n AS arrived_last,
+       a.collectives,
+       u.upid
 FROM (SELECT upid FROM xpu_rank_gpu UNION SELECT upid FROM xpu_rank_step) u
 LEFT JOIN xpu_rank_gpu g ON g.upid IS u.upid
 LEFT JOIN xpu_rank_step s ON s.upid IS u.upid
+LEFT JOIN xpu_rank_arrival a ON a.upid IS u.upid
 LEFT JOIN xpu_process p ON p.upid = u.upid
 ORDER BY p.rank IS NULL, p.rank, host, p.pid, process;

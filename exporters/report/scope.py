@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporters.analysis.analyze import load
-from exporters.analysis.tables import DEFAULT_STEPS, Scope
+from exporters.analysis.tables import Scope
 from exporters.folded.folded import FoldedStacks
 from exporters.perfetto.trace_processor import Trace
 from exporters.report import units
@@ -38,7 +38,7 @@ class StackSpan:
 
 
 def stack_span(
-    trace: Trace, span: str, window: int | None = None, steps_glob: str = DEFAULT_STEPS
+    trace: Trace, span: str, window: int | None = None, steps_glob: str | None = None
 ) -> StackSpan:
     """The span `span` (one of SPANS) of an opened trace; loads the analysis tables unless
     `all`."""

@@ -75,7 +75,7 @@ def find_opening(trace_path: Path, span: str = "steps", steps_glob: str | None =
     from exporters.perfetto.cached_trace import open_cached
     from exporters.perfetto.views import load_views
 
-    scope = tables.Scope(span_all=span == "all", steps_glob=steps_glob or tables.DEFAULT_STEPS)
+    scope = tables.Scope(span_all=span == "all", steps_glob=steps_glob or None)
     with open_cached(trace_path) as trace:
         bounds = trace.query("select start_ts, end_ts from trace_bounds")[0]
         t_start, t_end = int(bounds["start_ts"]), int(bounds["end_ts"])

@@ -122,7 +122,7 @@ def check_trace(path: Path) -> None:
     )
 
     try:
-        check_trace_file(path)
+        check_trace_file(path, json_ok=True)  # the UI reads JSON traces itself
     except TraceOpenError as exc:
         raise ServeError(str(exc)) from None
     with path.open("rb") as f:
