@@ -49,6 +49,7 @@ SHARED_SOURCES = (
 # inject.c the entry above all, which no other file calls: tests/test_inject_build.py).
 CUPTI_SOURCES = (
     "inject.c",
+    "state.c",
     "lifecycle.c",
     "config.c",
     "api_callbacks.c",

@@ -8,8 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "activity.h"
+#include "api_callbacks.h"
+#include "config.h"
+#include "experiments.h"
+#include "program_profiler.h"
+#include "program_records.h"
 #include "state.h"
+#include "stream.h"
 #include "strings.h"
+#include "sync_ops.h"
+#include "windows.h"
 
 #define ACTIVITY_BUFFER_SIZE (8u << 20)
 

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "state.h"
+#include "stream.h"
+#include "threads.h"
 
 struct xp_experiments xp_exp = {.callbacks = 1, .parse = 1};
 

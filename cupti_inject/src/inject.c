@@ -1,12 +1,25 @@
 /* xpu-perf CUPTI injection library: loaded by libcuda through CUDA_INJECTION64_PATH, which
  * calls InitializeInjection() during cuInit.  This file is the entry point and the order of
  * the set-up only (switches, stream, activity, windows, callbacks, then lifecycle.c's flush
- * hook, exit, signal and fork handling); what each step does is in its own file (state.h
- * lists them), and no file calls back into this one.  Everything goes into the per-process
+ * hook, exit, signal and fork handling); what each step does is in its own file and its
+ * header, and no file calls back into this one (docs/ARCHITECTURE.md, "The injection
+ * library", has the files from the bottom up).  Everything goes into the per-process
  * stream (stream.h); nothing is written on the application's threads.  The switches are read
  * once (config.c); docs/ARCHITECTURE.md has their table. */
 #define _GNU_SOURCE
 #include "state.h"
+#include "activity.h"
+#include "api_callbacks.h"
+#include "config.h"
+#include "experiments.h"
+#include "launch_stacks.h"
+#include "lifecycle.h"
+#include "nvtx.h"
+#include "pm_sampling.h"
+#include "program_profiler.h"
+#include "stream.h"
+#include "threads.h"
+#include "windows.h"
 
 static CUpti_SubscriberHandle subscriber;
 

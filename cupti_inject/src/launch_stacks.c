@@ -6,9 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "state.h"
+#include "launch_stacks.h"
+#include "api_callbacks.h"
+#include "config.h"
+#include "experiments.h"
 #include "modules.h"
 #include "pyframes.h"
+#include "state.h"
+#include "stream.h"
 #include "unwind.h"
 
 #define MAX_NATIVE 128

@@ -14,10 +14,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "lifecycle.h"
+#include "activity.h"
+#include "api_callbacks.h"
+#include "counters.h"
+#include "experiments.h"
+#include "launch_stacks.h"
 #include "modules.h"
+#include "pm_sampling.h"
+#include "program_profiler.h"
+#include "program_records.h"
 #include "pyframes.h"
 #include "state.h"
+#include "stream.h"
 #include "strings.h"
+#include "threads.h"
+#include "windows.h"
 
 /* ---- flushing ---- */
 static void flush_hook(int final) {

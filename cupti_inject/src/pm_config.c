@@ -1,8 +1,10 @@
-/* CUPTI PM sampling's config (pm_sampling.h): the metric list record asked for, made into
+/* CUPTI PM sampling's config (pm_config.h): the metric list record asked for, made into
  * a config image for one device's chip by the profiler host.  PM sampling takes one pass:
  * the names a chip's tables refuse are left out, and while the list needs more than one pass
  * the last (least wanted) goes; each left out is named (PM_DEVICE "metric_missing"). */
+#include "pm_config.h"
 #include "pm_sampling.h"
+#include "stream.h"
 
 #ifdef PM_SAMPLING_HEADERS
 #include <stdlib.h>

@@ -22,6 +22,9 @@
  * never calls CUPTI (cupti_forked). */
 #define _GNU_SOURCE
 #include "pm_sampling.h"
+#include "pm_config.h"
+#include "state.h"
+#include "stream.h"
 
 #ifndef PM_SAMPLING_HEADERS
 #include <stdlib.h>
@@ -46,6 +49,7 @@ void pm_sampling_fork_child(void) {}
 #else
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,7 +472,7 @@ static void *pm_main(void *arg) {
     return NULL;
 }
 
-/* ---- entry points (state.h) ---- */
+/* ---- entry points (pm_sampling.h) ---- */
 int pm_sampling_on;
 
 static void resolve(void) {

@@ -19,8 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "program_profiler.h"
+#include "api_callbacks.h"
+#include "config.h"
 #include "cupti_host.h"
+#include "program_records.h"
 #include "state.h"
+#include "stream.h"
+#include "windows.h"
 
 #define KINDS 128  /* CUpti_ActivityKind values this file follows (CUDA 13: < 70) */
 #define CB_IDS 2048 /* callback ids per domain (CUDA 13's driver domain: < 1000) */

@@ -18,11 +18,15 @@
  *     it: one into the record's own span is moved to the copy; for one elsewhere in the
  *     buffer, our buffer is kept until the client's next trace. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "program_records.h"
+#include "program_profiler.h"
 #include "state.h"
+#include "stream.h"
 
 static CUpti_TimestampCallbackFunc client_clock;
 static uint64_t clock0_ours, clock0_client;

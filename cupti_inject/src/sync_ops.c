@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sync_ops.h"
+#include "activity.h"
 #include "state.h"
+#include "stream.h"
 
 static struct xp_batch_SYNC *sync_batch;
 

@@ -1,5 +1,5 @@
 /* Per-thread state of the traced threads: the outermost API call in flight, the staged API
- * and alias rows (state.h), the thread's id and name (a THREAD row at its first traced call),
+ * and alias rows (threads.h), the thread's id and name (a THREAD row at its first traced call),
  * per-thread counts.  A thread's rows go into the stream when a batch fills, at each flush
  * and when the thread ends. */
 #define _GNU_SOURCE
@@ -9,7 +9,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "threads.h"
+#include "experiments.h"
+#include "lifecycle.h"
 #include "state.h"
+#include "stream.h"
 
 pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 struct thread_state *threads;

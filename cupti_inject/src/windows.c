@@ -18,8 +18,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "state.h"
+#include "windows.h"
+#include "api_callbacks.h"
+#include "config.h"
+#include "nvtx.h"
 #include "nvtx_window.h"
+#include "program_profiler.h"
+#include "state.h"
+#include "stream.h"
 #include "window_control.h"
 
 /* --capture-range signal: how often the control page is read for record's toggles. */
