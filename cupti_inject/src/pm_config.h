@@ -16,19 +16,7 @@
 #include <cupti_profiler_target.h>
 #include <cupti_target.h>
 
-#define PM_MAX_DEVICES 64
 #define PM_MAX_METRICS 64
-/* How often our thread decodes the hardware buffer.  A decode costs about the same whether
- * it holds one sample or ten (H200, CUPTI 13, launch-bound step: DecodeData ~0.9 ms, image
- * init ~0.3 ms, then 0.05-0.1 ms a sample evaluated), so fewer decodes cost the program
- * less: its rounds took 1.37% of the time sampled at 10 Hz with a decode every 100 ms,
- * 0.98% every 200 ms.  Not longer: every second at 10 Hz lost samples in a GPU-saturating
- * GEMM phase (21 gaps among 55 samples, tensor active 65% where shorter periods read
- * 91-92%; each decode took ~70 ms there), every 200 ms lost none (91 of 91).
- * XPU_PERF_PM_DECODE_MS changes it. */
-#define PM_DECODE_MS 200
-#define PM_DECODE_FAILURES 10
-#define PM_CLOCK_SLACK_NS (10ull * 1000000000ull)
 /* A CUPTI parameter struct, zeroed but for its size (pPriv NULL, as the headers ask). */
 #define PM_PARAMS(type, var) type var = {.structSize = type##_STRUCT_SIZE}
 
@@ -43,10 +31,13 @@
     X(cuptiPmSamplingStart) X(cuptiPmSamplingStop) X(cuptiPmSamplingDecodeData)              \
     X(cuptiPmSamplingGetCounterDataSize) X(cuptiPmSamplingCounterDataImageInitialize)        \
     X(cuptiPmSamplingGetCounterDataInfo) X(cuptiPmSamplingCounterDataGetSampleInfo)
-/* Looked up in the loaded libcupti by pm_sampling.c (resolve). */
+/* Looked up in the loaded libcupti (pm_lookup_entries, from pm_sampling.c's resolve). */
 #define PM_DECLARE(name) extern __typeof__(&name) p_##name;
 PM_ENTRIES(PM_DECLARE)
 #undef PM_DECLARE
+/* Every entry point from the libcupti dlopen()ed as `cupti`; NULL, or why PM sampling cannot
+ * run (the first one missing). */
+const char *pm_lookup_entries(void *cupti);
 
 enum pm_state { PM_IDLE, PM_RUNNING, PM_ENDED };
 
@@ -68,17 +59,19 @@ struct pm_device {
     int decode_failures;        /* in a row */
 };
 
-/* The metric names record asked for (XPU_PERF_PM_METRICS), in its order. */
-extern const char *pm_metrics[PM_MAX_METRICS];
-extern size_t pm_n_metrics;
-
 /* A PM_DEVICE row: "started", "refused", "stopped" or "metric_missing" and why. */
 void pm_emit_device(unsigned device, const char *chip, const char *status, const char *reason);
-/* A device's first failure: logged once, written as its refusal, its sampling over (0). */
-int pm_refuse(unsigned device, struct pm_device *d, const char *call, CUptiResult r);
-/* d->names/index/n, d->host and d->config for the device's chip: the metrics its tables
- * accept, in one pass (1; 0: refused). */
-int pm_configure(unsigned device, struct pm_device *d);
+/* Why a device cannot sample: the call that failed and its status (CUPTI_SUCCESS: the call
+ * is the reason itself). */
+struct pm_refusal {
+    const char *call;
+    CUptiResult status;
+};
+/* d->names/index/n, d->host and d->config for the device's chip: the metrics of `metrics`
+ * (record's list, in its order) its tables accept, in one pass (1; 0: refused, *why says
+ * why, for the caller's refusal). */
+int pm_configure(unsigned device, struct pm_device *d, const char **metrics, size_t n_metrics,
+                 struct pm_refusal *why);
 void pm_host_close(CUpti_Profiler_Host_Object *host);
 #endif
 
