@@ -36,7 +36,7 @@ EXPORT int InitializeInjection(void) {
     int stacks = launch_stacks_init(), activity = activity_init();
     if (stacks != 0 || activity != 0) return 1;
     if (xp_stream_start() != 0) return 1;
-    threads_init();
+    threads_init(register_late_atexit_once);
     launch_stacks_start();
 
     activity_register();

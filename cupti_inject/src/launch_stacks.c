@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "launch_stacks.h"
-#include "api_callbacks.h"
 #include "config.h"
 #include "experiments.h"
 #include "modules.h"
@@ -32,7 +31,7 @@ int launch_stacks_init(void) {
 }
 
 void launch_stacks_start(void) {
-    xp_modules_self_range((const void *)&on_callback, &self_lo, &self_hi);
+    xp_modules_self_range((const void *)&launch_stacks_start, &self_lo, &self_hi);
     if (xp_config.python) xp_py_init();
 }
 

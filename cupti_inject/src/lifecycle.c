@@ -48,7 +48,7 @@ static void flush_hook(int final) {
     if (final) end_open_window();
     if (final) pm_sampling_final(); /* its last samples, before the counters */
     if (final) emit_counters();
-    if (final) xp_selftime_report();
+    if (final) threads_selftime_report();
 }
 
 static void at_exit(void) { xp_stream_flush(1); }

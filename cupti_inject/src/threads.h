@@ -50,7 +50,9 @@ static inline struct thread_state *thread_state(void) {
     struct thread_state *ts = tls_state;
     return ts ? ts : thread_state_new();
 }
-void threads_init(void);
+/* first_traced_call: run at each thread's first traced call (lifecycle.c's: our final flush
+ * must run before the driver's teardown, which cuInit registered). */
+void threads_init(void (*first_traced_call)(void));
 /* Turn the staged rows into a columnar chunk (caller holds ts->lock). */
 void emit_api_rows(struct thread_state *ts);
 void emit_alias_rows(struct thread_state *ts);
@@ -58,5 +60,11 @@ void emit_alias_rows(struct thread_state *ts);
 void threads_flush_rows(void);
 /* Only the calling thread lives on in a forked child. */
 void threads_fork_child(void);
+#ifdef XPU_PERF_EXPERIMENTS
+/* XPU_PERF_SELFTIME's line at the final flush: every thread's parts, live or ended. */
+void threads_selftime_report(void);
+#else
+static inline void threads_selftime_report(void) {}
+#endif
 
 #endif
