@@ -26,7 +26,6 @@
 enum { TRACED = 1, LAUNCH = 2, PROFILER_START = 64, PROFILER_STOP = 128 /* cudaProfilerStart/Stop,
        cuProfiler*: windows */ };
 
-int sync_from_callbacks;
 /* Moves each time the traced APIs' callbacks come back on (api_callbacks_set). */
 static _Atomic uint32_t api_generation;
 static uint8_t runtime_flags[CUPTI_RUNTIME_TRACE_CBID_SIZE];

@@ -6,8 +6,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-/* Sync ops from the API callbacks (not XPU_PERF_SYNC_ACTIVITY, callbacks on). */
-extern int sync_from_callbacks;
 void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void *data);
 /* Subscribe to the traced runtime and driver APIs (and, for cudaProfilerApi windows, the
