@@ -50,6 +50,7 @@ SHARED_SOURCES = (
 CUPTI_SOURCES = (
     "inject.c",
     "state.c",
+    "kinds.c",
     "lifecycle.c",
     "config.c",
     "api_callbacks.c",

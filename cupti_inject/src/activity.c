@@ -11,7 +11,7 @@
 #include "activity.h"
 #include "config.h"
 #include "experiments.h"
-#include "program_profiler.h"
+#include "kinds.h"
 #include "program_records.h"
 #include "state.h"
 #include "stream.h"

@@ -49,7 +49,7 @@ EXPORT int InitializeInjection(void) {
     if (xp_exp.callbacks) { /* 0: activity only (overhead measurements) */
         CUptiResult r = cuptiSubscribe(&subscriber, on_callback, NULL);
         if (r == CUPTI_SUCCESS) {
-            program_profiler_attach(subscriber);
+            program_profiler_attach(subscriber, api_callback_needed);
             enable_api_callbacks(subscriber);
             subscribed = 1;
         } else {

@@ -9,7 +9,7 @@
 
 #include "nvtx.h"
 #include "config.h"
-#include "program_profiler.h"
+#include "kinds.h"
 #include "state.h"
 #include "windows.h"
 

@@ -4,9 +4,16 @@
 #define XP_PROGRAM_RECORDS_H
 
 #include <cupti.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+/* The client's activity epoch: completed buffers go to it too (program_profiler.c sets it). */
+extern _Atomic int program_forwarding;
+/* The client's buffer callbacks (cuptiActivityRegisterCallbacks), which its buffers come from
+ * and go back to. */
+void program_records_set_buffers(CUpti_BuffersCallbackRequestFunc requested,
+                                 CUpti_BuffersCallbackCompleteFunc completed);
 /* The client's records of a buffer CUPTI completed, copied into its own buffers; 1: the
  * buffer is kept (a forwarded record points into it), the caller must not free it. */
 int program_forward_buffer(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
