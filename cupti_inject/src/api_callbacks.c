@@ -223,11 +223,11 @@ static void enable_profiler_callbacks(CUpti_SubscriberHandle subscriber) {
     }
 }
 
-/* Outside capture windows the traced APIs' callbacks are off in CUPTI (windows.c turns them
- * on and off): a callback CUPTI does not call costs nothing, where one that returns at once
- * still costs CUPTI's dispatch at every API call.  Each time they come back on, the
- * generation (api_generation) moves: a thread whose call was entered before they went off never got its
- * exit, and its depth is stale. */
+/* Outside capture windows the traced APIs' callbacks are off in CUPTI (api_callbacks_set
+ * follows the windows: windows.h): a callback CUPTI does not call costs nothing, where one
+ * that returns at once still costs CUPTI's dispatch at every API call.  Each time they come
+ * back on, the generation (api_generation) moves: a thread whose call was entered before they
+ * went off never got its exit, and its depth is stale. */
 static CUpti_SubscriberHandle api_subscriber;
 static int api_callbacks_on = 1;
 
@@ -267,5 +267,4 @@ void enable_api_callbacks(CUpti_SubscriberHandle subscriber) {
                   driver_flags, driver_traced);
     emit_api_names();
     if (window_mode == WINDOW_PROFILER_API) enable_profiler_callbacks(subscriber);
-    subscribe_windows(subscriber);
 }

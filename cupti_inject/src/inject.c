@@ -41,6 +41,7 @@ EXPORT int InitializeInjection(void) {
 
     activity_register();
     configure_windows();
+    windows_subscribe(WINDOW_FOLLOW_ACTIVITY, markers_follow_window);
     activity_enable_kinds();
     cupti_ready = 1;
     if (nvtx_used) enable_markers_once();
@@ -51,6 +52,8 @@ EXPORT int InitializeInjection(void) {
         if (r == CUPTI_SUCCESS) {
             program_profiler_attach(subscriber, api_callback_needed);
             enable_api_callbacks(subscriber);
+            windows_subscribe(WINDOW_FOLLOW_CALLBACKS, api_callbacks_set);
+            windows_enable_nvtx(subscriber);
             subscribed = 1;
         } else {
             /* The program's own CUPTI client subscribed first (before cuInit loaded us). */

@@ -16,8 +16,17 @@ void open_window(const char *reason);
 void close_window(const char *end_reason);
 /* After the set-up: --delay's timer (and a window already due). */
 void start_windows(void);
+/* What follows the windows, subscribed at the set-up (inject.c) and told under window_lock,
+ * in the order subscribed:
+ *   WINDOW_FOLLOW_ACTIVITY   on at each opening, off at each closing (after the window's own
+ *                            activity kinds; never in a forked child, where CUPTI is unusable)
+ *   WINDOW_FOLLOW_CALLBACKS  on at each opening, off a while after a closing (at a periodic
+ *                            flush: a call in flight at the close still gets its exit); told
+ *                            at once when it subscribes outside a window */
+enum xp_window_follow { WINDOW_FOLLOW_ACTIVITY, WINDOW_FOLLOW_CALLBACKS, WINDOW_FOLLOWS };
+void windows_subscribe(enum xp_window_follow what, void (*on_change)(int on));
 /* After cuptiSubscribe: NVTX callbacks for --capture-range nvtx:NAME. */
-void subscribe_windows(CUpti_SubscriberHandle subscriber);
+void windows_enable_nvtx(CUpti_SubscriberHandle subscriber);
 /* An NVTX callback (CUPTI_CB_DOMAIN_NVTX): may open or close an NVTX window. */
 void nvtx_window_callback(CUpti_CallbackId cbid, const void *data);
 /* From the periodic flush: the API callbacks go off a while after a window closed. */
