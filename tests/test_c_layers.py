@@ -77,34 +77,46 @@ def _global_symbols(nm: str, obj: Path, which: str) -> set[str]:
     return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
 
 
-_LINE_MARKER = re.compile(r'^# \d+ "([^"]+)"')
+_LINE_MARKER = re.compile(r'^# \d+ "([^"]+)"(.*)$')
 
 
 def _declarations(
     cc: str, flags: list[str], source: Path, symbols: Iterable[str]
 ) -> dict[str, str]:
     """For each symbol, the header whose file-scope text declares it, as the preprocessor saw
-    the source (text inside braces, struct fields and inline bodies, is not a declaration)."""
+    the source (text inside braces, struct fields and inline bodies, is not a declaration; a
+    file a header includes that is not a header itself, the stream's .def, counts as that
+    header's text)."""
     text = subprocess.run(
         [cc, *flags, "-E", str(source)], capture_output=True, text=True, check=True
     ).stdout
     wanted = set(symbols)
     found: dict[str, str] = {}
     word = re.compile(r"[A-Za-z_]\w*|[{}]")
-    current = source.name
+    files = [source.name]  # the include stack, innermost last
     depth = 0
     for line in text.splitlines():
         m = _LINE_MARKER.match(line)
         if m:
-            current = Path(m.group(1)).name
+            name, flags_ = Path(m.group(1)).name, m.group(2).split()
+            if "1" in flags_:
+                files.append(name)
+            elif "2" in flags_:
+                while len(files) > 1 and files[-1] != name:
+                    files.pop()
+            else:
+                files[-1] = name
             continue
+        headers = [f for f in files if f.endswith(".h")]
+        if files[-1] == source.name or not headers:
+            continue  # a declaration in the file itself is not a header's
         for token in word.findall(line):
             if token == "{":
                 depth += 1
             elif token == "}":
                 depth -= 1
-            elif depth == 0 and token in wanted and token not in found and current != source.name:
-                found[token] = current
+            elif depth == 0 and token in wanted and token not in found:
+                found[token] = headers[-1]
     return found
 
 
@@ -273,3 +285,22 @@ def test_the_check_finds_a_cycle() -> None:
     assert a_cycle(edges, ["a.c", "b.c", "c.c"]) == ["a.c", "b.c", "c.c", "a.c"]
     del edges["c.c"]["a.c"]
     assert strongly_connected(edges) == []
+
+
+def own_header(source: str) -> str:
+    return source.removesuffix(".c") + ".h"
+
+
+@pytest.mark.parametrize("library", sorted(LIBRARIES))
+def test_each_file_is_used_through_its_own_header(graphs: dict[str, Graph], library: str) -> None:
+    """A file's functions and variables that other files use are declared in its own header
+    (b.c's in b.h), not in a header that gathers everyone's."""
+    graph = graphs[library]
+    wrong = [
+        f"{name} uses {symbol} of {to} through {graph.units[name].declared_in.get(symbol)}"
+        for name, uses in graph.edges.items()
+        for to, symbols in uses.items()
+        for symbol in sorted(symbols)
+        if graph.units[name].declared_in.get(symbol) != own_header(to)
+    ]
+    assert not wrong, "\n".join(wrong)
