@@ -1,9 +1,11 @@
 /* xpu-perf CUPTI injection library: loaded by libcuda through CUDA_INJECTION64_PATH, which
- * calls InitializeInjection() during cuInit.  This file is the entry point and the order of
- * the set-up only (switches, stream, activity, windows, callbacks, then lifecycle.c's flush
- * hook, exit, signal and fork handling); what each step does is in its own file and its
- * header, and no file calls back into this one (docs/ARCHITECTURE.md, "The injection
- * library", has the files from the bottom up).  Everything goes into the per-process
+ * calls InitializeInjection() during cuInit.  This file is the entry point, the order of
+ * the set-up (switches, stream, activity, windows, callbacks, then lifecycle.c's flush hook,
+ * exit, signal and fork handling) and its wiring: what a lower file tells an upper one, it
+ * tells through what it is handed here (threads_init's hook, the windows' followers,
+ * program_profiler_attach's test).  What each step does is in its own file and its header,
+ * and no file calls back into this one (docs/ARCHITECTURE.md, `cupti_inject/`
+ * under "Modules", has the files from the bottom up).  Everything goes into the per-process
  * stream (stream.h); nothing is written on the application's threads.  The switches are read
  * once (config.c); docs/ARCHITECTURE.md has their table. */
 #define _GNU_SOURCE

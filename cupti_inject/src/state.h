@@ -1,8 +1,8 @@
 /* The injection library's shared state, at the bottom of the files that use it (owner:
  * state.c): the process's counts, written as COUNTER rows at the final flush (counters.c), and
  * whether CUPTI may still be called in this process.  Plus the macros the CUPTI files share.
- * Each file's own entry points are in its own header (docs/ARCHITECTURE.md, "The injection
- * library", has the files from the bottom up). */
+ * Each file's own entry points are in its own header (docs/ARCHITECTURE.md, `cupti_inject/`
+ * under "Modules", has the files from the bottom up). */
 #ifndef XP_STATE_H
 #define XP_STATE_H
 
