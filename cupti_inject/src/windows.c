@@ -61,6 +61,7 @@ static void tell_followers(enum xp_window_follow what, int on) {
 void windows_subscribe(enum xp_window_follow what, void (*on_change)(int on)) {
     pthread_mutex_lock(&window_lock);
     if (n_followers[what] < MAX_FOLLOWERS) followers[what][n_followers[what]++] = on_change;
+    else fprintf(stderr, "xpu-perf: too many window followers (MAX_FOLLOWERS): one left out\n");
     /* The API callbacks are off until a window opens. */
     if (what == WINDOW_FOLLOW_CALLBACKS && window_mode != WINDOW_NONE && !atomic_load(&window_open))
         on_change(0);
