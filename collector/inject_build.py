@@ -44,11 +44,13 @@ SHARED_SOURCES = (
     "unwind.c",
     "window_control.c",
 )
-# The CUPTI injection library (CUDA_INJECTION64_PATH), one file per concern
-# (docs/ARCHITECTURE.md, "The injection library"; state.h the shared state at the bottom,
-# inject.c the entry above all, which no other file calls: tests/test_inject_build.py).
+# The CUPTI injection library (CUDA_INJECTION64_PATH), one file per concern, in a stack
+# (docs/ARCHITECTURE.md, `cupti_inject/` under "Modules"): state.c the shared state at the
+# bottom, inject.c the entry above all; tests/test_c_layers.py fails on a call cycle.
 CUPTI_SOURCES = (
     "inject.c",
+    "state.c",
+    "kinds.c",
     "lifecycle.c",
     "config.c",
     "api_callbacks.c",

@@ -145,7 +145,8 @@ def test_sources_compile_without_warnings(variant: str) -> None:
 def test_no_file_calls_into_the_entry_point() -> None:
     """inject.c is the entry (InitializeInjection) and the set-up order only: it defines no
     other global symbol, and no other file of the library needs one of its symbols (the
-    shared state is at the bottom, state.h; the teardown in lifecycle.c)."""
+    shared state is at the bottom, state.c; the teardown in lifecycle.c; the rest of the
+    stack: tests/test_c_layers.py)."""
     cupti = _cupti()
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:

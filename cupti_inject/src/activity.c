@@ -8,8 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "activity.h"
+#include "config.h"
+#include "experiments.h"
+#include "kinds.h"
+#include "program_records.h"
 #include "state.h"
+#include "stream.h"
 #include "strings.h"
+#include "sync_ops.h"
+#include "windows.h"
 
 #define ACTIVITY_BUFFER_SIZE (8u << 20)
 
@@ -25,7 +33,7 @@ int activity_init(void) {
     kernel_batch = calloc(1, sizeof *kernel_batch);
     memcpy_batch = calloc(1, sizeof *memcpy_batch);
     memset_batch = calloc(1, sizeof *memset_batch);
-    int sync = sync_ops_init();
+    int sync = sync_ops_init(&activity_lock);
     marker_batch = calloc(1, sizeof *marker_batch);
     device_batch = calloc(1, sizeof *device_batch);
     memory_batch = calloc(1, sizeof *memory_batch);

@@ -10,9 +10,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_callbacks.h"
+#include "config.h"
+#include "experiments.h"
+#include "launch_stacks.h"
+#include "pm_sampling.h"
+#include "program_profiler.h"
 #include "state.h"
+#include "stream.h"
+#include "sync_ops.h"
+#include "threads.h"
+#include "windows.h"
 
-int sync_from_callbacks;
+/* What a traced API is, per callback id (and the sync kind: sync_ops.h's SYNC_* bits). */
+enum { TRACED = 1, LAUNCH = 2, PROFILER_START = 64, PROFILER_STOP = 128 /* cudaProfilerStart/Stop,
+       cuProfiler*: windows */ };
+
+/* Moves each time the traced APIs' callbacks come back on (api_callbacks_set). */
+static _Atomic uint32_t api_generation;
 static uint8_t runtime_flags[CUPTI_RUNTIME_TRACE_CBID_SIZE];
 static uint8_t driver_flags[CUPTI_DRIVER_TRACE_CBID_SIZE];
 
@@ -208,14 +223,13 @@ static void enable_profiler_callbacks(CUpti_SubscriberHandle subscriber) {
     }
 }
 
-/* Outside capture windows the traced APIs' callbacks are off in CUPTI (windows.c turns them
- * on and off): a callback CUPTI does not call costs nothing, where one that returns at once
- * still costs CUPTI's dispatch at every API call.  Each time they come back on, the
- * generation moves: a thread whose call was entered before they went off never got its
- * exit, and its depth is stale. */
+/* Outside capture windows the traced APIs' callbacks are off in CUPTI (api_callbacks_set
+ * follows the windows: windows.h): a callback CUPTI does not call costs nothing, where one
+ * that returns at once still costs CUPTI's dispatch at every API call.  Each time they come
+ * back on, the generation (api_generation) moves: a thread whose call was entered before they
+ * went off never got its exit, and its depth is stale. */
 static CUpti_SubscriberHandle api_subscriber;
 static int api_callbacks_on = 1;
-_Atomic uint32_t api_generation;
 
 void api_callbacks_set(int on) {
     if (on == api_callbacks_on || !api_subscriber) return;
@@ -253,5 +267,4 @@ void enable_api_callbacks(CUpti_SubscriberHandle subscriber) {
                   driver_flags, driver_traced);
     emit_api_names();
     if (window_mode == WINDOW_PROFILER_API) enable_profiler_callbacks(subscriber);
-    subscribe_windows(subscriber);
 }

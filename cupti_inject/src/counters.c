@@ -2,12 +2,15 @@
  * unwinder and Python-reader failures), written as COUNTER rows at the final flush: `record`
  * prints them and puts them into the trace's metadata.  A stream without them is one whose
  * process ended without that flush. */
-#include "state.h"
+#include "counters.h"
+#include "config.h"
 #include "nvtx_window.h"
+#include "program_profiler.h"
 #include "pyframes.h"
+#include "state.h"
+#include "stream.h"
+#include "threads.h"
 #include "unwind.h"
-
-struct xp_counters counters;
 
 void emit_counters(void) {
     uint64_t api = counters.api_records, launch = counters.launches;
@@ -53,16 +56,4 @@ void emit_counters(void) {
     /* Python frames wanted, CPython found, but not a layout this library reads: 3.x's x. */
     xp_emit_counter("python_unsupported_minor",
                     xp_config.python && xp_py_minor && !xp_py_enabled ? xp_py_minor : 0);
-}
-
-/* A forked child counts from zero (the windows' counts are reset with the windows). */
-void counters_reset(void) {
-    counters.api_records = counters.launches = counters.launch_stacks = 0;
-    counters.launches_no_stack = counters.alias_records = 0;
-    counters.stacks_unique = counters.stack_table_full = counters.cupti_dropped = 0;
-    counters.activity_buffers = 0;
-    counters.records_kernel = counters.records_memcpy = counters.records_memset = 0;
-    counters.records_sync = counters.records_marker = counters.records_other = 0;
-    counters.records_memory = 0;
-    counters.records_program_only = 0;
 }

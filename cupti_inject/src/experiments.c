@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "state.h"
+#include "stream.h"
 
 struct xp_experiments xp_exp = {.callbacks = 1, .parse = 1};
 
@@ -22,7 +23,7 @@ static int env_flag(const char *name, int dflt) {
     return strcmp(v, "0") != 0;
 }
 
-static struct xp_selftime exited_st; /* threads that ended (under threads_lock) */
+static struct xp_selftime exited_st; /* threads that ended (under threads.c's threads_lock) */
 static uint64_t selftime_tsc0, selftime_ns0;
 
 void xp_experiments_read(void) {
@@ -43,24 +44,22 @@ void xp_experiments_enable_hw_trace(void) {
     if (hw) CHECK(hw(1));
 }
 
-static void selftime_add(struct xp_selftime *into, const struct xp_selftime *from) {
+void xp_selftime_add(struct xp_selftime *into, const struct xp_selftime *from) {
     const uint64_t *f = (const uint64_t *)from;
     uint64_t *t = (uint64_t *)into;
     for (size_t i = 0; i < sizeof *from / sizeof(uint64_t); i++) t[i] += f[i];
 }
 
-void xp_selftime_thread_exit(const struct xp_selftime *st) { selftime_add(&exited_st, st); }
+void xp_selftime_thread_exit(const struct xp_selftime *st) { xp_selftime_add(&exited_st, st); }
 
 void xp_selftime_fork_child(void) { memset(&exited_st, 0, sizeof exited_st); }
 
 /* One line on stderr: where the library's own callback time goes, per outermost API call. */
-void xp_selftime_report(void) {
+void xp_selftime_report(const struct xp_selftime *live) {
     if (!xp_exp.selftime) return;
     struct xp_selftime t = {0};
-    pthread_mutex_lock(&threads_lock);
-    selftime_add(&t, &exited_st);
-    for (struct thread_state *ts = threads; ts; ts = ts->next) selftime_add(&t, &ts->st);
-    pthread_mutex_unlock(&threads_lock);
+    xp_selftime_add(&t, &exited_st);
+    xp_selftime_add(&t, live);
     uint64_t dtsc = __rdtsc() - selftime_tsc0, dns = xp_now_ns() - selftime_ns0;
     double ns_per_cycle = dtsc ? (double)dns / (double)dtsc : 0;
     double per = t.outer_enters ? ns_per_cycle / (double)t.outer_enters : 0;

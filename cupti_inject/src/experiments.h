@@ -31,9 +31,12 @@ extern struct xp_experiments xp_exp;
 void xp_experiments_read(void);
 /* XPU_PERF_HW_TRACE: before the activity kinds are enabled. */
 void xp_experiments_enable_hw_trace(void);
-/* XPU_PERF_SELFTIME: a thread's parts, kept when it ends; the line at the final flush. */
+/* XPU_PERF_SELFTIME: a thread's parts, kept when it ends (caller holds threads_lock); one
+ * thread's parts added to another's; the line at the final flush from the live threads'
+ * parts (threads.c's threads_selftime_report, under threads_lock) and the ended ones'. */
 void xp_selftime_thread_exit(const struct xp_selftime *st);
-void xp_selftime_report(void);
+void xp_selftime_add(struct xp_selftime *into, const struct xp_selftime *from);
+void xp_selftime_report(const struct xp_selftime *live);
 void xp_selftime_fork_child(void);
 
 static inline uint64_t xp_cycles(void) { return xp_exp.selftime ? __rdtsc() : 0; }
@@ -54,7 +57,6 @@ static inline void xp_selftime_charge(struct xp_selftime *st, uint64_t c_in, uin
 static const struct xp_experiments xp_exp = {.callbacks = 1, .parse = 1};
 static inline void xp_experiments_read(void) {}
 static inline void xp_experiments_enable_hw_trace(void) {}
-static inline void xp_selftime_report(void) {}
 static inline void xp_selftime_fork_child(void) {}
 static inline uint64_t xp_cycles(void) { return 0; }
 #define XP_SELFTIME(stmt) \

@@ -6,9 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "state.h"
+#include "launch_stacks.h"
+#include "config.h"
+#include "experiments.h"
 #include "modules.h"
 #include "pyframes.h"
+#include "state.h"
+#include "stream.h"
 #include "unwind.h"
 
 #define MAX_NATIVE 128
@@ -27,7 +31,7 @@ int launch_stacks_init(void) {
 }
 
 void launch_stacks_start(void) {
-    xp_modules_self_range((const void *)&on_callback, &self_lo, &self_hi);
+    xp_modules_self_range((const void *)&launch_stacks_start, &self_lo, &self_hi);
     if (xp_config.python) xp_py_init();
 }
 

@@ -14,10 +14,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "lifecycle.h"
+#include "activity.h"
+#include "api_callbacks.h"
+#include "counters.h"
+#include "experiments.h"
+#include "launch_stacks.h"
 #include "modules.h"
+#include "pm_sampling.h"
+#include "program_profiler.h"
+#include "program_records.h"
 #include "pyframes.h"
 #include "state.h"
+#include "stream.h"
 #include "strings.h"
+#include "threads.h"
+#include "windows.h"
 
 /* ---- flushing ---- */
 static void flush_hook(int final) {
@@ -36,7 +48,7 @@ static void flush_hook(int final) {
     if (final) end_open_window();
     if (final) pm_sampling_final(); /* its last samples, before the counters */
     if (final) emit_counters();
-    if (final) xp_selftime_report();
+    if (final) threads_selftime_report();
 }
 
 static void at_exit(void) { xp_stream_flush(1); }

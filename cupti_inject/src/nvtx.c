@@ -7,10 +7,14 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
+#include "nvtx.h"
+#include "config.h"
+#include "kinds.h"
 #include "state.h"
+#include "windows.h"
 
-_Atomic int nvtx_used, cupti_ready, markers_enabled;
-_Atomic int cupti_forked;
+_Atomic int nvtx_used, cupti_ready;
+static _Atomic int markers_enabled;
 
 void enable_markers_once(void) {
     if (atomic_load(&cupti_forked)) return;

@@ -1,11 +1,46 @@
-/* CUPTI PM sampling's config (pm_sampling.h): the metric list record asked for, made into
+/* CUPTI PM sampling's config (pm_config.h): the metric list record asked for, made into
  * a config image for one device's chip by the profiler host.  PM sampling takes one pass:
  * the names a chip's tables refuse are left out, and while the list needs more than one pass
  * the last (least wanted) goes; each left out is named (PM_DEVICE "metric_missing"). */
+#include "pm_config.h"
 #include "pm_sampling.h"
+#include "stream.h"
 
 #ifdef PM_SAMPLING_HEADERS
+#include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
+
+#define PM_DEFINE(name) __typeof__(&name) p_##name;
+PM_ENTRIES(PM_DEFINE)
+#undef PM_DEFINE
+
+const char *pm_lookup_entries(void *cupti) {
+    const char *missing = NULL;
+#define PM_LOOKUP(name)                                                                       \
+    if (!missing && !(p_##name = (__typeof__(p_##name))dlsym(cupti, #name)))                  \
+        missing = "CUPTI lacks " #name " (PM sampling needs CUDA 12.6+)";
+    PM_ENTRIES(PM_LOOKUP)
+#undef PM_LOOKUP
+    return missing;
+}
+
+void pm_emit_device(unsigned device, const char *chip, const char *status, const char *reason) {
+    static struct xp_batch_PM_DEVICE row; /* under pm_sampling.c's pm_lock */
+    row.rows = 1;
+    row.device[0] = device;
+    row.chip[0] = (struct xp_str){chip, (uint32_t)strlen(chip)};
+    row.status[0] = (struct xp_str){status, (uint32_t)strlen(status)};
+    row.reason[0] = (struct xp_str){reason, (uint32_t)strlen(reason)};
+    xp_emit_PM_DEVICE(&row);
+}
+
+/* The refusal *why, and 0 (pm_configure's answer). */
+static int refused(struct pm_refusal *why, const char *call, CUptiResult status) {
+    why->call = call;
+    why->status = status;
+    return 0;
+}
 
 static CUptiResult host_open(struct pm_device *d, CUpti_Profiler_Host_Object **host) {
     PM_PARAMS(CUpti_Profiler_Host_Initialize_Params, p);
@@ -77,41 +112,42 @@ static CUptiResult build_config(struct pm_device *d, size_t *passes, const char 
 /* The metrics of the list this chip has, in one pass: a name its tables refuse is left out,
  * and while the list needs more than one pass the last (least wanted) goes; each left out is
  * named (PM_DEVICE "metric_missing"). */
-int pm_configure(unsigned device, struct pm_device *d) {
+int pm_configure(unsigned device, struct pm_device *d, const char **metrics, size_t n_metrics,
+                 struct pm_refusal *why) {
     /* All names at once first: each host object loads the chip's tables (slow), and a list
      * record made for this CUPTI is normally accepted whole. */
     CUpti_Profiler_Host_Object *whole = NULL;
     CUptiResult r = host_open(d, &whole);
-    if (r != CUPTI_SUCCESS) return pm_refuse(device, d, "cuptiProfilerHostInitialize", r);
-    r = add_metrics(whole, pm_metrics, pm_n_metrics);
+    if (r != CUPTI_SUCCESS) return refused(why, "cuptiProfilerHostInitialize", r);
+    r = add_metrics(whole, metrics, n_metrics);
     pm_host_close(whole);
     d->n = 0;
-    for (size_t i = 0; r == CUPTI_SUCCESS && i < pm_n_metrics; i++) {
-        d->names[d->n] = pm_metrics[i];
+    for (size_t i = 0; r == CUPTI_SUCCESS && i < n_metrics; i++) {
+        d->names[d->n] = metrics[i];
         d->index[d->n++] = (uint32_t)i;
     }
-    for (size_t i = 0; r != CUPTI_SUCCESS && i < pm_n_metrics; i++) {
+    for (size_t i = 0; r != CUPTI_SUCCESS && i < n_metrics; i++) {
         CUpti_Profiler_Host_Object *probe = NULL;
         CUptiResult opened = host_open(d, &probe);
         if (opened != CUPTI_SUCCESS)
-            return pm_refuse(device, d, "cuptiProfilerHostInitialize", opened);
-        CUptiResult added = add_metrics(probe, &pm_metrics[i], 1);
+            return refused(why, "cuptiProfilerHostInitialize", opened);
+        CUptiResult added = add_metrics(probe, &metrics[i], 1);
         pm_host_close(probe);
         if (added == CUPTI_SUCCESS) {
-            d->names[d->n] = pm_metrics[i];
+            d->names[d->n] = metrics[i];
             d->index[d->n++] = (uint32_t)i;
         } else {
-            pm_emit_device(device, d->chip, "metric_missing", pm_metrics[i]);
+            pm_emit_device(device, d->chip, "metric_missing", metrics[i]);
         }
     }
-    if (d->n == 0) return pm_refuse(device, d, "no metric of the list on this chip", CUPTI_SUCCESS);
+    if (d->n == 0) return refused(why, "no metric of the list on this chip", CUPTI_SUCCESS);
     for (;;) {
         size_t passes = 0;
         const char *call = "";
         CUptiResult built = build_config(d, &passes, &call);
-        if (built != CUPTI_SUCCESS) return pm_refuse(device, d, call, built);
+        if (built != CUPTI_SUCCESS) return refused(why, call, built);
         if (passes <= 1) return 1;
-        if (d->n == 1) return pm_refuse(device, d, "one metric needs more than one pass", CUPTI_SUCCESS);
+        if (d->n == 1) return refused(why, "one metric needs more than one pass", CUPTI_SUCCESS);
         d->n--;
         pm_emit_device(device, d->chip, "metric_missing", d->names[d->n]);
     }

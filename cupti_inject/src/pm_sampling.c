@@ -22,6 +22,9 @@
  * never calls CUPTI (cupti_forked). */
 #define _GNU_SOURCE
 #include "pm_sampling.h"
+#include "pm_config.h"
+#include "state.h"
+#include "stream.h"
 
 #ifndef PM_SAMPLING_HEADERS
 #include <stdlib.h>
@@ -46,21 +49,31 @@ void pm_sampling_fork_child(void) {}
 #else
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define PM_DEFINE(name) __typeof__(&name) p_##name;
-PM_ENTRIES(PM_DEFINE)
-#undef PM_DEFINE
+#define PM_MAX_DEVICES 64
+/* How often our thread decodes the hardware buffer.  A decode costs about the same whether
+ * it holds one sample or ten (H200, CUPTI 13, launch-bound step: DecodeData ~0.9 ms, image
+ * init ~0.3 ms, then 0.05-0.1 ms a sample evaluated), so fewer decodes cost the program
+ * less: its rounds took 1.37% of the time sampled at 10 Hz with a decode every 100 ms,
+ * 0.98% every 200 ms.  Not longer: every second at 10 Hz lost samples in a GPU-saturating
+ * GEMM phase (21 gaps among 55 samples, tensor active 65% where shorter periods read
+ * 91-92%; each decode took ~70 ms there), every 200 ms lost none (91 of 91).
+ * XPU_PERF_PM_DECODE_MS changes it. */
+#define PM_DECODE_MS 200
+#define PM_DECODE_FAILURES 10
+#define PM_CLOCK_SLACK_NS (10ull * 1000000000ull)
 /* libcuda's, to make the device's context current on our thread (absent: left as it is). */
 static CUresult (*p_cuCtxSetCurrent)(CUcontext);
 
 static struct pm_device devices[PM_MAX_DEVICES];
 static char *metric_list;       /* XPU_PERF_PM_METRICS, split in place */
-const char *pm_metrics[PM_MAX_METRICS];
-size_t pm_n_metrics;
+static const char *pm_metrics[PM_MAX_METRICS]; /* record's list, in its order */
+static size_t pm_n_metrics;
 static uint64_t interval_ns = 100000000ull;
 static uint64_t decode_ms; /* PM_DECODE_MS, or XPU_PERF_PM_DECODE_MS */
 static size_t buffer_bytes = 64u << 20;
@@ -106,19 +119,10 @@ static void log_debug(const char *fmt, unsigned device, const char *what) {
     }
 }
 
-void pm_emit_device(unsigned device, const char *chip, const char *status, const char *reason) {
-    static struct xp_batch_PM_DEVICE row; /* under pm_lock */
-    row.rows = 1;
-    row.device[0] = device;
-    row.chip[0] = (struct xp_str){chip, (uint32_t)strlen(chip)};
-    row.status[0] = (struct xp_str){status, (uint32_t)strlen(status)};
-    row.reason[0] = (struct xp_str){reason, (uint32_t)strlen(reason)};
-    xp_emit_PM_DEVICE(&row);
-}
-
 static void release(struct pm_device *d);
 
-int pm_refuse(unsigned device, struct pm_device *d, const char *call, CUptiResult r) {
+/* A device's first failure: logged once, written as its refusal, its sampling over (0). */
+static int pm_refuse(unsigned device, struct pm_device *d, const char *call, CUptiResult r) {
     const char *status = NULL;
     if (r != CUPTI_SUCCESS) cuptiGetResultString(r, &status);
     char reason[256];
@@ -217,7 +221,9 @@ static int start_device(unsigned device, struct pm_device *d) {
     if ((r = p_cuptiPmSamplingGetCounterAvailability(&ap)) != CUPTI_SUCCESS)
         return pm_refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
 
-    if (!pm_configure(device, d)) return 0;
+    struct pm_refusal why;
+    if (!pm_configure(device, d, pm_metrics, pm_n_metrics, &why))
+        return pm_refuse(device, d, why.call, why.status);
     char what[96];
     snprintf(what, sizeof what, "%zu of %zu metrics in one pass, config image %zu bytes", d->n,
              pm_n_metrics, d->config_size);
@@ -468,7 +474,7 @@ static void *pm_main(void *arg) {
     return NULL;
 }
 
-/* ---- entry points (state.h) ---- */
+/* ---- entry points (pm_sampling.h) ---- */
 int pm_sampling_on;
 
 static void resolve(void) {
@@ -477,11 +483,7 @@ static void resolve(void) {
     if (dladdr((void *)cuptiGetResultString, &info) && info.dli_fname)
         cupti = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
     if (!cupti) { unavailable = "libcupti not found again by its path"; return; }
-#define PM_LOOKUP(name)                                                                       \
-    if (!unavailable && !(p_##name = (__typeof__(p_##name))dlsym(cupti, #name)))              \
-        unavailable = "CUPTI lacks " #name " (PM sampling needs CUDA 12.6+)";
-    PM_ENTRIES(PM_LOOKUP)
-#undef PM_LOOKUP
+    unavailable = pm_lookup_entries(cupti);
     void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
     if (cuda) p_cuCtxSetCurrent = (CUresult (*)(CUcontext))dlsym(cuda, "cuCtxSetCurrent");
 }

@@ -1,82 +1,20 @@
-/* Internal to CUPTI PM sampling (pm_sampling.c: the devices, our thread, the samples;
- * pm_config.c: the metric list made into a one-pass config image for a device's chip).  Only
- * with CUPTI headers that have PM sampling (12.6+): PM_SAMPLING_HEADERS. */
+/* CUPTI PM sampling (pm_sampling.c): GPU counters per device, decoded on a thread of ours. */
 #ifndef XP_PM_SAMPLING_H
 #define XP_PM_SAMPLING_H
 
-#include "state.h"
+#include <cupti.h>
 
-#if __has_include(<cupti_pmsampling.h>) && __has_include(<cupti_profiler_host.h>)
-#define PM_SAMPLING_HEADERS 1
-#include <cupti_pmsampling.h>
-#include <cupti_profiler_host.h>
-#include <cupti_profiler_target.h>
-#include <cupti_target.h>
-
-#define PM_MAX_DEVICES 64
-#define PM_MAX_METRICS 64
-/* How often our thread decodes the hardware buffer.  A decode costs about the same whether
- * it holds one sample or ten (H200, CUPTI 13, launch-bound step: DecodeData ~0.9 ms, image
- * init ~0.3 ms, then 0.05-0.1 ms a sample evaluated), so fewer decodes cost the program
- * less: its rounds took 1.37% of the time sampled at 10 Hz with a decode every 100 ms,
- * 0.98% every 200 ms.  Not longer: every second at 10 Hz lost samples in a GPU-saturating
- * GEMM phase (21 gaps among 55 samples, tensor active 65% where shorter periods read
- * 91-92%; each decode took ~70 ms there), every 200 ms lost none (91 of 91).
- * XPU_PERF_PM_DECODE_MS changes it. */
-#define PM_DECODE_MS 200
-#define PM_DECODE_FAILURES 10
-#define PM_CLOCK_SLACK_NS (10ull * 1000000000ull)
-/* A CUPTI parameter struct, zeroed but for its size (pPriv NULL, as the headers ask). */
-#define PM_PARAMS(type, var) type var = {.structSize = type##_STRUCT_SIZE}
-
-/* The entry points, typed as NVIDIA's headers declare them. */
-#define PM_ENTRIES(X)                                                                        \
-    X(cuptiProfilerInitialize) X(cuptiDeviceGetChipName)                                     \
-    X(cuptiPmSamplingGetCounterAvailability) X(cuptiProfilerHostInitialize)                  \
-    X(cuptiProfilerHostDeinitialize) X(cuptiProfilerHostConfigAddMetrics)                    \
-    X(cuptiProfilerHostGetConfigImageSize) X(cuptiProfilerHostGetConfigImage)                \
-    X(cuptiProfilerHostGetNumOfPasses) X(cuptiProfilerHostEvaluateToGpuValues)               \
-    X(cuptiPmSamplingEnable) X(cuptiPmSamplingDisable) X(cuptiPmSamplingSetConfig)           \
-    X(cuptiPmSamplingStart) X(cuptiPmSamplingStop) X(cuptiPmSamplingDecodeData)              \
-    X(cuptiPmSamplingGetCounterDataSize) X(cuptiPmSamplingCounterDataImageInitialize)        \
-    X(cuptiPmSamplingGetCounterDataInfo) X(cuptiPmSamplingCounterDataGetSampleInfo)
-/* Looked up in the loaded libcupti by pm_sampling.c (resolve). */
-#define PM_DECLARE(name) extern __typeof__(&name) p_##name;
-PM_ENTRIES(PM_DECLARE)
-#undef PM_DECLARE
-
-enum pm_state { PM_IDLE, PM_RUNNING, PM_ENDED };
-
-struct pm_device {
-    _Atomic int wanted;         /* a context was created on it (the callback) */
-    _Atomic(CUcontext) context;
-    int state;                  /* enum pm_state, our thread's (then the final flush's) */
-    char chip[64];
-    CUpti_Profiler_Host_Object *host;
-    CUpti_PmSampling_Object *sampler;
-    uint8_t *availability, *config, *data;
-    size_t config_size, data_size;
-    const char *names[PM_MAX_METRICS]; /* the metrics this device's config holds */
-    uint32_t index[PM_MAX_METRICS];    /* their index in XPU_PERF_PM_METRICS */
-    size_t n;
-    int trigger;                /* CUpti_PmSampling_TriggerMode SetConfig took */
-    int stopped;                /* cuptiPmSamplingStop called (it is called once) */
-    uint64_t last_end;          /* CUPTI's end time of the last emitted sample (0: none) */
-    int decode_failures;        /* in a row */
-};
-
-/* The metric names record asked for (XPU_PERF_PM_METRICS), in its order. */
-extern const char *pm_metrics[PM_MAX_METRICS];
-extern size_t pm_n_metrics;
-
-/* A PM_DEVICE row: "started", "refused", "stopped" or "metric_missing" and why. */
-void pm_emit_device(unsigned device, const char *chip, const char *status, const char *reason);
-/* A device's first failure: logged once, written as its refusal, its sampling over (0). */
-int pm_refuse(unsigned device, struct pm_device *d, const char *call, CUptiResult r);
-/* d->names/index/n, d->host and d->config for the device's chip: the metrics its tables
- * accept, in one pass (1; 0: refused). */
-int pm_configure(unsigned device, struct pm_device *d);
-void pm_host_close(CUpti_Profiler_Host_Object *host);
-#endif
+/* PM sampling when record asked for it (XPU_PERF_PM_METRICS): the metric names written, the
+ * context-created callback on for our subscriber (NULL: none, the refusal said), our thread
+ * started. */
+void pm_sampling_start(CUpti_SubscriberHandle subscriber);
+/* Set by pm_sampling_start when it turned the context-created callback on (the program's
+ * own CUPTI client turning it off must leave ours on: program_profiler.c). */
+extern int pm_sampling_on;
+/* CUPTI_CBID_RESOURCE_CONTEXT_CREATED: sampling of the context's device wanted. */
+void pm_sampling_context_created(const void *resource_data);
+/* At the final flush: sampling stopped, the rest decoded, its counters written. */
+void pm_sampling_final(void);
+void pm_sampling_fork_child(void);
 
 #endif

@@ -129,6 +129,14 @@ static void prepare_user_dirs(uid_t uid) {
     }
 }
 
+static int (*user_change_pause)(void);
+static void (*user_change_resume)(int paused);
+
+void xp_on_user_change(int (*pause)(void), void (*resume)(int paused)) {
+    user_change_pause = pause;
+    user_change_resume = resume;
+}
+
 #define XP_SET_ID(name, params, args, new_uid)                                              \
     XP_EXPORT int name params {                                                             \
         static int (*real) params;                                                          \
@@ -138,10 +146,10 @@ static void prepare_user_dirs(uid_t uid) {
             return -1;                                                                      \
         }                                                                                   \
         prepare_user_dirs(new_uid);                                                         \
-        int paused = xp_sampler_pause();                                                    \
+        int paused = user_change_pause ? user_change_pause() : 0;                           \
         int result = real args;                                                             \
         int saved_errno = errno;                                                            \
-        xp_sampler_resume(paused);                                                          \
+        if (user_change_resume) user_change_resume(paused);                                 \
         errno = saved_errno;                                                                \
         return result;                                                                      \
     }

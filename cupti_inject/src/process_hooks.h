@@ -24,9 +24,8 @@
  * library, which libcuda loads RTLD_LOCAL, finds it with dlsym(RTLD_DEFAULT). */
 XP_EXPORT void xpu_perf_on_exit(void (*flush)(int how));
 
-/* sampler.c: stop / restart its threads around a change of user (pause returns what it
- * stopped, for resume). */
-int xp_sampler_pause(void);
-void xp_sampler_resume(int paused);
+/* What stops and restarts the library's threads around a change of user: sampler.c hands
+ * its own at load (pause returns what it stopped, for resume); none: nothing to stop. */
+void xp_on_user_change(int (*pause)(void), void (*resume)(int paused));
 
 #endif

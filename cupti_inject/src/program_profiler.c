@@ -19,10 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "program_profiler.h"
+#include "config.h"
 #include "cupti_host.h"
+#include "kinds.h"
+#include "program_records.h"
 #include "state.h"
+#include "stream.h"
+#include "windows.h"
 
-#define KINDS 128  /* CUpti_ActivityKind values this file follows (CUDA 13: < 70) */
 #define CB_IDS 2048 /* callback ids per domain (CUDA 13's driver domain: < 1000) */
 #define MAX_CALL_ROWS 32
 
@@ -34,63 +39,16 @@ static struct {
     void *userdata;
     int subscribed;
     uint8_t callbacks[CUPTI_CB_DOMAIN_SIZE][CB_IDS];
-    CUpti_BuffersCallbackRequestFunc requested;
-    CUpti_BuffersCallbackCompleteFunc completed;
-    uint8_t kinds[KINDS];       /* on for the program now */
-    uint8_t epoch_kinds[KINDS]; /* enabled since its last flush with none on: forwarded */
 } client;
 #define SERVED_HANDLE ((CUpti_SubscriberHandle)&client)
 
 static pthread_mutex_t client_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUpti_SubscriberHandle our_subscriber;
 _Atomic int program_callbacks_on; /* the client has callbacks on: on_callback forwards */
-_Atomic int program_forwarding;   /* the client's activity epoch: buffers go to it too */
+/* Whether our subscriber needs a callback on now (api_callbacks.c's, handed over at attach):
+ * the client turning it off leaves it on. */
+static int (*ours_needed)(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
 _Atomic uint64_t program_callbacks_forwarded;
-
-/* ---- activity kinds: on in CUPTI while we or the program want them ---- */
-static pthread_mutex_t kinds_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint8_t our_kinds[KINDS], cupti_kinds[KINDS], ever_ours[KINDS];
-
-static CUptiResult kind_apply(int kind) {
-    uint8_t want = our_kinds[kind] || client.kinds[kind];
-    if (want == cupti_kinds[kind]) return CUPTI_SUCCESS;
-    CUptiResult r = want ? cuptiActivityEnable((CUpti_ActivityKind)kind)
-                         : cuptiActivityDisable((CUpti_ActivityKind)kind);
-    if (r == CUPTI_SUCCESS) cupti_kinds[kind] = want;
-    return r;
-}
-
-CUptiResult kind_set(CUpti_ActivityKind kind, int on) {
-    if ((unsigned)kind >= KINDS) return on ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind);
-    pthread_mutex_lock(&kinds_lock);
-    our_kinds[kind] = (uint8_t)(on != 0);
-    if (on) ever_ours[kind] = 1;
-    CUptiResult r = kind_apply((int)kind);
-    pthread_mutex_unlock(&kinds_lock);
-    return r;
-}
-
-int kind_ours(CUpti_ActivityKind kind) { return (unsigned)kind >= KINDS || ever_ours[kind]; }
-
-static CUptiResult client_kind_set(int kind, int on) {
-    if (kind < 0 || kind >= KINDS) return CUPTI_ERROR_INVALID_KIND;
-    pthread_mutex_lock(&kinds_lock);
-    client.kinds[kind] = (uint8_t)(on != 0);
-    if (on) client.epoch_kinds[kind] = 1;
-    CUptiResult r = kind_apply(kind);
-    pthread_mutex_unlock(&kinds_lock);
-    return r;
-}
-
-static int client_kinds_on(void) {
-    for (int k = 0; k < KINDS; k++)
-        if (client.kinds[k]) return 1;
-    return 0;
-}
-
-int program_takes_kind(CUpti_ActivityKind kind) {
-    return (unsigned)kind < KINDS && client.epoch_kinds[kind];
-}
 
 /* ---- callbacks: on for our subscriber while we or the program want them ---- */
 int program_wants_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
@@ -116,7 +74,7 @@ static CUptiResult client_callback_set(uint32_t enable, CUpti_CallbackDomain dom
                                        CUpti_CallbackId cbid) {
     if ((unsigned)domain >= CUPTI_CB_DOMAIN_SIZE || cbid >= CB_IDS) return CUPTI_ERROR_INVALID_PARAMETER;
     client.callbacks[domain][cbid] = (uint8_t)(enable != 0);
-    if (!enable && api_callback_needed(domain, cbid)) return CUPTI_SUCCESS;
+    if (!enable && ours_needed && ours_needed(domain, cbid)) return CUPTI_SUCCESS;
     return cuptiEnableCallback(enable ? 1 : 0, our_subscriber, domain, cbid);
 }
 
@@ -126,7 +84,7 @@ static CUptiResult client_domain_set(uint32_t enable, CUpti_CallbackDomain domai
     CUptiResult r = cuptiEnableDomain(enable ? 1 : 0, our_subscriber, domain);
     if (!enable) /* the domain off for the client: ours back on */
         for (CUpti_CallbackId c = 0; c < CB_IDS; c++)
-            if (api_callback_needed(domain, c)) cuptiEnableCallback(1, our_subscriber, domain, c);
+            if (ours_needed && ours_needed(domain, c)) cuptiEnableCallback(1, our_subscriber, domain, c);
     return r;
 }
 
@@ -136,25 +94,6 @@ static void client_unsubscribe(void) {
             if (client.callbacks[d][c]) client_callback_set(0, (CUpti_CallbackDomain)d, c);
     client.callback = NULL;
     client.subscribed = 0;
-}
-
-/* ---- the client's buffers (program_records.c fills them) ---- */
-int program_has_buffers(void) { return client.requested != NULL && client.completed != NULL; }
-
-int program_buffer(uint8_t **buffer, size_t *size) {
-    CUpti_BuffersCallbackRequestFunc requested = client.requested;
-    size_t max_records = 0;
-    *buffer = NULL;
-    *size = 0;
-    if (!requested) return 0;
-    requested(buffer, size, &max_records);
-    return *buffer != NULL && *size > 0;
-}
-
-void program_buffer_done(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
-                         size_t used) {
-    CUpti_BuffersCallbackCompleteFunc completed = client.completed;
-    if (completed) completed(ctx, stream_id, buffer, size, used);
 }
 
 /* ---- counts: one row per entry point, caller and outcome ---- */
@@ -297,14 +236,14 @@ static int serve(const struct xp_cupti_call *call, int *result) {
         return answer(call, SERVED, r, result);
     }
     case XP_CUPTI_ACTIVITY_REGISTER_CALLBACKS:
-        client.requested = (CUpti_BuffersCallbackRequestFunc)a[0];
-        client.completed = (CUpti_BuffersCallbackCompleteFunc)a[1];
+        program_records_set_buffers((CUpti_BuffersCallbackRequestFunc)a[0],
+                                    (CUpti_BuffersCallbackCompleteFunc)a[1]);
         return answer(call, SERVED, CUPTI_SUCCESS, result);
     case XP_CUPTI_ACTIVITY_ENABLE:
     case XP_CUPTI_ACTIVITY_ENABLE_CONTEXT: {
         /* A context's kind is served for every context: more than asked, never less. */
         int kind = (int)(call->entry == XP_CUPTI_ACTIVITY_ENABLE ? a[0] : a[1]);
-        CUptiResult r = client_kind_set(kind, 1);
+        CUptiResult r = program_kind_set(kind, 1);
         if (r == CUPTI_SUCCESS) {
             program_records_epoch_start();
             atomic_store(&program_forwarding, 1);
@@ -314,7 +253,7 @@ static int serve(const struct xp_cupti_call *call, int *result) {
     case XP_CUPTI_ACTIVITY_DISABLE:
     case XP_CUPTI_ACTIVITY_DISABLE_CONTEXT: {
         int kind = (int)(call->entry == XP_CUPTI_ACTIVITY_DISABLE ? a[0] : a[1]);
-        return answer(call, SERVED, client_kind_set(kind, 0), result);
+        return answer(call, SERVED, program_kind_set(kind, 0), result);
     }
     case XP_CUPTI_TIMESTAMP_CALLBACK:
         program_clock_set((CUpti_TimestampCallbackFunc)a[0]);
@@ -334,10 +273,7 @@ static int serve_flush(const struct xp_cupti_call *call, int *result) {
     program_records_hand_back(); /* what CUPTI would have completed by now */
     pthread_mutex_lock(&client_lock);
     count_call(call, SERVED);
-    pthread_mutex_lock(&kinds_lock);
-    int on = client_kinds_on();
-    if (!on) memset(client.epoch_kinds, 0, sizeof client.epoch_kinds);
-    pthread_mutex_unlock(&kinds_lock);
+    int on = program_kinds_flush();
     if (!on) atomic_store(&program_forwarding, 0); /* its last flush of the trace */
     pthread_mutex_unlock(&client_lock);
     if (on) program_records_hold_buffer(); /* its trace goes on: CUPTI would hold the next */
@@ -401,7 +337,11 @@ void program_profiler_register(void) {
     register_host(&host);
 }
 
-void program_profiler_attach(CUpti_SubscriberHandle subscriber) { our_subscriber = subscriber; }
+void program_profiler_attach(CUpti_SubscriberHandle subscriber,
+                             int (*needed)(CUpti_CallbackDomain domain, CUpti_CallbackId cbid)) {
+    our_subscriber = subscriber;
+    ours_needed = needed;
+}
 
 /* The final flush: the client is not fed while the process ends (its objects may be gone). */
 void program_profiler_final(void) { atomic_store(&program_forwarding, 0); }
@@ -409,7 +349,7 @@ void program_profiler_final(void) { atomic_store(&program_forwarding, 0); }
 
 void program_profiler_fork_child(void) {
     pthread_mutex_init(&client_lock, NULL);
-    pthread_mutex_init(&kinds_lock, NULL);
+    kinds_fork_child();
     n_call_rows = 0;
     call_rows_full = 0;
     program_callbacks_forwarded = 0;

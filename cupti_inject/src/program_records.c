@@ -18,12 +18,19 @@
  *     it: one into the record's own span is moved to the copy; for one elsewhere in the
  *     buffer, our buffer is kept until the client's next trace. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "program_records.h"
+#include "kinds.h"
 #include "state.h"
+#include "stream.h"
 
+_Atomic int program_forwarding;
+static CUpti_BuffersCallbackRequestFunc client_requested;
+static CUpti_BuffersCallbackCompleteFunc client_completed;
 static CUpti_TimestampCallbackFunc client_clock;
 static uint64_t clock0_ours, clock0_client;
 static _Atomic uint64_t records_forwarded, buffers_forwarded, records_not_forwarded;
@@ -32,6 +39,34 @@ static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t **kept;
 static size_t n_kept, kept_cap;
 
+/* ---- the client's buffers ---- */
+void program_records_set_buffers(CUpti_BuffersCallbackRequestFunc requested,
+                                 CUpti_BuffersCallbackCompleteFunc completed) {
+    client_requested = requested;
+    client_completed = completed;
+}
+
+/* The client registered its buffer callbacks; a buffer from its request callback (0: none),
+ * handed back filled. */
+static int program_has_buffers(void) { return client_requested != NULL && client_completed != NULL; }
+
+static int program_buffer(uint8_t **buffer, size_t *size) {
+    CUpti_BuffersCallbackRequestFunc requested = client_requested;
+    size_t max_records = 0;
+    *buffer = NULL;
+    *size = 0;
+    if (!requested) return 0;
+    requested(buffer, size, &max_records);
+    return *buffer != NULL && *size > 0;
+}
+
+static void program_buffer_done(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
+                                size_t used) {
+    CUpti_BuffersCallbackCompleteFunc completed = client_completed;
+    if (completed) completed(ctx, stream_id, buffer, size, used);
+}
+
+/* ---- its clock ---- */
 void program_clock_set(CUpti_TimestampCallbackFunc clock) {
     if (!clock) return;
     clock0_ours = xp_now_ns();

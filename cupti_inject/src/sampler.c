@@ -673,7 +673,7 @@ static int scanner_running;
 static pid_t scanner_pid; /* the process whose scanner runs (not a vfork()ed child's) */
 
 /* The process changes user: the scanner and the writer stop first (process_hooks.c). */
-int xp_sampler_pause(void) {
+static int xp_sampler_pause(void) {
     int paused = 0;
     if (scanner_running && scanner_pid == getpid()) {
         atomic_store(&scanner_stop, 1);
@@ -685,7 +685,7 @@ int xp_sampler_pause(void) {
     return paused;
 }
 
-void xp_sampler_resume(int paused) {
+static void xp_sampler_resume(int paused) {
     if (paused & 2) xp_stream_resume_writer();
     if (paused & 1) {
         atomic_store(&scanner_stop, 0);
@@ -756,6 +756,7 @@ static void fork_child(void) {
 }
 
 __attribute__((constructor)) static void sampler_init(void) {
+    xp_on_user_change(xp_sampler_pause, xp_sampler_resume);
     const char *hz = getenv("XPU_PERF_CPU_HZ");
     if (!hz || atoi(hz) <= 0 || !getenv("XPU_PERF_CPU_OUT_DIR")) return;
     sample_hz = atoi(hz);

@@ -7,11 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sync_ops.h"
 #include "state.h"
+#include "stream.h"
 
+int sync_from_callbacks;
 static struct xp_batch_SYNC *sync_batch;
+static pthread_mutex_t *sync_batch_lock;
 
-int sync_ops_init(void) {
+int sync_ops_init(pthread_mutex_t *batch_lock) {
+    sync_batch_lock = batch_lock;
     sync_batch = calloc(1, sizeof *sync_batch);
     return sync_batch ? 0 : -1;
 }
@@ -48,10 +53,10 @@ void add_api_sync(const CUpti_CallbackData *cb, uint8_t flags, uint64_t start, u
                   : flags & SYNC_STREAM ? CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE
                   : flags & SYNC_EVENT  ? CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE
                                         : CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
-    pthread_mutex_lock(&activity_lock);
+    pthread_mutex_lock(sync_batch_lock);
     push_sync(start, end, cb->correlationId, context, device, stream, type, NO_ID);
     counters.records_sync++;
-    pthread_mutex_unlock(&activity_lock);
+    pthread_mutex_unlock(sync_batch_lock);
 }
 
 void emit_sync_rows(void) { xp_emit_SYNC(sync_batch); }

@@ -1,5 +1,5 @@
 /* Per-thread state of the traced threads: the outermost API call in flight, the staged API
- * and alias rows (state.h), the thread's id and name (a THREAD row at its first traced call),
+ * and alias rows (threads.h), the thread's id and name (a THREAD row at its first traced call),
  * per-thread counts.  A thread's rows go into the stream when a batch fills, at each flush
  * and when the thread ends. */
 #define _GNU_SOURCE
@@ -9,12 +9,16 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "threads.h"
+#include "experiments.h"
 #include "state.h"
+#include "stream.h"
 
 pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 struct thread_state *threads;
 __thread struct thread_state *tls_state __attribute__((tls_model("initial-exec")));
 static pthread_key_t thread_key;
+static void (*first_call_hook)(void);
 
 void emit_api_rows(struct thread_state *ts) {
     struct xp_batch_API *b = ts->api;
@@ -76,7 +80,10 @@ static void thread_exit(void *p) {
     free_thread_state(ts);
 }
 
-void threads_init(void) { pthread_key_create(&thread_key, thread_exit); }
+void threads_init(void (*first_traced_call)(void)) {
+    first_call_hook = first_traced_call;
+    pthread_key_create(&thread_key, thread_exit);
+}
 
 /* The thread's id and name as the stream's THREAD row. */
 static void emit_thread_name(struct thread_state *ts) {
@@ -87,7 +94,7 @@ static void emit_thread_name(struct thread_state *ts) {
 }
 
 struct thread_state *thread_state_new(void) {
-    register_late_atexit_once();
+    if (first_call_hook) first_call_hook();
     struct thread_state *ts = calloc(1, sizeof *ts);
     if (!ts) return NULL;
     ts->api = malloc(sizeof *ts->api);
@@ -141,3 +148,14 @@ void threads_fork_child(void) {
         emit_thread_name(keep);
     }
 }
+
+#ifdef XPU_PERF_EXPERIMENTS
+void threads_selftime_report(void) {
+    if (!xp_exp.selftime) return;
+    struct xp_selftime live = {0};
+    pthread_mutex_lock(&threads_lock); /* the ended threads' parts are added under it too */
+    for (struct thread_state *ts = threads; ts; ts = ts->next) xp_selftime_add(&live, &ts->st);
+    xp_selftime_report(&live);
+    pthread_mutex_unlock(&threads_lock);
+}
+#endif

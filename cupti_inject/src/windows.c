@@ -18,8 +18,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "state.h"
+#include "windows.h"
+#include "config.h"
+#include "kinds.h"
 #include "nvtx_window.h"
+#include "state.h"
+#include "stream.h"
 #include "window_control.h"
 
 /* --capture-range signal: how often the control page is read for record's toggles. */
@@ -44,6 +48,25 @@ static struct xp_batch_WINDOW *window_batch;
 static uint64_t delay_open_ns, delay_close_ns;
 static atomic_int delay_thread_done;
 static const char *range_reason = ""; /* the NVTX windows' reason: "nvtx:NAME" as given */
+/* What follows the windows (windows.h), by kind of following. */
+#define MAX_FOLLOWERS 4
+static void (*followers[WINDOW_FOLLOWS][MAX_FOLLOWERS])(int on);
+static int n_followers[WINDOW_FOLLOWS];
+
+/* Caller holds window_lock. */
+static void tell_followers(enum xp_window_follow what, int on) {
+    for (int i = 0; i < n_followers[what]; i++) followers[what][i](on);
+}
+
+void windows_subscribe(enum xp_window_follow what, void (*on_change)(int on)) {
+    pthread_mutex_lock(&window_lock);
+    if (n_followers[what] < MAX_FOLLOWERS) followers[what][n_followers[what]++] = on_change;
+    else fprintf(stderr, "xpu-perf: too many window followers (MAX_FOLLOWERS): one left out\n");
+    /* The API callbacks are off until a window opens. */
+    if (what == WINDOW_FOLLOW_CALLBACKS && window_mode != WINDOW_NONE && !atomic_load(&window_open))
+        on_change(0);
+    pthread_mutex_unlock(&window_lock);
+}
 
 /* The windows open in this process, as the CPU samplers of the tree see them. */
 static void count_process_window(int delta) {
@@ -55,7 +78,7 @@ static void count_process_window(int delta) {
 static void set_window_kinds(int on) {
     if (atomic_load(&cupti_forked)) return; /* the window still opens: API rows, samples */
     for (int i = 0; i < n_window_kinds; i++) kind_set(window_kinds[i], on);
-    markers_follow_window(on); /* NVTX markers follow the window too, once NVTX is used */
+    tell_followers(WINDOW_FOLLOW_ACTIVITY, on); /* NVTX markers, once NVTX is used */
 }
 
 static void push_window_row(uint64_t end, const char *end_reason) {
@@ -81,7 +104,7 @@ void open_window(const char *reason) {
         return;
     }
     set_window_kinds(1);
-    api_callbacks_set(1);
+    tell_followers(WINDOW_FOLLOW_CALLBACKS, 1);
     window_closed_ns = 0;
     window_reason = reason;
     window_start_ns = xp_now_ns();
@@ -226,19 +249,15 @@ void windows_periodic(void) {
     pthread_mutex_lock(&window_lock);
     if (!atomic_load(&window_open) && window_closed_ns &&
         xp_now_ns() - window_closed_ns >= CALLBACKS_OFF_AFTER_NS) {
-        api_callbacks_set(0);
+        tell_followers(WINDOW_FOLLOW_CALLBACKS, 0);
         window_closed_ns = 0;
     }
     pthread_mutex_unlock(&window_lock);
 }
 
-/* After cuptiSubscribe and the traced APIs' callbacks: off until a window opens; the
- * callbacks the window mode itself needs (profiler start/stop, NVTX) stay on. */
-void subscribe_windows(CUpti_SubscriberHandle subscriber) {
-    if (window_mode == WINDOW_NONE) return;
-    pthread_mutex_lock(&window_lock);
-    if (!atomic_load(&window_open)) api_callbacks_set(0);
-    pthread_mutex_unlock(&window_lock);
+/* After cuptiSubscribe and the traced APIs' callbacks (which a window follower turns off
+ * until a window opens): the callbacks the NVTX window mode needs stay on. */
+void windows_enable_nvtx(CUpti_SubscriberHandle subscriber) {
     if (window_mode != WINDOW_NVTX) return;
     if (xp_nvtx_window_enable(subscriber) != CUPTI_SUCCESS)
         fprintf(stderr, "xpu-perf: cannot subscribe to the NVTX callbacks: no capture window "
