@@ -16,7 +16,14 @@ from collector.errors import UserError
 from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.views import WindowError
-from exporters.report.ranks import DEFAULT_STEPS, rank_rows, ranks_sql, section, slowest
+from exporters.report.ranks import (
+    DEFAULT_STEPS,
+    rank_rows,
+    ranks_sql,
+    section,
+    slowest,
+    trace_labels,
+)
 from exporters.report.terminal import Screen, print_section
 
 
@@ -48,7 +55,7 @@ def report_ranks(args: argparse.Namespace) -> int:
         screen = Screen()  # 14 columns: the optional ones go where they do not fit
         print_section(screen, section(records, batch, steps))
         if worst is not None:
-            screen.print(Text(worst.describe()))
+            screen.print(Text(worst.describe(trace_labels(records)[0] if batch else None)))
         screen.flush()
     else:
         emit(columns, rows, args.format)
