@@ -13,6 +13,7 @@ from rich.text import Text
 from collector import batch_query
 from collector.commands.query import emit
 from collector.errors import UserError
+from collector.visible_text import printable_lines
 from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.views import WindowError
@@ -64,5 +65,5 @@ def report_ranks(args: argparse.Namespace) -> int:
             print(worst.describe(), file=sys.stderr)
     sys.stdout.flush()
     for res in failed:
-        print(f"xpu-perf report: error: {res.trace}: {res.error}", file=sys.stderr)
+        print(printable_lines(f"xpu-perf report: error: {res.trace}: {res.error}"), file=sys.stderr)
     return 1 if failed else 0
