@@ -38,7 +38,7 @@ MARKUP = "[bold red]loud[/bold red]"
 FUNC = f"augment{TITLE}"
 KERNEL_TAIL = f"{CLEAR}{MARKUP}\r\x9b1m\u202e"
 PROCESS = f"python3{TITLE}"
-THREAD = f"main{CLEAR}{MARKUP}"
+THREAD = f"main{CLEAR}{MARKUP}:thumbs_up:"  # rich would draw an emoji
 
 
 def _run(*args: str | Path, columns: int = 220) -> subprocess.CompletedProcess[str]:
@@ -201,3 +201,18 @@ def test_convert_summary_shows_input_names_visibly(tmp_path: Path) -> None:
     assert "out[bold red]x.perfetto-trace" in text, proc.stderr
     assert printable(f"Q{TITLE}")[:20] in text or "\\x1b]0;pwned" in text, proc.stderr
     assert printable(f"flow{CLEAR}{MARKUP}") in text, proc.stderr
+
+
+def test_merge_summary_shows_input_paths_visibly(hostile_trace: Path, tmp_path: Path) -> None:
+    """A file may be named with anything too; merge's summary lists each input's path."""
+    inputs = []
+    for name in (f"a{TITLE}.perfetto-trace", "b[bold red]loud:thumbs_up:.pftrace"):
+        path = tmp_path / name
+        path.write_bytes(hostile_trace.read_bytes())
+        inputs.append(path)
+    proc = _run("merge", "-o", tmp_path / "merged.perfetto-trace", *inputs)
+    assert proc.returncode == 0, proc.stderr
+    _assert_inert(proc.stdout + proc.stderr)
+    text = " ".join(proc.stderr.split())
+    assert printable(f"a{TITLE}.perfetto-trace") in text, proc.stderr
+    assert "b[bold red]loud:thumbs_up:.pftrace" in text, proc.stderr

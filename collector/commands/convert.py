@@ -85,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
     # Before the conversion, not after it; the same file as the input however named (the
     # default output never is: it adds .perfetto-trace).
     check_output(out, [src])
-    console = Console(stderr=True, quiet=args.quiet)
+    console = Console(stderr=True, quiet=args.quiet, emoji=False)  # ":x:" in a name is text
     show_progress = not (args.no_progress or args.quiet) and sys.stderr.isatty()
     started = time.perf_counter()
     stats = kineto.ConvertStats()

@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
     # Imported here: `merge --help` needs neither the protos nor the query engine.
     from collector.merge.traces import merge_traces
 
-    console = Console(stderr=True, quiet=args.quiet)
+    console = Console(stderr=True, quiet=args.quiet, emoji=False)  # ":x:" in a name is text
     started = time.perf_counter()
     try:
         report = merge_traces(

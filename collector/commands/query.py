@@ -159,5 +159,7 @@ def emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
         table = Table(*map(printable, columns), show_lines=False)
         for row in rows:
             table.add_row(*("NULL" if v is None else printable(str(v)) for v in row))
-        console = Console(width=max(80, Console().width), markup=False, highlight=False)
+        console = Console(
+            width=max(80, Console().width), markup=False, highlight=False, emoji=False
+        )
         console.print(table)
