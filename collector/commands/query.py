@@ -14,8 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from collector import visible_text
 from collector.errors import UserError
-from collector.visible_text import printable, printable_lines
 from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.result_cache import ENV_DISABLE
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
@@ -116,7 +116,8 @@ def main(args: argparse.Namespace) -> int:
     emit(columns, rows, args.format)
     sys.stdout.flush()
     for res in failed:
-        print(printable_lines(f"xpu-perf query: error: {res.trace}: {res.error}"), file=sys.stderr)
+        line = f"xpu-perf query: error: {res.trace}: {res.error}"
+        print(visible_text.printable_lines(line), file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -156,9 +157,9 @@ def emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
         json.dump([dict(zip(columns, row, strict=True)) for row in rows], sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        table = Table(*map(printable, columns), show_lines=False)
+        table = Table(*map(visible_text.printable, columns), show_lines=False)
         for row in rows:
-            table.add_row(*("NULL" if v is None else printable(str(v)) for v in row))
+            table.add_row(*("NULL" if v is None else visible_text.printable(str(v)) for v in row))
         console = Console(
             width=max(80, Console().width), markup=False, highlight=False, emoji=False
         )
