@@ -14,6 +14,7 @@ from collector import __version__
 from collector.cli_text import FINDINGS_IN_WORDS
 from collector.errors import Terminated, UserError
 from collector.files import terminate_on_sigterm
+from collector.visible_text import printable_lines
 
 # name -> module; each module has add_parser(subparsers) and main(args) -> int.
 COMMANDS = ("record", "convert", "merge", "query", "folded", "view", "report", "flamegraph")
@@ -67,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a full disk behind `> file` shows here, not at exit
         return code
     except UserError as exc:
-        print(f"xpu-perf {args.command}: error: {exc}", file=sys.stderr)
+        # The message may quote an input (a name, a JSON error's bytes): shown visibly.
+        print(printable_lines(f"xpu-perf {args.command}: error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"xpu-perf {args.command}: interrupted", file=sys.stderr)
@@ -81,7 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         # The last resort: the commands turn the errors they expect into UserErrors; any
         # other (a full disk under stdout, a file gone mid-run) is still one line.
-        print(f"xpu-perf {args.command}: error: {_os_error_line(exc)}", file=sys.stderr)
+        print(
+            printable_lines(f"xpu-perf {args.command}: error: {_os_error_line(exc)}"),
+            file=sys.stderr,
+        )
         _drop_stdout()
         return 1
 

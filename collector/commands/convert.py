@@ -6,18 +6,22 @@ import argparse
 import contextlib
 import os
 import re
+import shlex
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.text import Text
 
 from collector.errors import UserError
 from collector.files import check_input, check_output
 from collector.gc_pause import collected_now_and_then
 from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
+from collector.visible_text import printable
 from exporters.perfetto.writer import (
     DEFAULT_COMPRESSION_LEVEL,
     MAX_COMPRESSION_LEVEL,
@@ -81,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
     # Before the conversion, not after it; the same file as the input however named (the
     # default output never is: it adds .perfetto-trace).
     check_output(out, [src])
-    console = Console(stderr=True, quiet=args.quiet)
+    console = Console(stderr=True, quiet=args.quiet, emoji=False)  # ":x:" in a name is text
     show_progress = not (args.no_progress or args.quiet) and sys.stderr.isatty()
     started = time.perf_counter()
     stats = kineto.ConvertStats()
@@ -222,33 +226,74 @@ def size_ratio(in_size: int, out_size: int) -> str:
 def print_summary(
     console: Console, src: Path, out: Path, stats: kineto.ConvertStats, elapsed: float
 ) -> None:
+    """What was converted, within the console's width (COLUMNS): each fact wrapped under its
+    own indent, the next commands one per line, whole (a command broken across lines cannot
+    be pasted).  Categories and phases come from the input: shown with `printable`."""
     in_size = src.stat().st_size
     out_size = out.stat().st_size
-    console.print(
-        f"[bold]{out}[/bold]  ({out_size / 1e6:.2f} MB, {size_ratio(in_size, out_size)} "
+    width = console.width
+    shown = shlex.quote(printable(str(out)))
+    head = (
+        f"{printable(str(out))}  ({out_size / 1e6:.2f} MB, {size_ratio(in_size, out_size)} "
         f"than the {in_size / 1e6:.2f} MB input, {elapsed:.1f} s)"
     )
-    console.print(
-        f"  events in {stats.events_in}, out {stats.events_out} "
-        f"(+{stats.metadata_events} metadata records, flow records become flows)"
-    )
-    console.print(
-        f"  GPU: {stats.kernels} kernels, {stats.memcpys} memcpy, {stats.memsets} memset, "
-        f"{stats.syncs} sync, {stats.gpu_annotations} annotations"
-    )
-    console.print(
-        f"  CPU: {stats.cpu_slices} slices, {stats.api_calls} CUDA API calls, "
-        f"{stats.instants} instants"
-    )
-    others = "".join(f", {n} {cat}" for cat, n in other_pair_flows(stats).items())
-    console.print(
-        f"  flows: {api_device_flows(stats)} API->GPU (input had {stats.ac2g_links_in} ac2g "
+    others = "".join(f", {n} {printable(cat)}" for cat, n in other_pair_flows(stats).items())
+    facts = [
+        f"events in {stats.events_in}, out {stats.events_out} "
+        f"(+{stats.metadata_events} metadata records, flow records become flows)",
+        f"GPU: {stats.kernels} kernels, {stats.memcpys} memcpy, {stats.memsets} memset, "
+        f"{stats.syncs} sync, {stats.gpu_annotations} annotations",
+        f"CPU: {stats.cpu_slices} slices, {stats.api_calls} CUDA API calls, "
+        f"{stats.instants} instants",
+        f"flows: {api_device_flows(stats)} API->GPU (input had {stats.ac2g_links_in} ac2g "
         f"flow ends), {stats.fwdbwd_flows} fwd->bwd{others}; "
-        f"GPU ops without an API call: {stats.gpu_ops_without_api}"
+        f"GPU ops without an API call: {stats.gpu_ops_without_api}",
+        *(f"skipped {n}: {printable(reason)}" for reason, n in sorted(stats.skipped.items())),
+    ]
+    lines = _wrap(head, width, "", "    ")
+    lines[0] = Text(str(lines[0]))
+    lines[0].stylize("bold", 0, len(printable(str(out))))
+    for fact in facts:
+        lines += _wrap(fact, width, "  ", "      ")
+    lines += _next_commands(
+        [
+            (f"xpu-perf report {shown}", "the findings: what to change first"),
+            (f"xpu-perf view {shown}", "the timeline in the Perfetto UI, offline"),
+        ],
+        width,
     )
-    for reason, count in sorted(stats.skipped.items()):
-        console.print(f"  skipped {count}: {reason}")
-    console.print(
-        f'  next: xpu-perf query {out} "select name, count(*) from slice group by 1 '
-        'order by 2 desc limit 10"'
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[Text | str]:
+    """`text` in lines of at most `width` (a word longer than a line stays whole)."""
+    wrapped = textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
     )
+    return list(wrapped) or [first]
+
+
+def _next_commands(commands: list[tuple[str, str]], width: int) -> list[Text | str]:
+    """`  next: COMMAND  # what it shows`, one command a line, aligned; the comment goes
+    where the line would not fit, and a command that alone does not fit gets its own line."""
+    label = "  next: "
+    pad = max(len(c) for c, _ in commands)
+    lines: list[Text | str] = []
+    for i, (command, what) in enumerate(commands):
+        lead = label if i == 0 else " " * len(label)
+        line = f"{lead}{command.ljust(pad)}  # {what}"
+        if len(line) > width:
+            line = f"{lead}{command}"
+        if len(line) > width and i == 0:
+            lines.append(label.rstrip())
+            line = f"    {command}"
+        elif len(line) > width:
+            line = f"    {command}"
+        lines.append(line)
+    return lines

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from collector.commands.query import add_trace_processor_flag
 from collector.errors import UserError
+from collector.visible_text import printable
 
 if TYPE_CHECKING:
     from collector.merge.nccl import Spread
@@ -50,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
     # Imported here: `merge --help` needs neither the protos nor the query engine.
     from collector.merge.traces import merge_traces
 
-    console = Console(stderr=True, quiet=args.quiet)
+    console = Console(stderr=True, quiet=args.quiet, emoji=False)  # ":x:" in a name is text
     started = time.perf_counter()
     try:
         report = merge_traces(
@@ -88,7 +89,9 @@ _CLOCK_SOURCES = {
 
 
 def print_summary(console: Console, report: MergeReport, elapsed: float) -> None:
-    out = escape(str(report.output))
+    # Paths, labels and packet kinds come from the inputs: shown with `printable`, and
+    # escaped, since these lines are rich markup.
+    out = escape(printable(str(report.output)))
     size = report.bytes_written / 1e6
     console.print(f"{out}  ({size:.2f} MB, {len(report.inputs)} inputs, {elapsed:.1f} s)")
     deltas = report.nccl.deltas if report.nccl is not None else None
@@ -98,15 +101,16 @@ def print_summary(console: Console, report: MergeReport, elapsed: float) -> None
         if deltas is not None:
             offset += f" (NCCL moved it {_ns(deltas[i])})"
         moved = f"; {len(inp.pids_moved)} pids/tids moved" if inp.pids_moved else ""
+        label = escape(printable(f"[{inp.label}]"))
         console.print(
-            f"  input {i} {escape(f'[{inp.label}]')} {escape(str(inp.path))}: {offset}, "
+            f"  input {i} {label} {escape(printable(str(inp.path)))}: {offset}, "
             f"{_CLOCK_SOURCES[inp.clock_source]}; {c['slices']} slices, {c['flow_ids']} "
             f"flows, {c['samples.cpu-clock']} CPU samples, "
             f"{c['samples.xpu_perf.launch_stack']} launch stacks{moved}"
         )
         others = {k: n for k, n in c.items() if k.startswith("other_packets.")}
         if others:
-            console.print(escape(f"    kept as they are (not remapped): {others}"))
+            console.print(escape(printable(f"    kept as they are (not remapped): {others}")))
     if report.nccl is not None:
         n = report.nccl
         if n.reference is None:

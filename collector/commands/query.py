@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from collector import visible_text
 from collector.errors import UserError
 from exporters.perfetto import cache_settings
 from exporters.perfetto.cached_trace import open_cached
@@ -117,7 +118,8 @@ def main(args: argparse.Namespace) -> int:
     emit(columns, rows, args.format)
     sys.stdout.flush()
     for res in failed:
-        print(f"xpu-perf query: error: {res.trace}: {res.error}", file=sys.stderr)
+        line = f"xpu-perf query: error: {res.trace}: {res.error}"
+        print(visible_text.printable_lines(line), file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -146,6 +148,9 @@ def _single(trace_path: Path, sql: str, args: argparse.Namespace) -> int:
 
 
 def emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
+    """The rows as CSV and JSON exactly as the trace holds them (machine formats: JSON
+    escapes controls itself, a CSV reader gets the value back); as a table for a person,
+    every control character shown visibly and no cell read as rich markup."""
     if fmt == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)
@@ -154,7 +159,10 @@ def emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
         json.dump([dict(zip(columns, row, strict=True)) for row in rows], sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        table = Table(*columns, show_lines=False)
+        table = Table(*map(visible_text.printable, columns), show_lines=False)
         for row in rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in row))
-        Console(width=max(80, Console().width)).print(table)
+            table.add_row(*("NULL" if v is None else visible_text.printable(str(v)) for v in row))
+        console = Console(
+            width=max(80, Console().width), markup=False, highlight=False, emoji=False
+        )
+        console.print(table)

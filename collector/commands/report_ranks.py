@@ -13,11 +13,19 @@ from rich.text import Text
 from collector import batch_query
 from collector.commands.query import emit
 from collector.errors import UserError
+from collector.visible_text import printable_lines
 from exporters.analysis.tables import StepsError
 from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.views import WindowError
-from exporters.report.ranks import DEFAULT_STEPS, rank_rows, ranks_sql, section, verdict
+from exporters.report.ranks import (
+    DEFAULT_STEPS,
+    rank_rows,
+    ranks_sql,
+    section,
+    trace_labels,
+    verdict,
+)
 from exporters.report.terminal import Screen, print_section
 
 
@@ -56,7 +64,8 @@ def report_ranks(args: argparse.Namespace) -> int:
     if args.format == "table":
         screen = Screen()  # 15 columns: the optional ones go where they do not fit
         print_section(screen, section(records, batch, steps))
-        screen.print(Text(worst.describe() if worst is not None else _no_verdict(records)))
+        names = trace_labels(records)[0] if batch else None
+        screen.print(Text(worst.describe(names) if worst is not None else _no_verdict(records)))
         screen.flush()
     else:
         emit(columns, rows, args.format)
@@ -65,7 +74,7 @@ def report_ranks(args: argparse.Namespace) -> int:
             print(worst.describe(), file=sys.stderr)
     sys.stdout.flush()
     for res in failed:
-        print(f"xpu-perf report: error: {res.trace}: {res.error}", file=sys.stderr)
+        print(printable_lines(f"xpu-perf report: error: {res.trace}: {res.error}"), file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -12,6 +12,7 @@ import webbrowser
 from pathlib import Path
 
 from collector.errors import UserError
+from collector.visible_text import printable, printable_lines
 from exporters.report.ui_opening import SPANS, Opening, find_opening
 from exporters.report.ui_server import DEFAULT_PORT, ServeError, serve_ui
 
@@ -64,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         server.route = opening.route()
     with server, tempfile.TemporaryDirectory(prefix="xpu-perf-view-") as private:
         url = server.one_time_url()
-        print(f"Perfetto UI with {args.trace}: {url}", flush=True)
+        print(f"Perfetto UI with {printable(str(args.trace))}: {url}", flush=True)
         if args.no_open or not _open_browser(server.one_time_url(), Path(private)):
             port = server.server_address[1]
             print(
@@ -73,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
                 flush=True,
             )
         if opening is not None:
-            print(opening.describe(), flush=True)
+            print(printable_lines(opening.describe()), flush=True)  # names from the trace
         print("Ctrl-C to stop", file=sys.stderr, flush=True)
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the way to stop
             server.serve_forever()

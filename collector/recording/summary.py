@@ -18,13 +18,14 @@ from collector.recording.source import (
 )
 from collector.recording.windows import CapturePlan, window_summary
 from collector.sources.cpu_stream import UNWIND_ENDS
+from collector.visible_text import printable_lines
 
 PREFIX = "xpu-perf record: "
 
 
 def say(line: str) -> None:
     """One line for the user, on stderr (stdout is the target's)."""
-    print(f"{PREFIX}{line}", file=sys.stderr)
+    print(printable_lines(f"{PREFIX}{line}"), file=sys.stderr)  # names from the target
 
 
 def toggle_hint(plan: CapturePlan, pid: int) -> str | None:

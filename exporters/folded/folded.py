@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from collector.frame_names import shorten_stack
+from collector.visible_text import printable
 from exporters.folded.frames import filter_folded
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import WindowError, load_views
@@ -38,12 +39,14 @@ class FoldedStacks:
 
     def render(self) -> str:
         """One `stack weight` line per stack; zero-weight lines are dropped (as flamegraph.pl
-        would ignore them), weights rounded to integers only here."""
+        would ignore them), weights rounded to integers only here.  Control characters in
+        frame names are shown visibly (`\\x1b`): the lines go to a terminal as often as to a
+        file, and a newline in a name would split its line."""
         out = []
         for stack, weight in self.lines:
             rounded = round(weight)
             if rounded > 0:
-                out.append(f"{stack} {rounded}")
+                out.append(f"{printable(stack)} {rounded}")
         return "\n".join(out) + ("\n" if out else "")
 
 

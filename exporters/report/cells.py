@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from exporters.report import units
@@ -54,3 +55,27 @@ def cut(text: str, width: int, keep_end: bool) -> str:
         return "…" + text[-(width - 1) :]
     head = (width - 1) * 2 // 5
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def distinct_tails(paths: Sequence[str]) -> dict[str, str]:
+    """Each path -> the shortest end of it (whole components) that no other path ends in:
+    the file name, or `dir/name` where files of one name sit in several directories; one
+    path the end of another keeps its whole self.  The same path twice is one trace."""
+    parts = {p: p.rstrip("/").split("/") for p in dict.fromkeys(paths)}
+    depth = dict.fromkeys(parts, 1)
+    while True:
+        label = {p: "/".join(parts[p][-depth[p] :]) for p in parts}
+        holders: dict[str, list[str]] = {}
+        for p, text in label.items():
+            holders.setdefault(text, []).append(p)
+        grow = [
+            p
+            for clash in holders.values()
+            if len(clash) > 1
+            for p in clash
+            if depth[p] < len(parts[p])
+        ]
+        if not grow:
+            return label
+        for p in grow:
+            depth[p] += 1

@@ -4,27 +4,17 @@ XML 1.0 forbids most C0 controls, lone surrogates and U+FFFE/U+FFFF even as char
 references, so one such name (a converted Kineto name, a recorded Python function) made a
 standalone SVG not well-formed and a browser stopped drawing at it.  HTML calls DEL and the
 C1 controls parse errors too, and all of them are invisible.  They are written visibly
-instead, as Python would show them (`\\x01`, `\\ud800`), so the name stays recognisable.
+instead, as Python would show them (`\\x01`, `\\ud800`), so the name stays recognisable
+(`visible`, from collector/visible_text.py: the terminal outputs use the same rules).
 """
 
 from __future__ import annotations
 
-import re
 from html import escape as _html_escape
 
-# Tab, newline and carriage return are legal XML and stay.
-_UNSHOWABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+from collector.visible_text import visible
 
-
-def _shown(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def visible(text: str) -> str:
-    """`text` with every character XML cannot carry (or HTML shows as nothing) written as
-    its escape sequence; any other text unchanged."""
-    return _UNSHOWABLE.sub(_shown, text)
+__all__ = ["escape", "escape_text", "visible"]
 
 
 def escape(text: str, quote: bool = True) -> str:

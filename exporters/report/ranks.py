@@ -9,12 +9,15 @@ first column names the trace.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from collector.visible_text import printable
 from exporters.analysis.tables import span_sql
 from exporters.perfetto.trace_processor import Trace
 from exporters.perfetto.views import load_views
+from exporters.report.cells import distinct_tails
 from exporters.report.queries import Column, Section, sql_text
 
 DEFAULT_STEPS = "ProfilerStep#*"
@@ -63,19 +66,22 @@ class Slowest:
     fastest_ns: int  # the same measure of the fastest rank
     ranks: int = 2  # how many were compared
 
-    def describe(self) -> str:
+    def describe(self, trace_names: Mapping[str, str] | None = None) -> str:
+        """One line; `trace_names`: the names the table gave the traces (trace_labels)."""
         row = self.row
         who = f"rank {row['rank']}" if row.get("rank") is not None else f"pid {row.get('pid')}"
-        where = ", ".join(
-            str(v) for v in (row.get("trace"), row.get("host"), f"pid {row.get('pid')}") if v
-        )
+        trace = row.get("trace")
+        if trace is not None and trace_names:
+            trace = trace_names.get(str(trace), trace)
+        where = ", ".join(str(v) for v in (trace, row.get("host"), f"pid {row.get('pid')}") if v)
         extra = (
             f", {100.0 * (self.value_ns - self.fastest_ns) / self.fastest_ns:.1f}% above the "
             "fastest rank"
             if self.fastest_ns > 0 and self.ranks > 1
             else ""
         )
-        return f"slowest: {who} ({where}): {self.criterion} {self.value_ns / 1e3:.1f} us{extra}"
+        line = f"slowest: {who} ({where}): {self.criterion} {self.value_ns / 1e3:.1f} us{extra}"
+        return printable(line)  # the host and the path come from the traces
 
 
 # A rank whose collectives start at least this much after the first rank's, on average,
@@ -91,12 +97,14 @@ class Straggler:
     others_comm_ns: int  # the NCCL time of the other ranks, per rank on average
     cause: str = ""  # its own top cause and line (rank_causes.py), where known
 
-    def describe(self) -> str:
+    def describe(self, trace_names: Mapping[str, str] | None = None) -> str:
+        """One line; `trace_names`: the names the table gave the traces (trace_labels)."""
         row = self.row
         who = f"rank {row['rank']}" if row.get("rank") is not None else f"pid {row.get('pid')}"
-        where = ", ".join(
-            str(v) for v in (row.get("trace"), row.get("host"), f"pid {row.get('pid')}") if v
-        )
+        trace = row.get("trace")
+        if trace is not None and trace_names:
+            trace = trace_names.get(str(trace), trace)
+        where = ", ".join(str(v) for v in (trace, row.get("host"), f"pid {row.get('pid')}") if v)
         text = (
             f"straggler: {who} ({where}): its collectives start {row['late_ns'] / 1e3:.1f} us "
             f"after the first rank's on average (last in {row['arrived_last']} of "
@@ -104,7 +112,8 @@ class Straggler:
             f"({self.others_comm_ns / 1e6:.1f} ms of NCCL each against its "
             f"{int(row['comm_ns']) / 1e6:.1f} ms)"
         )
-        return f"{text}; {self.cause}" if self.cause else text
+        # The host, the path and the cause's line come from the traces.
+        return printable(f"{text}; {self.cause}" if self.cause else text)
 
 
 def verdict(rows: list[dict[str, Any]]) -> Straggler | Slowest | None:
@@ -140,13 +149,41 @@ def slowest(rows: list[dict[str, Any]]) -> Slowest | None:
 
 
 def section(rows: list[dict[str, Any]], batch: bool, steps: str) -> Section:
+    """The table for a person; of a batch, each trace named by the shortest end of its path
+    that tells it from the others (JSON and CSV keep the path as given)."""
     columns = (TRACE_COLUMN, *COLUMNS) if batch else COLUMNS
+    note = (
+        f"NCCL exposed = NCCL kernel time no compute kernel of the same GPU overlaps; "
+        f"steps = slices named {steps!r}"
+    )
+    if batch:
+        labels, ext = trace_labels(rows)
+        rows = [{**r, "trace": labels[str(r["trace"])]} for r in rows]
+        note += f"; trace = the end of its path{f', without {ext}' if ext else ''}"
     return Section(
         "ranks",
         "Per rank: GPU busy, computation vs communication (NCCL), exposed communication, steps",
         columns,
         rows,
         "no GPU ops and no step slices in this trace",
-        f"NCCL exposed = NCCL kernel time no compute kernel of the same GPU overlaps; "
-        f"steps = slices named {steps!r}",
+        note,
     )
+
+
+def trace_labels(rows: list[dict[str, Any]]) -> tuple[dict[str, str], str]:
+    """Each row's trace path -> its name in the table (the shortest end of the path that
+    tells it from the others, less the extension all share), and that extension."""
+    tails = distinct_tails([str(r["trace"]) for r in rows if r.get("trace") is not None])
+    ext = _common_extension(list(tails.values()))
+    return {path: tail.removesuffix(ext) for path, tail in tails.items()}, ext
+
+
+def _common_extension(labels: list[str]) -> str:
+    """The file extension (from the name's first dot) every label ends in, else ''; it says
+    nothing in a column of traces and takes a third of a narrow one."""
+    exts = {label.rsplit("/", 1)[-1].partition(".")[1:] for label in labels}
+    if len(exts) != 1:
+        return ""
+    dot, rest = exts.pop()
+    names_left = all(label.rsplit("/", 1)[-1].partition(".")[0] for label in labels)
+    return dot + rest if dot and rest and names_left else ""

@@ -5,6 +5,11 @@ findings, the steps, the idle causes and a few key tables; `--all` adds every ot
 (streams and their sparklines, copies, API calls, launch latency, queues, counters...).
 Long names are cut in the middle with '…' (a kernel's telling template argument sits at its
 end), tables that still do not fit lose their optional columns, and no line ends in spaces.
+
+Every text from the trace (names, locations, the findings' words) goes through `printable`
+(collector/visible_text.py) before rich measures it: a control character would act on the
+terminal (a kernel named "\\x1b]0;..." retitles it) and is shown as `\\x1b` instead; and
+the console reads no markup, so a name holding "[bold]" prints as written.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from collector.visible_text import printable, printable_lines
 from exporters.analysis.findings import MIN_SHARE
 from exporters.report import units
 from exporters.report.cells import cell_text, cut, is_numeric
@@ -67,6 +73,7 @@ class Screen:
             force_terminal=tty,
             no_color=not tty,
             highlight=False,
+            markup=False,  # a name's "[bold red]" is text, not a style
             emoji=False,
             soft_wrap=False,
         )
@@ -94,7 +101,7 @@ def print_report(
     """The report: one screen of answers, or (`full`) every table and fact. `rows`: rows per
     key table on the one screen (default KEY_ROWS; `--all` shows the sections' own)."""
     screen = screen or Screen()
-    title = Text(f"xpu-perf report: {report.trace}", style="bold")
+    title = Text(printable(f"xpu-perf report: {report.trace}"), style="bold")
     screen.console.rule(title if len(title) < screen.width - 4 else "")
     _print_facts(screen, report.facts if full else report.summary)
     print_findings(screen, report)
@@ -116,7 +123,7 @@ def print_report(
             if left
             else "every table with --all"
         )
-        where = trace_path or report.trace
+        where = printable(trace_path or report.trace)
         _print_wrapped(
             screen,
             f"{more}; the timeline in the Perfetto UI: xpu-perf view {where}",
@@ -146,12 +153,12 @@ def _print_facts(screen: Screen, facts: Sequence[tuple[str, str]]) -> None:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
     for key, value in facts:
-        grid.add_row(key, value)
+        grid.add_row(printable(key), printable(value))
     screen.print(grid)
 
 
 def _print_wrapped(screen: Screen, text: str, indent: int = 0, style: str = "") -> None:
-    screen.print(Padding(Text(text, style=style), (0, 0, 0, indent)))
+    screen.print(Padding(Text(printable_lines(text), style=style), (0, 0, 0, indent)))
 
 
 def print_findings(screen: Screen, report: Report) -> None:
@@ -176,7 +183,7 @@ def print_findings(screen: Screen, report: Report) -> None:
         head.add_row(
             Text(f"{i}.", style="bold"),
             Text.assemble(
-                (f.title, "bold"),
+                (printable(f.title), "bold"),
                 f"  {units.duration(f.idle_ns)} ({_pct_text(f.share)} of the span)",
             ),
         )
@@ -185,10 +192,10 @@ def print_findings(screen: Screen, report: Report) -> None:
         body.add_column(no_wrap=True, style="dim")
         body.add_column(overflow="fold")
         if f.locations:
-            body.add_row("where", ", ".join(f.locations))
-        body.add_row("evidence", f.evidence)
-        body.add_row("change", f.suggestion)
-        body.add_row("code", Text(f.code, style="dim"))
+            body.add_row("where", printable(", ".join(f.locations)))
+        body.add_row("evidence", printable(f.evidence))
+        body.add_row("change", printable(f.suggestion))
+        body.add_row("code", Text(printable(f.code), style="dim"))
         screen.print(Padding(body, (0, 0, 0, 4)))
 
 
@@ -261,20 +268,23 @@ def print_section(screen: Screen, section: Section) -> None:
     if not section.rows:
         _print_wrapped(screen, f"{section.title}: {section.empty}")
         return
-    texts = [[cell_text(col, row.get(col.key)) for col in section.columns] for row in section.rows]
+    texts = [
+        [printable(cell_text(col, row.get(col.key))) for col in section.columns]
+        for row in section.rows
+    ]
     cols, name_widths = _layout(section, texts, screen.width)
     table = Table(box=box.ROUNDED, show_edge=True, pad_edge=True, expand=False)
     for i in cols:
         col = section.columns[i]
         if i in name_widths:
             table.add_column(
-                cut(col.title, name_widths[i], False),
+                cut(printable(col.title), name_widths[i], False),
                 no_wrap=True,
                 overflow="ellipsis",
                 width=name_widths[i],
             )
         else:
-            table.add_column(col.title, justify="right", no_wrap=True)
+            table.add_column(printable(col.title), justify="right", no_wrap=True)
     for row_texts in texts:
         table.add_row(
             *(
@@ -315,7 +325,7 @@ def sparkline(fractions: list[float], width: int = SPARK_WIDTH) -> str:
 def _print_sparklines(screen: Screen, timeline: Timeline) -> None:
     if not timeline.rows:
         return
-    labels = [row_label(row) for row in timeline.rows]
+    labels = [printable(row_label(row)) for row in timeline.rows]
     label_w = min(max(len(s) for s in labels), max(MIN_NAME, screen.width // 4))
     busy_w = 6
     spark_w = max(10, min(SPARK_WIDTH, screen.width - label_w - busy_w - 10))
