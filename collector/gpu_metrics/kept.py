@@ -44,7 +44,7 @@ def save(
         arrays[f"s{i}_values"] = np.asarray(s.values, np.float64)
         index.append({"device": s.device, "name": s.name, "unit": s.unit})
     with (directory / ARRAYS).open("wb") as f:
-        np.savez(f, **arrays)
+        np.savez(f, allow_pickle=False, **arrays)
     (directory / INDEX).write_text(
         json.dumps(
             {

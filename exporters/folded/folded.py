@@ -12,6 +12,7 @@ the convention of the original profiler seeds.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -31,7 +32,7 @@ class FoldedError(Exception):
 
 @dataclass(frozen=True)
 class FoldedStacks:
-    lines: list[tuple[str, float]]  # stack, weight in the requested unit (float)
+    lines: Sequence[tuple[str, float]]  # stack, weight in the requested unit (float)
     unit: str
     gpu_weight_ns: int  # total GPU time behind the lines (for checks and summaries)
     cpu_samples: int
