@@ -254,7 +254,7 @@ def _loads(array: bytes) -> list[Any]:
             return list(ijson.items(io.BytesIO(array), "item", use_float=True))
         except Exception as exc:
             raise _NotSure from exc
-    return items  # type: ignore[no-any-return]
+    return items
 
 
 def _check_document(document: bytes) -> None:
