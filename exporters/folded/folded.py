@@ -151,7 +151,8 @@ def fold(
                 # out_freq/sample_hz samples (1 when the frequencies match).
                 weights[stack] += n * (out_freq / sample_hz if sample_hz else 1.0)
             else:
-                weights[stack] += _from_ns(n * 1e9 / sample_hz, unit, out_freq)  # type: ignore[operator]
+                assert sample_hz is not None  # without it, only samples: raised above
+                weights[stack] += _from_ns(n * 1e9 / sample_hz, unit, out_freq)
     if not full_names:
         short: dict[str, float] = defaultdict(float)
         for stack, weight in weights.items():
