@@ -8,8 +8,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -143,7 +143,7 @@ def _single(trace_path: Path, sql: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
+def emit(columns: list[str], rows: Sequence[tuple[object, ...]], fmt: str) -> None:
     if fmt == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)

@@ -201,7 +201,7 @@ def typed_column(cells: np.ndarray) -> np.ndarray:
     return ints if ints.dtype == np.int64 else cells
 
 
-def object_array(values: list[Any]) -> np.ndarray:
+def object_array(values: Sequence[object]) -> np.ndarray:
     """A one-dimensional numpy array of these cells, whatever they are."""
     import numpy as np
 
