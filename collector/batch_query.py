@@ -21,7 +21,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
 
 from collector.errors import UserError
 
@@ -36,7 +35,7 @@ class TraceResult:
 
     trace: str
     columns: list[str] = field(default_factory=list)
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    rows: list[tuple[object, ...]] = field(default_factory=list)
     error: str | None = None
 
 
@@ -139,11 +138,11 @@ def _run_dask(
                 yield TraceResult(trace, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
 
 
-def merge(results: Sequence[TraceResult]) -> tuple[list[str], list[tuple[Any, ...]]]:
+def merge(results: Sequence[TraceResult]) -> tuple[list[str], list[tuple[object, ...]]]:
     """One table: `trace` first, then the query's columns (those of the first trace that
     answered); a trace whose columns differ becomes an error, not a misaligned row."""
     columns: list[str] | None = None
-    rows: list[tuple[Any, ...]] = []
+    rows: list[tuple[object, ...]] = []
     for res in results:
         if res.error is not None:
             continue

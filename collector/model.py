@@ -11,8 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING, TypeAlias
 
 from collector import frames
+
+if TYPE_CHECKING:  # numpy is imported only by the paths that build columns
+    import numpy as np
+    import numpy.typing as npt
 
 ArgValue = int | float | str | bool
 Args = Mapping[str, ArgValue]
@@ -206,8 +211,8 @@ class GpuCounterSeries:
     device: int
     name: str
     unit: str
-    ts: Sequence[int]
-    values: Sequence[float]
+    ts: Column
+    values: FloatColumn
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +230,8 @@ class CaptureWindow:
 
 
 # A column: one value per row (a list, an array.array or a numpy array).
-Column = Sequence[int]
+Column: TypeAlias = "Sequence[int] | npt.NDArray[np.integer]"
+FloatColumn: TypeAlias = "Sequence[float] | npt.NDArray[np.floating]"
 NONE = -1  # "no value" in an index or id column
 
 

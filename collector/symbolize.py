@@ -30,6 +30,7 @@ from pathlib import Path
 import cxxfilt
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import NoteSection
 
 from collector.model import Frame
 
@@ -173,7 +174,7 @@ class ElfSymbols:
 
     def _read_build_id(self, elf: ELFFile) -> None:
         for section in elf.iter_sections():
-            if section["sh_type"] != "SHT_NOTE":
+            if not isinstance(section, NoteSection):  # pyelftools' class for SHT_NOTE
                 continue
             for note in section.iter_notes():
                 if note["n_type"] == "NT_GNU_BUILD_ID":

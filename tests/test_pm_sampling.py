@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from array import array
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -241,35 +241,29 @@ def test_samples_counted_from_rows_without_final_flush() -> None:
     """A process that died at exit never wrote its pm_* counters (the H100's first run): its
     samples are counted from its PM_SAMPLE rows, one per sample (not per metric)."""
     from collector.sources.cupti_pm_sampling import PmSampling
+    from collector.sources.cupti_stream import Stream, Table
 
-    class Table(dict):
-        rows = 0
-
-    def make(rows: int, **columns: object) -> Table:
-        t = Table(columns)
-        t.rows = rows
-        return t
-
-    class Stream:
-        tables: ClassVar[dict[str, Table]] = {
-            "PM_METRIC": make(2, metric=[0, 1], name=["a", "b"]),
-            "PM_DEVICE": make(1, device=[0], chip=["GH100"], status=["started"], reason=[""]),
-            "PM_SAMPLE": make(
-                6,
-                device=np.array([0] * 6, np.uint32).tobytes(),
-                start=np.array([10, 10, 20, 20, 30, 30], np.uint64).tobytes(),
-                end=np.array([20, 20, 30, 30, 40, 40], np.uint64).tobytes(),
-                metric=np.array([0, 1] * 3, np.uint32).tobytes(),
-                value=np.zeros(6).tobytes(),
-            ),
-            "COUNTER": make(0, name=[], value=[]),
-        }
-
-        def table(self, name: str) -> Table:
-            return self.tables[name]
-
+    # The columns as read_stream decodes them: fixed-width ones in arrays, texts in lists.
+    tables = {
+        "PM_METRIC": Table({"metric": array("I", [0, 1]), "name": ["a", "b"]}, 2),
+        "PM_DEVICE": Table(
+            {"device": array("I", [0]), "chip": ["GH100"], "status": ["started"], "reason": [""]},
+            1,
+        ),
+        "PM_SAMPLE": Table(
+            {
+                "device": array("I", [0] * 6),
+                "start": array("Q", [10, 10, 20, 20, 30, 30]),
+                "end": array("Q", [20, 20, 30, 30, 40, 40]),
+                "metric": array("I", [0, 1] * 3),
+                "value": array("d", [0.0] * 6),
+            },
+            6,
+        ),
+        "COUNTER": Table({"name": [], "value": array("Q")}, 0),
+    }
     pm = PmSampling()
-    pm.add(Stream())  # type: ignore[arg-type]
+    pm.add(Stream(Path("cupti-1.xpstream"), tables))
     assert pm.counts["pm_samples"] == 3
 
 

@@ -251,8 +251,9 @@ def print_summary(
         *(f"skipped {n}: {printable(reason)}" for reason, n in sorted(stats.skipped.items())),
     ]
     lines = _wrap(head, width, "", "    ")
-    lines[0] = Text(str(lines[0]))
-    lines[0].stylize("bold", 0, len(printable(str(out))))
+    title = Text(str(lines[0]))
+    title.stylize("bold", 0, len(printable(str(out))))
+    lines[0] = title
     for fact in facts:
         lines += _wrap(fact, width, "  ", "      ")
     lines += _next_commands(

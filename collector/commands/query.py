@@ -8,8 +8,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -147,7 +147,7 @@ def _single(trace_path: Path, sql: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
+def emit(columns: list[str], rows: Sequence[tuple[object, ...]], fmt: str) -> None:
     """The rows as CSV and JSON exactly as the trace holds them (machine formats: JSON
     escapes controls itself, a CSV reader gets the value back); as a table for a person,
     every control character shown visibly and no cell read as rich markup."""

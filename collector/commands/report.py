@@ -12,7 +12,7 @@ from collector.commands.frame_flags import add_frame_flags
 from collector.commands.output import check_outputs, write_output
 from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
-from exporters.analysis.annotate import annotations, write_annotated
+from exporters.analysis.annotate import annotation_marks, write_annotated
 from exporters.analysis.tables import Scope, StepsError
 from exporters.folded.folded import FoldedError
 from exporters.perfetto.cached_trace import open_cached
@@ -168,7 +168,7 @@ def main(args: argparse.Namespace) -> int:
                 scope=scope,
                 flame_span=args.span,
             )
-            marks = annotations(trace) if args.annotate is not None else None
+            marks = annotation_marks(trace) if args.annotate is not None else None
     except (TraceOpenError, QueryError, FoldedError, StepsError) as exc:
         raise UserError(str(exc)) from None
     # The page first: a run that cannot write it fails with one line and shows nothing.

@@ -46,7 +46,7 @@ def save(
         arrays[f"s{i}_values"] = np.asarray(s.values, np.float64)
         index.append({"device": s.device, "name": s.name, "unit": s.unit})
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    np.savez(buffer, allow_pickle=False, **arrays)
     # New names only (record's own directory; never a name someone planted).
     write_new(directory / ARRAYS, buffer.getvalue())
     text = (

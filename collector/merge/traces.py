@@ -184,15 +184,15 @@ def _write_metadata(writer: TraceWriter, report: MergeReport) -> None:
             if kind.startswith("other_packets."):
                 meta(prefix + kind.replace(".", "_"), n)
     if report.nccl is not None:
-        n = report.nccl
-        meta("merge_nccl_reference_input", -1 if n.reference is None else n.reference)
-        meta("merge_nccl_collectives_compared", n.after.collectives)
-        for when, s in (("before", n.before), ("after", n.after)):
-            if s.median_ns is not None:
+        nccl = report.nccl
+        meta("merge_nccl_reference_input", -1 if nccl.reference is None else nccl.reference)
+        meta("merge_nccl_collectives_compared", nccl.after.collectives)
+        for when, s in (("before", nccl.before), ("after", nccl.after)):
+            if s.median_ns is not None and s.max_ns is not None:  # both or neither
                 meta(f"merge_nccl_spread_median_{when}_ns", s.median_ns)
                 meta(f"merge_nccl_spread_max_{when}_ns", s.max_ns)
         for i, (delta, kernels, matched) in enumerate(
-            zip(n.deltas, n.kernels, n.matched, strict=True)
+            zip(nccl.deltas, nccl.kernels, nccl.matched, strict=True)
         ):
             meta(f"merge_input{i}_nccl_kernels", kernels)
             meta(f"merge_input{i}_nccl_matched", matched)

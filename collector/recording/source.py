@@ -18,7 +18,8 @@ class RecordSource(Protocol):
     """What `record` needs from a source: environment for the target, a start before it, a
     stop after it, then its events and counters (written as metadata `<name>_<counter>`)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def target_env(self) -> Mapping[str, str]: ...
     def start(self) -> None: ...

@@ -118,7 +118,8 @@ def run_target(
             if isinstance(source, WindowFollower):
                 source.follow_windows(tree.control)
     own = interrupt is None
-    interrupt = Interrupt().install() if own else interrupt
+    if interrupt is None:
+        interrupt = Interrupt().install()
     try:
         for source in sources:
             source.start()

@@ -80,9 +80,9 @@ def write_trace(
                 events = _checked(events, check_stop)
             producer.write_all(track_names.apply(events))
             stats[source.name] = dict(source.stats())
-            for key, value in stats[source.name].items():
+            for key, count in stats[source.name].items():
                 prefixed = key if key.startswith(f"{source.name}_") else f"{source.name}_{key}"
-                writer.set_metadata(prefixed, value)
+                writer.set_metadata(prefixed, count)
             if isinstance(source, DescribedSource):
                 for key, value in source.metadata().items():
                     writer.set_metadata(key, value)

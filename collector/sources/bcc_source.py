@@ -23,6 +23,7 @@ import threading
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from collector.model import Event
@@ -49,7 +50,7 @@ class BccUnavailable(Exception):
     """bcc cannot be imported or cannot load programs here; the message says why."""
 
 
-def load_bpf_module() -> Any:
+def load_bpf_module() -> ModuleType:
     try:
         import bcc  # Debian's python3-bpfcc, linked into the venv by scripts/setup_bcc.sh
     except ImportError as exc:
@@ -184,7 +185,8 @@ class BccSource:
 
     # --- ring buffer -------------------------------------------------------------------
 
-    def _on_record(self, _ctx: Any, data: Any, size: int) -> int:
+    def _on_record(self, _ctx: object, data: int, size: int) -> int:
+        # bcc's ring buffer callback: `data` the record's address (a void * as an int).
         raw = ctypes.string_at(data, size)
         try:
             kind = struct.unpack_from("<I", raw)[0]

@@ -106,11 +106,11 @@ class PmSampling:
         # which a process that crashed at exit never wrote (its samples are still here).
         decoded = 0
         if samples.rows:
-            device = np.frombuffer(samples["device"], np.uint32)
-            start = np.frombuffer(samples["start"], np.uint64).astype(np.int64)
-            metric = np.frombuffer(samples["metric"], np.uint32)
-            value = np.frombuffer(samples["value"], np.float64)
-            end = np.frombuffer(samples["end"], np.uint64).astype(np.int64)
+            device = np.frombuffer(samples.numbers("device"), np.uint32)
+            start = np.frombuffer(samples.numbers("start"), np.uint64).astype(np.int64)
+            metric = np.frombuffer(samples.numbers("metric"), np.uint32)
+            value = np.frombuffer(samples.numbers("value"), np.float64)
+            end = np.frombuffer(samples.numbers("end"), np.uint64).astype(np.int64)
             spans = np.unique(np.stack([device.astype(np.int64), start, end], axis=1), axis=0)
             decoded = len(np.unique(spans[:, :2], axis=0))
             for dev in np.unique(spans[:, 0]):

@@ -52,9 +52,11 @@ class Rows:
         self.pieces: dict[str, list[np.ndarray]] = {k: [] for k in self.COLUMNS}
         self.rows = 0
 
-    def add(self, **columns: np.ndarray | int) -> None:
-        n = len(columns["ts"])  # type: ignore[arg-type]
-        for key, value in columns.items():
+    def add(self, ts: np.ndarray, **columns: np.ndarray | int) -> None:
+        """Rows: `ts` and the other columns, each an array of as many values or one value
+        for every row."""
+        n = len(ts)
+        for key, value in {"ts": ts, **columns}.items():
             piece = np.asarray(value, np.int64)
             self.pieces[key].append(np.broadcast_to(piece, (n,)) if piece.ndim == 0 else piece)
         self.rows += n

@@ -68,6 +68,16 @@ class Table:
         """A column's values; empty when the stream had no chunk of this type."""
         return self.columns.get(column, [])
 
+    def numbers(self, column: str) -> array.array:
+        """A fixed-width column's values (U32, I32, U64, F64) as they were read, for numpy
+        to take without a copy; empty when the stream had no chunk of this type."""
+        values = self.columns.get(column)
+        if values is None:
+            return array.array("B")
+        if not isinstance(values, array.array):
+            raise StreamError(f"column {column} is not a fixed-width one")
+        return values
+
 
 @dataclass
 class Stream:
@@ -97,19 +107,19 @@ def _decode_chunk(schema: ChunkSchema, rows: int, payload: memoryview, table: Ta
             values = _array(_FIXED[kind], payload[pos : pos + width * rows].tobytes())
             pos += width * rows
             dest = table.columns.setdefault(column, array.array(_FIXED[kind]))
-            dest.extend(values)  # type: ignore[union-attr]
+            dest.extend(values)
             continue
         counts = _array("I", payload[pos : pos + 4 * rows].tobytes())
         pos += 4 * rows
         dest_list = table.columns.setdefault(column, [])
         if kind == "STR":
             for n in counts:
-                dest_list.append(bytes(payload[pos : pos + n]).decode("utf-8", "replace"))  # type: ignore[union-attr]
+                dest_list.append(bytes(payload[pos : pos + n]).decode("utf-8", "replace"))
                 pos += n
         else:
             width, code = (8, "Q") if kind == "U64LIST" else (4, "I")
             for n in counts:
-                dest_list.append(_array(code, payload[pos : pos + width * n].tobytes()))  # type: ignore[union-attr]
+                dest_list.append(_array(code, payload[pos : pos + width * n].tobytes()))
                 pos += width * n
     table.rows += rows
 

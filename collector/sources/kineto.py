@@ -303,8 +303,8 @@ def event_runs(
 
     def open_file() -> tuple[IO[bytes], IO[bytes]]:
         stream = _open(path)
-        raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else stream  # type: ignore[attr-defined]
-        return stream, raw  # type: ignore[return-value]
+        raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else stream
+        return stream, raw
 
     try:
         for run in trace_event_runs(open_file, progress):
@@ -841,7 +841,7 @@ def _finish(slot: Slot, stats: ConvertStats) -> model.Event | None:
         )
     if type(item) is _Metadata:
         return _metadata(item, stats)
-    return item  # type: ignore[no-any-return]
+    return item
 
 
 def _metadata(item: _Metadata, stats: ConvertStats) -> model.Event | None:

@@ -675,7 +675,7 @@ class _Columns:
         if head:
             rows_of = zip(*head_columns, strict=True) if len(head) > 1 else head_columns[0]
             try:
-                texts = list(map(orjson.dumps, rows_of))
+                texts: list[bytes] | list[str] = list(map(orjson.dumps, rows_of))
             except TypeError:  # a value orjson cannot write (an int past 64 bits): by repr
                 texts = list(map(repr, zip(*head_columns, strict=True)))
             distinct = dict(zip(texts, range(n), strict=True))  # a row of each
@@ -977,13 +977,13 @@ class _ObjectEvents:
                     yield item
                 stats.events_out += 1
             elif ph in ("i", "I", "n"):
-                ts = kineto._time_ns(ev.get("ts"))
-                if ts is None or ts < 0:
+                at = kineto._time_ns(ev.get("ts"))
+                if at is None or at < 0:
                     stats.skipped["instant events with a ts that is no time"] += 1
                     continue
                 pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid", 0))
                 name = kineto.clean_name(str(ev.get("name", "")))
-                yield model.Instant(pid, tid, ts, name, cat, kineto._cpu_args(ev.get("args")))
+                yield model.Instant(pid, tid, at, name, cat, kineto._cpu_args(ev.get("args")))
                 stats.instants += 1
                 stats.events_out += 1
             elif ph == "M":

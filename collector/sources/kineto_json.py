@@ -288,7 +288,7 @@ def _loads(array: bytes) -> list[Any]:
             raise _NotSure from exc
     if _NUL in array:
         items = nul_escaped(items)
-    return items  # type: ignore[no-any-return]
+    return items
 
 
 # A NUL in a JSON string (`\u0000` in its text): the trace's readers end a string at a
@@ -339,7 +339,7 @@ def _ijson_nul_escaped(run: list[Any]) -> list[Any]:
             return run
     except TypeError:
         pass
-    return nul_escaped(run)  # type: ignore[no-any-return]
+    return nul_escaped(run)
 
 
 def _check_document(document: bytes) -> None:

@@ -31,7 +31,7 @@ class Mark:
     args: dict[str, int | str]
 
 
-def annotations(trace: Trace) -> list[Mark]:
+def annotation_marks(trace: Trace) -> list[Mark]:
     """The steps and gaps of an analysed trace (analysis tables loaded) as marks."""
     marks = [
         Mark(

@@ -12,6 +12,7 @@ the convention of the original profiler seeds.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -32,7 +33,7 @@ class FoldedError(Exception):
 
 @dataclass(frozen=True)
 class FoldedStacks:
-    lines: list[tuple[str, float]]  # stack, weight in the requested unit (float)
+    lines: Sequence[tuple[str, float]]  # stack, weight in the requested unit (float)
     unit: str
     gpu_weight_ns: int  # total GPU time behind the lines (for checks and summaries)
     cpu_samples: int
@@ -153,7 +154,8 @@ def fold(
                 # out_freq/sample_hz samples (1 when the frequencies match).
                 weights[stack] += n * (out_freq / sample_hz if sample_hz else 1.0)
             else:
-                weights[stack] += _from_ns(n * 1e9 / sample_hz, unit, out_freq)  # type: ignore[operator]
+                assert sample_hz is not None  # without it, only samples: raised above
+                weights[stack] += _from_ns(n * 1e9 / sample_hz, unit, out_freq)
     if not full_names:
         short: dict[str, float] = defaultdict(float)
         for stack, weight in weights.items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import BinaryIO
+from typing import IO
 
 import deflate
 
@@ -40,7 +40,7 @@ class Deflater:
     packet, on the caller's thread or on a thread of its own.  Chunks are written in the
     order they are given."""
 
-    def __init__(self, file: BinaryIO, level: int, threaded: bool) -> None:
+    def __init__(self, file: IO[bytes], level: int, threaded: bool) -> None:
         self._file = file
         self._level = level
         self.bytes_written = 0

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import os
 import stat
 import struct
@@ -251,7 +252,7 @@ class EngineSnapshots:
                     os.utime(f.fileno())  # just used: the last the cap removes
             return trace
 
-    def _read(self, f: os.FileIO) -> Trace | None:
+    def _read(self, f: io.FileIO) -> Trace | None:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise Refused("is not a regular file")
@@ -291,7 +292,7 @@ class EngineSnapshots:
 
     def _into_engine(
         self,
-        f: os.FileIO,
+        f: io.FileIO,
         heap_bytes: int,
         heap_crc: int,
         runs: list[tuple[int, int]],

@@ -126,8 +126,8 @@ class InternedFields:
                 encoded = _int_annotation(name, int(value))
             else:
                 encoded = wire.string_iid_annotation(name, self._string_iid(str(value)))
-        elif kind is bool:
-            encoded = wire.bool_annotation(name, value)  # type: ignore[arg-type]
+        elif isinstance(value, bool):
+            encoded = wire.bool_annotation(name, value)
         elif isinstance(value, float):
             encoded = wire.double_annotation(name, value)
         else:
@@ -146,19 +146,18 @@ class InternedFields:
         texts by value from a bounded cache (Kineto's shapes and types as JSON text have
         more values than are counted as repeating, yet each comes back many times), and
         without annotation()'s counting, which only finds the key varying again."""
-        kind = type(value)
-        if kind is int:
+        if type(value) is int:  # exactly int: a bool is encoded as one
             name = self.annotation_name_fields.get(key)
-            if name is not None and 0 <= value <= wire.INT64_MAX:  # type: ignore[operator]
-                return _int_annotation(name, value)  # type: ignore[arg-type]
-        elif kind is str:
+            if name is not None and 0 <= value <= wire.INT64_MAX:
+                return _int_annotation(name, value)
+        elif type(value) is str:
             texts = self._varying_texts
-            encoded = texts.get((key, value))  # type: ignore[arg-type]
+            encoded = texts.get((key, value))
             if encoded is None:
                 encoded = self.annotation(key, value)
                 if len(texts) >= _VARYING_TEXTS:
                     texts.clear()
-                texts[(key, value)] = encoded  # type: ignore[index]
+                texts[(key, value)] = encoded
             return encoded
         return self.annotation(key, value)
 
@@ -270,7 +269,7 @@ class InternedFields:
             fn_iid, mapping_iid, rel_pc = cast(tuple[int, int, Any], key)
             data.frames.add(iid=iid, function_name_id=fn_iid, mapping_id=mapping_iid, rel_pc=rel_pc)
         for iid, frame_ids in self.callstacks.fresh:
-            data.callstacks.add(iid=iid, frame_ids=frame_ids)  # type: ignore[arg-type]
+            data.callstacks.add(iid=iid, frame_ids=frame_ids)
         for table in (
             self.event_names,
             self.categories,

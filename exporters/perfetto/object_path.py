@@ -350,13 +350,13 @@ def _begin_with_varying_args(
 def _lanes(prod: ProducerState, ev: model.CpuSlice | model.GpuOp) -> LaneEntry:
     """The lanes of the track `ev` goes to and their uuids, cached per producer."""
     tracks = prod.trace.tracks
-    if type(ev) is _GpuOp:
+    if isinstance(ev, _GpuOp):  # once per track: isinstance, which mypy narrows both ways
         lane_set, uuids = tracks.stream_lanes(ev.device, ev.stream)
         key = (ev.device, ev.stream)
         lanes = prod.stream_lanes
     else:
-        lane_set, uuids = tracks.thread_lanes(ev.pid, ev.tid)  # type: ignore[union-attr]
-        key = (ev.pid, ev.tid)  # type: ignore[union-attr]
+        lane_set, uuids = tracks.thread_lanes(ev.pid, ev.tid)
+        key = (ev.pid, ev.tid)
         lanes = prod.thread_lanes
     entry = lanes[key] = (lane_set.last_starts, lane_set.open_ends, lane_set.place, uuids)
     return entry
@@ -364,9 +364,9 @@ def _lanes(prod: ProducerState, ev: model.CpuSlice | model.GpuOp) -> LaneEntry:
 
 def _new_lane(prod: ProducerState, ev: model.CpuSlice | model.GpuOp, index: int) -> int:
     tracks = prod.trace.tracks
-    if type(ev) is _GpuOp:
+    if isinstance(ev, _GpuOp):
         return tracks.add_stream_lanes(ev.device, ev.stream, index)
-    return tracks.add_thread_lanes(ev.pid, ev.tid, index)  # type: ignore[union-attr]
+    return tracks.add_thread_lanes(ev.pid, ev.tid, index)
 
 
 def end_until(prod: ProducerState, limit: int | None) -> None:

@@ -26,8 +26,9 @@ import stat
 import struct
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import wasmtime
 
@@ -60,6 +61,20 @@ def heap_max_bytes() -> int:
 
 class WasmEngineError(RuntimeError):
     """The embedded engine could not be found, compiled or run."""
+
+
+_Extern = TypeVar("_Extern", wasmtime.Func, wasmtime.Memory, wasmtime.Table)
+
+
+def _export(exports: Mapping[str, object], name: str, kind: type[_Extern]) -> _Extern:
+    """The module's export `name`, checked to be of the kind the transport uses it as (a
+    different trace_processor.wasm could export the name as something else)."""
+    item = exports[name]
+    if not isinstance(item, kind):
+        raise WasmEngineError(
+            f"trace_processor.wasm exports {name} as a {type(item).__name__}, not a {kind.__name__}"
+        )
+    return item
 
 
 def find_wasm() -> Path:
@@ -164,7 +179,7 @@ def _kept_modules(directory: Path, key: str) -> list[tuple[Path, int]]:
     return kept
 
 
-def _crc32(data: bytes | mmap.mmap) -> int:
+def _crc32(data: bytes | bytearray | mmap.mmap) -> int:
     import deflate  # libdeflate's CRC-32: a 20 MB module in a few milliseconds
 
     return int(deflate.crc32(data))
@@ -251,10 +266,10 @@ class WasmTransport:
         self._failed: str | None = None  # why the instance stopped (a trap, no memory)
         self._instance = wasmtime.Instance(self._store, module, self._imports(module))
         exports = self._instance.exports(self._store)
-        self._memory = exports["memory"]
-        exports["__wasm_call_ctors"](self._store)
-        exports["emscripten_stack_init"](self._store)
-        table = exports["__indirect_function_table"]
+        self._memory = _export(exports, "memory", wasmtime.Memory)
+        _export(exports, "__wasm_call_ctors", wasmtime.Func)(self._store)
+        _export(exports, "emscripten_stack_init", wasmtime.Func)(self._store)
+        table = _export(exports, "__indirect_function_table", wasmtime.Table)
         reply_fn = wasmtime.Func(
             self._store,
             wasmtime.FuncType([wasmtime.ValType.i32(), wasmtime.ValType.i32()], []),
@@ -262,15 +277,14 @@ class WasmTransport:
         )
         # Same as Emscripten's addFunction: append the callback to the function table.
         self._reply_index = table.grow(self._store, 1, reply_fn)
-        self._request_buf = (
-            exports["trace_processor_rpc_init"](
-                self._store, self._reply_index, REQUEST_BUFFER_BYTES
-            )
-            & _U32
+        rpc_init = _export(exports, "trace_processor_rpc_init", wasmtime.Func)
+        self._request_buf: int = (
+            rpc_init(self._store, self._reply_index, REQUEST_BUFFER_BYTES) & _U32
         )
-        self._on_request = exports["trace_processor_on_rpc_request"]
+        self._on_request = _export(exports, "trace_processor_on_rpc_request", wasmtime.Func)
         self._stack = tuple(
-            exports[f"emscripten_stack_get_{which}"] for which in ("current", "base", "end")
+            _export(exports, f"emscripten_stack_get_{which}", wasmtime.Func)
+            for which in ("current", "base", "end")
         )
 
     # --- transport API used by perfetto's TraceProcessorRpc ----------------------------
@@ -386,7 +400,7 @@ class WasmTransport:
             "emscripten_err": lambda ptr: self._log(self._cstr(ptr) + "\n"),
             "__assert_fail": self._assert_fail,
             "_abort_js": self._abort,
-            "environ_sizes_get": lambda count, size: self._put(count, "<II", 0, 0) or 0,
+            "environ_sizes_get": self._environ_sizes_get,
             "environ_get": lambda environ, buf: 0,
             "_tzset_js": lambda tz, daylight, std, dst: None,
             "_localtime_js": self._gmtime,
@@ -414,6 +428,12 @@ class WasmTransport:
 
             imports.append(wasmtime.Func(self._store, func_type, handler))
         return imports
+
+    def _environ_sizes_get(self, count_ptr: int, size_ptr: int) -> int:
+        # No environment variables: none, taking no bytes.
+        self._put(count_ptr, "<I", 0)
+        self._put(size_ptr, "<I", 0)
+        return 0
 
     def _clock_time_get(self, clock_id: int, _precision: int, out_ptr: int) -> int:
         now = time.time_ns() if clock_id == 0 else time.monotonic_ns()

@@ -47,7 +47,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -113,7 +113,7 @@ class TraceWriter:
         self.sample_frequency_hz = sample_frequency_hz
         self.compression_level = compression_level
         self.chunk_bytes = compression.chunk_bytes(compression_level)
-        self._file: BinaryIO | None = self._output.file
+        self._file: IO[bytes] | None = self._output.file
         try:
             self._deflater = Deflater(self._file, compression_level, compress_in_thread)
         except BaseException:
@@ -267,8 +267,8 @@ class TraceWriter:
 
     def _write_metadata(self) -> None:
         """One instant on an `xpu-perf` track whose args are the run's facts and counters."""
-        for key, value in self.counts.items():
-            self._metadata.setdefault(f"writer.{key}", value)
+        for key, count in self.counts.items():
+            self._metadata.setdefault(f"writer.{key}", count)
         uuid = self.tracks.named(TOOL_NAME) if self._tool_track is None else self._tool_track
         # On the descriptor sequence, with its name, category and args written out
         # instead of interned: one packet, used once, needs no sequence of its own (a

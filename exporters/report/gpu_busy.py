@@ -69,16 +69,18 @@ def stream_rows(trace: Trace, busy: StreamIslands) -> list[dict[str, Any]]:
     dur = int(trace.scalar("select dur from xpu_report_window"))
     spent = np.zeros(len(busy.device), dtype=np.int64)
     np.add.at(spent, busy.found.group, busy.found.end_ts - busy.found.ts)
-    rows = [
+    streams = sorted(
+        zip(busy.device_name, busy.stream, map(int, spent), busy.ops, strict=True),
+        key=lambda r: (r[0], r[1] != DEVICE, -r[2], r[1]),
+    )
+    return [
         {
             "device": name,
             "stream": stream,
-            "busy_ns": int(ns),
-            "idle_ns": dur - int(ns),
-            "busy_pct": 100.0 * int(ns) / dur,
+            "busy_ns": ns,
+            "idle_ns": dur - ns,
+            "busy_pct": 100.0 * ns / dur,
             "ops": int(n),
         }
-        for name, stream, ns, n in zip(busy.device_name, busy.stream, spent, busy.ops, strict=True)
+        for name, stream, ns, n in streams
     ]
-    rows.sort(key=lambda r: (r["device"], r["stream"] != DEVICE, -r["busy_ns"], r["stream"]))
-    return rows

@@ -8,6 +8,7 @@ from collector.frame_names import kernel_labels
 from collector.gpu_metrics import catalog
 from exporters.analysis import device_memory, gpu_metrics
 from exporters.analysis.analyze import Analysis
+from exporters.analysis.idle import Site
 from exporters.perfetto.trace_processor import Trace
 from exporters.report import units
 from exporters.report.sections import Column, Section
@@ -132,7 +133,8 @@ def _memory_section(trace: Trace, top: int) -> Section:
     rows = []
     for peak in device_memory.peaks(trace, top):
         first = True
-        for site in peak.sites or [None]:
+        sites: list[Site | None] = [*peak.sites] or [None]  # a peak with no site: one row
+        for site in sites:
             rows.append(
                 {
                     "device": peak.device if first else "",

@@ -219,7 +219,7 @@ def collect(
     analysis = _load_tables(trace, window, scope)
     busy = stream_islands(trace)
     launch_stacks = trace.scalar("select count(*) from xpu_launch_stack")
-    sections = []
+    sections: list[Section] = []
     for spec in _SPECS:
         if spec.key == "cpu_stacks":
             sections.extend(_top_functions(trace, top, full_names, all_frames, scope))

@@ -47,6 +47,14 @@ def rank_functions(
     """Rows (function, thread, self/total samples and % of all samples) for folded CPU
     stacks `thread;outer;...;leaf` with their modules and sample counts, most self time
     first (then most total)."""
+    tally, all_samples = _tally(stacks, full_names, all_frames)
+    return _rows(tally, all_samples, by_total=False)
+
+
+def _tally(
+    stacks: list[tuple[str, str | None, int]], full_names: bool, all_frames: bool
+) -> tuple[dict[str, _Tally], int]:
+    """Self and total samples and threads per function, and all samples."""
     tally: dict[str, _Tally] = defaultdict(_Tally)
     all_samples = 0
     for stack, modules, samples in stacks:
@@ -60,23 +68,35 @@ def rank_functions(
         for key in set(keys):
             tally[key].total_samples += samples
             tally[key].threads.add(thread)
+    return tally, all_samples
+
+
+def _rows(
+    tally: dict[str, _Tally], all_samples: int, by_total: bool, top: int | None = None
+) -> list[dict[str, object]]:
+    """The functions' rows, most self time first (then most total), or `by_total` most
+    total time first (then most self); then by name.  The first `top` only, if given."""
     if not all_samples:
         return []
-    rows = []
-    for key, t in tally.items():
-        rows.append(
-            {
-                "function": key,
-                "thread": next(iter(t.threads))
-                if len(t.threads) == 1
-                else f"all threads ({len(t.threads)})",
-                "self_samples": t.self_samples,
-                "self_pct": 100.0 * t.self_samples / all_samples,
-                "total_pct": 100.0 * t.total_samples / all_samples,
-            }
-        )
-    rows.sort(key=lambda r: (-r["self_samples"], -r["total_pct"], r["function"]))  # type: ignore[operator]
-    return rows
+
+    def order(item: tuple[str, _Tally]) -> tuple[int, int, str]:
+        key, t = item
+        if by_total:
+            return (-t.total_samples, -t.self_samples, key)
+        return (-t.self_samples, -t.total_samples, key)
+
+    return [
+        {
+            "function": key,
+            "thread": next(iter(t.threads))
+            if len(t.threads) == 1
+            else f"all threads ({len(t.threads)})",
+            "self_samples": t.self_samples,
+            "self_pct": 100.0 * t.self_samples / all_samples,
+            "total_pct": 100.0 * t.total_samples / all_samples,
+        }
+        for key, t in sorted(tally.items(), key=order)[:top]
+    ]
 
 
 @dataclass
@@ -93,9 +113,10 @@ def top_functions(
     top_functions.sql) by self time (where the CPU works), and by total time (what the
     time is spent under: the training step, the data loading), over the analysis's focus."""
     stacks = [(r["stack"], r["modules"], int(r["samples"])) for r in trace.query(sql)]
-    rows = rank_functions(stacks, full_names, all_frames)
-    by_total = sorted(rows, key=lambda r: (-r["total_pct"], -r["self_samples"], r["function"]))  # type: ignore[operator]
-    return TopFunctions(rows[:top], by_total[:top], _scope(trace, sum(n for *_, n in stacks)))
+    tally, all_samples = _tally(stacks, full_names, all_frames)
+    by_self = _rows(tally, all_samples, by_total=False, top=top)
+    by_total = _rows(tally, all_samples, by_total=True, top=top)
+    return TopFunctions(by_self, by_total, _scope(trace, sum(n for *_, n in stacks)))
 
 
 def _scope(trace: Trace, ranked: int) -> str:
