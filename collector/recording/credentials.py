@@ -5,21 +5,30 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypedDict
 
 
-def target_credentials() -> dict[str, object]:
+class Credentials(TypedDict, total=False):
+    """Popen's keywords for the user the target runs as (none: record's own)."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
+def target_credentials() -> Credentials:
     """Under sudo, the target runs as the invoking user (SUDO_UID/SUDO_GID), not as root:
     Popen's user/group/extra_groups for it ({} when not under sudo)."""
     uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
     if os.geteuid() != 0 or not uid or not gid:
-        return {}
+        return Credentials()
     import pwd
 
     try:
         groups = os.getgrouplist(pwd.getpwuid(int(uid)).pw_name, int(gid))
     except KeyError:
         groups = [int(gid)]
-    return {"user": int(uid), "group": int(gid), "extra_groups": groups}
+    return Credentials(user=int(uid), group=int(gid), extra_groups=groups)
 
 
 def share_with_target(directory: Path) -> None:
@@ -30,6 +39,6 @@ def share_with_target(directory: Path) -> None:
     (cupti_inject/src/process_hooks.c); its files are 0600."""
     creds = target_credentials()
     if creds:
-        os.chown(directory, int(creds["user"]), int(creds["group"]))  # type: ignore[call-overload]
+        os.chown(directory, creds["user"], creds["group"])
     elif os.geteuid() == 0:
         directory.chmod(0o711)

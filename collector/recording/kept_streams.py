@@ -116,7 +116,7 @@ class StreamsDir:
         creds = target_credentials()
         if not creds:
             return
-        uid, gid = int(creds["user"]), int(creds["group"])  # type: ignore[call-overload]
+        uid, gid = creds["user"], creds["group"]
         with contextlib.suppress(OSError):
             for directory, _dirs, files in os.walk(self.path / GPU_METRICS):
                 for name in files:

@@ -133,9 +133,7 @@ def run_target(
         interrupt.target_running = True
         try:
             creds = target_credentials()
-            proc = subprocess.Popen(  # type: ignore[call-overload]
-                list(cmd), env=env, preexec_fn=dies_with_parent(), **creds
-            )
+            proc = subprocess.Popen(list(cmd), env=env, preexec_fn=dies_with_parent(), **creds)
         except OSError as exc:
             raise UserError(f"cannot run {cmd[0]}: {exc.strerror}") from None
         started_ns = time.monotonic_ns()

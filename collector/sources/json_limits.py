@@ -62,7 +62,8 @@ class JsonGuard:
                     self._escape = False
                     pos += 1
                     continue
-                stop = _BODY.match(data, pos).end()  # type: ignore[union-attr]
+                body = _BODY.match(data, pos)
+                stop = body.end() if body is not None else pos
                 if stop < end and data[stop] == 0x22:  # the closing quote
                     self._in_string = False
                     self._check_string(self._offset + stop)
