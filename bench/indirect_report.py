@@ -121,7 +121,9 @@ def main() -> None:
         row = {"program": name, "expected": EXPECTED.get(name, "?")}
         row |= summarise(report(trace))
         if name.startswith("ddp"):
-            row["ranks_verdict"] = report(trace, "--ranks").get("verdict")
+            ranks = report(trace, "--ranks")
+            rows_of = ranks if isinstance(ranks, list) else []
+            row["ranks_verdict"] = next((r["verdict"] for r in rows_of if r.get("verdict")), None)
         kineto = root / f"{name}.kineto.json.gz"
         if args.hta and kineto.exists():
             row["hta"] = hta(args.hta, kineto)

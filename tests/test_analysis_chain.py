@@ -171,6 +171,35 @@ def test_blocked_time_is_the_wait_not_the_last_sample(tmp_path: Path) -> None:
     _evidence_covers(top)
 
 
+GIL_STACK = Stack(
+    (
+        *LOOP,
+        _py("train_step", 21),
+        Frame("PyEval_RestoreThread", "/usr/bin/python3.11"),
+        Frame("pthread_cond_timedwait", "/lib/libc.so.6"),
+    )
+)
+
+
+def test_a_wait_for_the_gil_is_named_so(tmp_path: Path) -> None:
+    """A condition wait under CPython's GIL taking (PyEval_RestoreThread: another thread
+    holds the GIL) is said to be the GIL, not a bare pthread_cond_timedwait."""
+    path = tmp_path / "t.pftrace"
+    ct.write(
+        path,
+        [
+            ct.Part("samples", 1_000_000, HOST_STACK),
+            ct.Part("wait", 3_000_000, GIL_STACK, "pthread_cond_timedwait"),
+        ],
+        ["host_compute", "wait"],
+    )
+    _, analysis = _sums(path)
+    top = analysis.findings[0]
+    assert top.code == "BLOCKED_WAIT"
+    assert "blocked in the GIL (held by another thread; pthread_cond_timedwait)" in top.title
+    assert top.locations[0] == "train_step (train.py:21)"
+
+
 def test_dataloader_wait_is_the_input_pipeline(tmp_path: Path) -> None:
     path = tmp_path / "t.pftrace"
     chain = ct.write(

@@ -167,6 +167,13 @@ def sample_sites(
     return _top(weights, top)
 
 
+# CPython takes the GIL back (after a C call released it) in these, waiting on a condition
+# variable: a blocked call under one of them is the GIL, held by another thread.
+GIL_FRAMES = frozenset(
+    {"take_gil", "PyEval_RestoreThread", "PyEval_AcquireThread", "PyEval_AcquireLock"}
+)
+
+
 def wait_sites(trace: Trace, data: bool, top: int = 3, gaps: str = FOCUS) -> list[Site]:
     """Where the launching thread waited in the gaps (xpu_wait, gaps.sql's _xpu_gap_wait):
     for the input pipeline (`data`) or anything else, by the line of the wait's stack, the
@@ -190,8 +197,11 @@ def wait_sites(trace: Trace, data: bool, top: int = 3, gaps: str = FOCUS) -> lis
         w = weights.setdefault(loc, [0, 0])
         w[0] += int(r["ns"])
         w[1] += int(r["n"])
+        call = str(r["call"])
+        if cid is not None and any(name in GIL_FRAMES for name, _ in frames.get(int(cid), [])):
+            call = f"the GIL (held by another thread; {call})"
         d = details.setdefault(loc, {})
-        d[str(r["call"])] = d.get(str(r["call"]), 0) + int(r["ns"])
+        d[call] = d.get(call, 0) + int(r["ns"])
     return [
         Site(s.location, s.ns, s.count, max(details[s.location].items(), key=lambda kv: kv[1])[0])
         for s in _top(weights, top)

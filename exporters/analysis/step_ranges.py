@@ -6,7 +6,9 @@ sequence).
 
 A repeating range: slices of one name (a trailing number dropped: `iter 12`, `step#3`) on
 the threads of the process that launches most, at least MIN_STEPS of them, that do not
-overlap one another, cover at least RANGE_SPAN of the active span and hold at least
+overlap one another, cover at least RANGE_SPAN of their own stretch (first start to last
+end: a long set-up or warm-up before them, as in a short program, does not count) and
+hold at least
 RANGE_LAUNCHES of the process's launches, nearly all of them (RANGE_WITH_LAUNCH) holding a
 launch: a step's forward, backward and update inside, set-up and warm-up outside.  Of
 several such names, the one holding most launches is the step, then the one with fewer
@@ -87,7 +89,6 @@ def repeating_range(trace: Trace) -> tuple[str, str] | None:
     if not main or main[0]["upid"] is None:
         return None
     upid = int(main[0]["upid"])
-    span = trace.query("select ts, end_ts, dur from xpu_analysis_span")[0]
     # The slice table filtered by its tracks (not the xpu_thread_slice view joined to the
     # threads: 0.8 s against 0.2 s over 740k slices of one process).
     tracks = f"select tt.id from thread_track tt join thread t using (utid) where t.upid = {upid}"
@@ -95,21 +96,26 @@ def repeating_range(trace: Trace) -> tuple[str, str] | None:
     names = [
         r
         for r in trace.query(
-            "select s.name, s.category, count(*) as n, sum(s.dur) as d from slice s "
+            "select s.name, s.category, count(*) as n, sum(s.dur) as d, min(s.ts) as lo, "
+            "max(s.ts + s.dur) as hi from slice s "
             f"where s.track_id in ({tracks}) and s.dur > 0 group by s.name, s.category"
         )
         if r["category"] not in _NOT_RANGES
     ]
     families: dict[str, list[str]] = {}
-    sizes: dict[str, list[int]] = {}
+    sizes: dict[str, list[int]] = {}  # family -> [slices, their time, first start, last end]
     for r in names:
         key = family(str(r["name"]))
         families.setdefault(key, []).append(str(r["name"]))
-        size = sizes.setdefault(key, [0, 0])
+        size = sizes.setdefault(key, [0, 0, int(r["lo"]), int(r["hi"])])
         size[0] += int(r["n"])
         size[1] += int(r["d"])
+        size[2] = min(size[2], int(r["lo"]))
+        size[3] = max(size[3], int(r["hi"]))
     candidates = [
-        k for k, (n, d) in sizes.items() if n >= MIN_STEPS and d >= RANGE_SPAN * int(span["dur"])
+        k
+        for k, (n, d, lo, hi) in sizes.items()
+        if n >= MIN_STEPS and d >= RANGE_SPAN * max(1, hi - lo)
     ]
     if not candidates:
         return None
