@@ -20,7 +20,7 @@
 
 #include <setjmp.h>
 
-struct xp_window_control;
+#include "window_control.h"
 
 /* Start recording (the sampler's stream is open).  python: walk Python frames (the caller
  * keeps a SIGSEGV handler that honours xp_waits_walk_recovery, see below). */

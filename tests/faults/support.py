@@ -28,6 +28,7 @@ NOBODY = 65534
 
 # Imported before the privileges go: nobody could not read them from the interpreter's tree.
 _PREIMPORT = (
+    "collector.cli",
     "collector.batch_query",
     "collector.commands.convert",
     "collector.commands.flamegraph",
