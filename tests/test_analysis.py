@@ -6,6 +6,7 @@ them (report --format json, --annotate, folded --mode idle, query's views)."""
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -286,7 +287,8 @@ def test_recorded_copies_carry_their_host_memory(tmp_path: Path) -> None:
 
     streams = tmp_path / "streams"
     streams.mkdir()
-    (streams / "cupti-1.xpstream").symlink_to(DATA / "cupti_streams/launch_bound.xpstream")
+    # A copy: the reader takes only regular files of the directory's owner (no links).
+    shutil.copyfile(DATA / "cupti_streams/launch_bound.xpstream", streams / "cupti-1.xpstream")
     out = tmp_path / "lb.pftrace"
     with TraceWriter(
         out,
