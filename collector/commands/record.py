@@ -54,6 +54,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "kernel frames on top of the samples taken in system calls and faults)",
     )
     p.add_argument(
+        "--kernel-stacks-from-start",
+        action="store_true",
+        help="in-process CPU sampler as root: start the target only once the eBPF sampler of "
+        "kernel-mode time is compiled and attached (seconds), so that kernel-mode time is "
+        "sampled from the target's first instruction; by default it is compiled while the "
+        "target runs, and the summary says how much kernel-mode time came before it",
+    )
+    p.add_argument(
         "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
     )
     p.add_argument(
