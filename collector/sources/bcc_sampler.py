@@ -181,6 +181,7 @@ class BccKernelModeSampler(BccCpuSampler):
         self._target: tuple[int, int] | None = None  # (pid, monotonic ns at its start)
         self._ended = False
         self._ready = threading.Event()
+        self._symbols_read = threading.Event()
         self._children_stime = 0
         self.failure: str | None = None
         self.attach_delay_ns: int | None = None  # from the target's start to attaching
@@ -211,9 +212,21 @@ class BccKernelModeSampler(BccCpuSampler):
                 return
             pid, started_ns = self._target
             self.bpf = bpf
-            self.follow(ProcessTree(pids=(pid,)))
+            try:
+                self.follow(ProcessTree(pids=(pid,)))
+            except Exception as exc:  # bcc raises bare Exception when attaching fails
+                self.failure = f"could not attach: {exc}"
+                self.bpf = None
+                bpf.cleanup()
+                return
             self.attach_delay_ns = time.monotonic_ns() - started_ns
             self.unsampled_kernel_ns = kernel_cpu_ns(descendants((pid,)))
+        # Kernel samples may come from now on: their symbols read while the target runs,
+        # not after it.
+        try:
+            self._symbolizer.load_kernel_symbols()
+        finally:
+            self._symbols_read.set()
 
     def stop(self) -> None:
         if not self._late:
@@ -248,6 +261,8 @@ class BccKernelModeSampler(BccCpuSampler):
 
     def kernel_samples(self) -> dict[int, list[tuple[int, tuple[Frame, ...]]]]:
         """tid -> [(ts, kernel frames root first)], in time order (call after stop())."""
+        if self._late and self._samples:
+            self._symbols_read.wait()  # being read on the thread that attached
         out: dict[int, list[tuple[int, tuple[Frame, ...]]]] = {}
         frames: dict[bytes, tuple[Frame, ...]] = {}
         for _pid, tid, ts, _cpu, _maps, _ustack, kstack in self._samples:
