@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collector import model
 from collector.recording.credentials import share_with_target
@@ -18,9 +19,11 @@ from collector.recording.process_tree import ProcessTreeWatch, not_recorded
 from collector.recording.size_limit import directory_bytes
 from collector.recording.summary import say
 from collector.sources.bcc_sampler import BccKernelModeSampler
-from collector.sources.cpu_stream import InprocessCpuSource
 from collector.window_control import WindowState
 from collector.window_spans import inside, window_spans
+
+if TYPE_CHECKING:  # the stream decoder (numpy) loads once the target ran: events()
+    from collector.sources.cpu_stream import InprocessCpuSource
 
 
 class InprocessCpuRecording:
@@ -111,6 +114,8 @@ class InprocessCpuRecording:
         return directory_bytes(self.directory)
 
     def events(self) -> Iterable[model.Event]:
+        from collector.sources.cpu_stream import InprocessCpuSource
+
         kernel = self.kernel.kernel_samples() if self.kernel else None
         self._source = InprocessCpuSource(self.directory, kernel_stacks=kernel)
         spans = self._spans

@@ -17,7 +17,6 @@ from collector.recording.source import (
     process_accounts,
 )
 from collector.recording.windows import CapturePlan, window_summary
-from collector.sources.cpu_stream import UNWIND_ENDS
 
 PREFIX = "xpu-perf record: "
 
@@ -197,6 +196,8 @@ def cpu_summary_lines(
     streams' file system filled up, which cut the streams short, not a kill)."""
     accounts = accounts or {}
     samples = cpu.get("samples", 0)
+    from collector.sources.cpu_stream import UNWIND_ENDS
+
     stopped = {r: cpu.get(f"unwind_{r}", 0) for r in UNWIND_ENDS[1:] if cpu.get(f"unwind_{r}", 0)}
     pct = (lambda n: f"{100.0 * n / samples:.1f}%") if samples else (lambda n: "-")
     lines = [
