@@ -14,6 +14,9 @@ printed beside the table (a shared VM's numbers are only as steady as its load).
 `--python`: the interpreter run as the program; by default the first `python3` that is a real
 binary (a pyenv shim is a shell script whose ~40 processes would be measured too).
 
+`--compare NAME=DIR`: also run record from another checkout (e.g. main's, before a change),
+interleaved with this one's in the same rounds: its variants are named `NAME: record...`.
+
 Writes bench/results/record_fixed_cost.json (or --json) and prints a markdown table.
 """
 
@@ -60,9 +63,10 @@ def variants(is_root: bool) -> dict[str, list[str] | None]:
     return out
 
 
-def timed(cmd: list[str]) -> float:
+def timed(cmd: list[str], repo: Path = REPO) -> float:
+    env = {**os.environ, "PYTHONPATH": str(repo)}
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=env)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -75,10 +79,17 @@ def main() -> int:
     parser.add_argument("--python", default=real_python(), help="the program's interpreter")
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument(
+        "--compare", action="append", default=[], metavar="NAME=DIR", help="another checkout"
+    )
+    parser.add_argument(
         "--json", type=Path, default=REPO / "bench" / "results" / "record_fixed_cost.json"
     )
     args = parser.parse_args()
     is_root = os.geteuid() == 0
+    repos = {"": REPO}
+    for item in args.compare:
+        name, _, directory = item.partition("=")
+        repos[f"{name}: "] = Path(directory).resolve()
     env_python = [sys.executable, "-m", "collector.cli", "record", "-q"]
     walls: dict[tuple[str, str], list[float]] = {}
     load_before = os.getloadavg()
@@ -86,17 +97,22 @@ def main() -> int:
         trace = Path(tmp) / "t.perfetto-trace"
         for _ in range(args.rounds):
             for program, argv in PROGRAMS.items():
-                for name, extra in variants(is_root).items():
-                    target = [args.python, *argv]
-                    cmd = target if extra is None else [*env_python, *extra, "-o", str(trace)]
-                    if extra is not None:
-                        cmd += ["--", *target]
-                    walls.setdefault((program, name), []).append(timed(cmd))
+                for prefix, repo in repos.items():
+                    for name, extra in variants(is_root).items():
+                        if extra is None and prefix:
+                            continue  # the bare program once per round
+                        target = [args.python, *argv]
+                        if extra is None:
+                            cmd = target
+                        else:
+                            cmd = [*env_python, *extra, "-o", str(trace), "--", *target]
+                        walls.setdefault((program, prefix + name), []).append(timed(cmd, repo))
     load_after = os.getloadavg()
     rows = []
     for program in PROGRAMS:
         bare = statistics.median(walls[(program, "bare")])
-        for name in variants(is_root):
+        names = [p + n for p in repos for n in variants(is_root) if not (p and n == "bare")]
+        for name in names:
             median = statistics.median(walls[(program, name)])
             rows.append(
                 {

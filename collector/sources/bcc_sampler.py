@@ -7,7 +7,9 @@ for T seconds of CPU time therefore yields about freq × T samples.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import resource
 import struct
 import threading
@@ -183,6 +185,7 @@ class BccKernelModeSampler(BccCpuSampler):
         self._ready = threading.Event()
         self._symbols_read = threading.Event()
         self._children_stime = 0
+        self._compiler_tid: int | None = None
         self.failure: str | None = None
         self.attach_delay_ns: int | None = None  # from the target's start to attaching
         self.unsampled_kernel_ns = 0
@@ -200,6 +203,7 @@ class BccKernelModeSampler(BccCpuSampler):
         self._ready.set()
 
     def _compile_then_follow(self) -> None:
+        self._compiler_tid = threading.get_native_id()
         try:
             bpf = self.compile()
         except BccUnavailable as exc:
@@ -239,8 +243,17 @@ class BccKernelModeSampler(BccCpuSampler):
                 # reaped since the target started: the target and what it reaped) went
                 # unsampled.
                 self.unsampled_kernel_ns = max(0, _children_stime_ns() - self._children_stime)
+                self._yield_compiler()
         self._ready.set()
         super().stop()
+
+    def _yield_compiler(self) -> None:
+        """The compile still running is of no more use (bcc cannot stop clang), and on a
+        busy machine it would take a CPU from the writing of the trace: it gets what is
+        left over (nice 19) until record exits."""
+        if self._compiler_tid is not None:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self._compiler_tid, 19)
 
     def release(self, bpf: Any) -> None:
         # Closing its perf events and tracepoints takes ~0.2 s, nothing record waits for:
