@@ -7,6 +7,7 @@ for T seconds of CPU time therefore yields about freq × T samples.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
@@ -213,6 +214,9 @@ class BccKernelModeSampler(BccCpuSampler):
         except BccUnavailable as exc:
             self.failure = str(exc)
             return
+        # Cleaned up here or by release(), on threads of their own: bcc's own cleanup at
+        # exit would run a second time, beside or after them (and fail loudly).
+        atexit.unregister(bpf.cleanup)
         self._ready.wait()
         with self._lock:
             if self._ended or self._target is None:  # the target was over first
@@ -262,7 +266,8 @@ class BccKernelModeSampler(BccCpuSampler):
     def release(self, bpf: Any) -> None:
         # Closing its perf events and tracepoints takes ~0.2 s, nothing record waits for:
         # the trace is written meanwhile (the kernel closes what is left if record exits
-        # first).
+        # first).  bcc's own cleanup at exit would run it a second time, and fail loudly.
+        atexit.unregister(bpf.cleanup)
         threading.Thread(target=bpf.cleanup, daemon=True).start()
 
     def stats(self) -> dict[str, int]:
