@@ -15,6 +15,9 @@ printed beside the table (a shared VM's numbers are only as steady as its load).
 `--python`: the interpreter run as the program; by default the first `python3` that is a real
 binary (a pyenv shim is a shell script whose ~40 processes would be measured too).
 
+`--program NAME=COMMAND`: measure COMMAND (split as a shell would) instead of the two Python
+programs, e.g. a trivial CUDA program on a GPU machine; repeatable.
+
 `--compare NAME=DIR`: also run record from another checkout (e.g. main's, before a change),
 interleaved with this one's in the same rounds: its variants are named `NAME: record...`.
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -83,6 +87,9 @@ def main() -> int:
     parser.add_argument("--python", default=real_python(), help="the program's interpreter")
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument(
+        "--program", action="append", default=[], metavar="NAME=COMMAND", help="a program"
+    )
+    parser.add_argument(
         "--compare", action="append", default=[], metavar="NAME=DIR", help="another checkout"
     )
     parser.add_argument(
@@ -90,6 +97,12 @@ def main() -> int:
     )
     args = parser.parse_args()
     is_root = os.geteuid() == 0
+    programs = {name: [args.python, *argv] for name, argv in PROGRAMS.items()}
+    if args.program:
+        programs = {}
+        for item in args.program:
+            name, _, command = item.partition("=")
+            programs[name] = shlex.split(command)
     repos = {"": REPO}
     for item in args.compare:
         name, _, directory = item.partition("=")
@@ -100,12 +113,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="xpu-perf-fixed-cost-") as tmp:
         trace = Path(tmp) / "t.perfetto-trace"
         for _ in range(args.rounds):
-            for program, argv in PROGRAMS.items():
+            for program, target in programs.items():
                 for prefix, repo in repos.items():
                     for name, extra in variants(is_root).items():
                         if extra is None and prefix:
                             continue  # the bare program once per round
-                        target = [args.python, *argv]
                         if extra is None:
                             cmd = target
                         else:
@@ -113,7 +125,7 @@ def main() -> int:
                         walls.setdefault((program, prefix + name), []).append(timed(cmd, repo))
     load_after = os.getloadavg()
     rows = []
-    for program in PROGRAMS:
+    for program in programs:
         bare = statistics.median(walls[(program, "bare")])
         names = [p + n for p in repos for n in variants(is_root) if not (p and n == "bare")]
         for name in names:
