@@ -15,7 +15,6 @@ from typing import Protocol
 
 from collector import model
 from collector.sources.bcc_uprobes import BccLaunchUprobes, with_launch_stacks
-from collector.sources.cupti_api import has_user_frame, is_launch
 
 
 class GpuRecording(Protocol):
@@ -65,6 +64,9 @@ class EbpfLaunchStacks:
         self.uprobes.stop()
 
     def events(self) -> Iterator[model.Event]:
+        # The stream decoders (numpy) load once the target ran, not before it starts.
+        from collector.sources.cupti_api import has_user_frame, is_launch
+
         counts: dict[str, int] = {}
         with_user_frame = joined_launches = 0
         for ev in with_launch_stacks(self.gpu.events(), self.uprobes.hits(), counts):
@@ -114,6 +116,8 @@ class EbpfLaunchStacks:
 
 def _launches_with_stack(cpu: model.SliceColumns) -> tuple[int, int]:
     """(launch rows with a stack, those whose stack has a frame of the user's)."""
+    from collector.sources.cupti_api import has_user_frame, is_launch
+
     if cpu.stack is None:
         return 0, 0
     launch = [is_launch(name) for name in cpu.names]

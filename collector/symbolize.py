@@ -409,6 +409,12 @@ class Symbolizer:
             name = f"{os.path.basename(mapping.path)}+0x{vaddr:x}"
         return Frame(name, mapping.path, vaddr, elf.build_id)
 
+    def load_kernel_symbols(self) -> None:
+        """Read /proc/kallsyms now (record does it while the target runs, once kernel
+        samples may come), not at the first kernel frame."""
+        if self._kernel is None:
+            self._kernel = KernelSymbols.read()
+
     def kernel_frames(self, addrs: Sequence[int]) -> list[Frame]:
         """Frames for a kernel stack given leaf first."""
         if not addrs:

@@ -90,3 +90,32 @@ def test_help_lists_every_command() -> None:
     ).stdout
     for command in FORBIDDEN:
         assert command in out
+
+
+# What record's path up to the target's start loads: the options, the sources chosen and
+# started, the streams directory, the target's launch.  The readers of what the target wrote
+# (the stream decoders, numpy, the trace writer) load on a thread while it runs, so that a
+# recording's start waits for none of them.
+_AFTER_THE_TARGET = (
+    "numpy",
+    "collector.sources.cupti",
+    "collector.sources.cupti_api",
+    "collector.sources.cpu_stream",
+    "collector.gpu_metrics.kept",
+    "collector.recording.finish",
+    "collector.recording.keep",
+    "exporters.perfetto.writer",
+)
+
+
+def test_record_starts_the_target_before_loading_the_readers() -> None:
+    loaded = _loaded_after(
+        "from collector import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    cli.main(['record', '--help'])\n"
+        "import collector.recording.selection, collector.recording.target\n"
+        "import collector.recording.kept_streams, collector.recording.windows\n"
+        "import collector.recording.disk_space, collector.launch_join"
+    )
+    assert "collector.recording.selection" in loaded
+    assert not loaded & set(_AFTER_THE_TARGET), sorted(loaded & set(_AFTER_THE_TARGET))

@@ -264,7 +264,12 @@ def test_kernel_frames_on_top_as_root(tmp_path: Path) -> None:
     assert os.geteuid() == 0, "CI runs as root: the kernel-frame join needs eBPF"
     trace = tmp_path / "sys.perfetto-trace"
     script = NATIVE / "syscall_reader.py"
-    proc = run_cli("record", "--no-gpu", "-o", trace, "--", "/usr/bin/python3", script, "3")
+    # From the start: every read(2) sample has its kernel stack to join (by default the
+    # sampler begins once compiled: tests/test_kernel_sampler_late.py).
+    proc = run_cli(
+        "record", "--no-gpu", "--kernel-stacks-from-start", "-o", trace, "--",
+        "/usr/bin/python3", script, "3",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     stacks = folded_samples(trace)
     in_read = {s: n for s, n in stacks.items() if "<module>;read_zeros" in s}
@@ -325,7 +330,10 @@ def test_sampler_handlers_never_in_the_stacks(tmp_path: Path) -> None:
     src = NATIVE / "paired_signals.c"
     subprocess.run(["gcc", "-O2", "-g", "-o", str(exe), str(src)], check=True)
     trace = tmp_path / "paired.perfetto-trace"
-    proc = run_cli("record", "--no-gpu", "--freq", FREQ, "-o", trace, "--", exe, "2")
+    proc = run_cli(
+        "record", "--no-gpu", "--kernel-stacks-from-start", "--freq", FREQ, "-o", trace, "--",
+        exe, "2",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     # The kernel-mode sampler ran, so the SIGURG handler was there to be stacked on.
     assert re.search(r"cpu samples in the kernel: \d+ with kernel frames", proc.stderr), proc.stderr

@@ -9,15 +9,15 @@ collector/recording/ (docs/ARCHITECTURE.md lists its modules).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 from collector.errors import UserError
 from collector.recording.disk_space import StreamsDisk
-from collector.recording.finish import finish
 from collector.recording.gpu_metrics import add_gpu_metrics_arguments
-from collector.recording.keep import write_kept
 from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import (
     CPU_SAMPLERS,
@@ -34,6 +34,8 @@ from collector.recording.summary import say, toggle_hint
 from collector.recording.target import Interrupt, run_target
 from collector.recording.windows import CAPTURE_RANGE_HELP, TreeWindows
 from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ
+
+FINISH = "collector.recording.finish"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +54,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="in-process CPU sampler: no eBPF sampling of kernel-mode time (which, as root, puts "
         "kernel frames on top of the samples taken in system calls and faults)",
+    )
+    p.add_argument(
+        "--kernel-stacks-from-start",
+        action="store_true",
+        help="in-process CPU sampler as root: start the target only once the eBPF sampler of "
+        "kernel-mode time is compiled and attached (seconds), so that kernel-mode time is "
+        "sampled from the target's first instruction; by default it is compiled while the "
+        "target runs, and the summary says how much kernel-mode time came before it",
     )
     p.add_argument(
         "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
@@ -151,6 +161,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     """One recording; returns the target's exit status."""
     if args.from_streams is not None:
+        from collector.recording.keep import write_kept
+
         return write_kept(args)
     options = check_options(args)
     size_limit = SizeLimit(options.max_bytes) if options.max_bytes is not None else None
@@ -174,6 +186,9 @@ def main(args: argparse.Namespace) -> int:
     # From here to the end a signal never leaves the recording half done: a complete trace
     # or kept streams, a non-zero exit, and one line saying how to finish.
     interrupt = Interrupt().install()
+    # What writes the trace (the stream decoders, numpy, the writer) loads while the
+    # target runs, not before it starts nor after it ends.
+    threading.Thread(target=importlib.import_module, args=(FINISH,), daemon=True).start()
     try:
         try:
             # Start the sources, run the target until it ends (or is stopped), stop them.
@@ -184,6 +199,8 @@ def main(args: argparse.Namespace) -> int:
             streams.remove()  # the target did not run, or record was stopped: nothing kept
             raise
         # The trace, or the streams kept; the summary.
+        from collector.recording.finish import finish
+
         return finish(options, selection, streams, code, interrupt, size_limit, tree)
     finally:
         interrupt.restore()

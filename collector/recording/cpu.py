@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collector import model
 from collector.recording.credentials import share_with_target
@@ -16,10 +17,13 @@ from collector.recording.libraries import loadable_by_target
 from collector.recording.options import DEFAULT_WAIT_THRESHOLD_US
 from collector.recording.process_tree import ProcessTreeWatch, not_recorded
 from collector.recording.size_limit import directory_bytes
+from collector.recording.summary import say
 from collector.sources.bcc_sampler import BccKernelModeSampler
-from collector.sources.cpu_stream import InprocessCpuSource
 from collector.window_control import WindowState
 from collector.window_spans import inside, window_spans
+
+if TYPE_CHECKING:  # the stream decoder (numpy) loads once the target ran: events()
+    from collector.sources.cpu_stream import InprocessCpuSource
 
 
 class InprocessCpuRecording:
@@ -36,11 +40,15 @@ class InprocessCpuRecording:
         kernel: BccKernelModeSampler | None = None,
         directory: Path | None = None,
         wait_threshold_us: int = DEFAULT_WAIT_THRESHOLD_US,
+        kernel_from_start: bool = False,
     ) -> None:
         """kernel: as root, the eBPF sampler of kernel-mode time whose stacks go on top.
         directory: where the streams go (record's kept_streams.StreamsDir, which removes it
         once the trace is written); by default a temporary one this source removes.
-        wait_threshold_us: blocking calls recorded from this long (0: none)."""
+        wait_threshold_us: blocking calls recorded from this long (0: none).
+        kernel_from_start: the target waits for `kernel` to be compiled and attached (else
+        it is compiled while the target runs and follows it from then on)."""
+        self.kernel_from_start = kernel_from_start
         self.wait_threshold_us = wait_threshold_us
         self.library = library
         self.freq = freq
@@ -66,13 +74,20 @@ class InprocessCpuRecording:
         }
 
     def start(self) -> None:
-        if self.kernel:
+        # The eBPF kernel-mode sampler compiles while the target starts and runs, and
+        # follows it once ready (its kernel frames and kernel-mode samples are extra detail
+        # on top of the in-process samples): the target never waits seconds for clang.
+        if self.kernel and self.kernel_from_start:
             self.kernel.start()
+        elif self.kernel:
+            self.kernel.start_in_background()
 
     def target_started(self, pid: int) -> None:
         self._tree.start(pid)
-        if self.kernel:
+        if self.kernel and self.kernel_from_start:
             self.kernel.target_started(pid)
+        elif self.kernel:
+            self.kernel.follow_target(pid)
 
     def follow_windows(self, windows: WindowState) -> None:
         """The library samples only inside windows by itself; the eBPF kernel-mode sampler
@@ -92,11 +107,15 @@ class InprocessCpuRecording:
         self._tree.stop()
         if self.kernel:
             self.kernel.stop()
+            if self.kernel.failure:
+                say(f"eBPF kernel-mode sampler: {self.kernel.failure}")
 
     def recorded_bytes(self) -> int:
         return directory_bytes(self.directory)
 
     def events(self) -> Iterable[model.Event]:
+        from collector.sources.cpu_stream import InprocessCpuSource
+
         kernel = self.kernel.kernel_samples() if self.kernel else None
         self._source = InprocessCpuSource(self.directory, kernel_stacks=kernel)
         spans = self._spans
@@ -129,4 +148,9 @@ class InprocessCpuRecording:
             kernel = self.kernel.stats()
             counts["kernel_samples"] = kernel.get("cpu_samples", 0)
             counts["kernel_lost_ringbuf_full"] = kernel.get("lost_ringbuf_full", 0)
+            if "unsampled_kernel_ms" in kernel:  # compiled while the target ran
+                counts["kernel_attach_delay_ms"] = kernel["attach_delay_ms"]
+                counts["kernel_unsampled_ms"] = kernel["unsampled_kernel_ms"]
+                counts["kernel_unsampled_samples"] = kernel["unsampled_kernel_samples"]
+                counts["kernel_sampler_failed"] = kernel["failed"]
         return counts

@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collector import model
 from collector.gpu_metrics import catalog
@@ -21,8 +22,10 @@ from collector.recording.options import KINDS
 from collector.recording.program_profiler import ProgramProfilerPlan, notes, summary_lines
 from collector.recording.size_limit import directory_bytes
 from collector.recording.windows import NVTX_PREFIX, CapturePlan
-from collector.sources.cupti import CuptiSource, stream_paths
-from collector.sources.cupti_pm_sampling import PmSampling
+
+if TYPE_CHECKING:  # the stream decoders (numpy) load once the target ran: events()
+    from collector.sources.cupti import CuptiSource
+    from collector.sources.cupti_pm_sampling import PmSampling
 
 
 def pm_sampling_env(rate_hz: float) -> dict[str, str]:
@@ -115,6 +118,8 @@ class CuptiRecording:
 
     def stop(self) -> None:
         if self.keep_streams is not None:
+            from collector.sources.cupti import stream_paths
+
             self.keep_streams.mkdir(parents=True, exist_ok=True)
             for p in stream_paths(self.directory):
                 # A process that changed user wrote into uid-N/: kept as uid-N.<name>.
@@ -127,6 +132,8 @@ class CuptiRecording:
                     print(f"xpu-perf: not kept: {exc}", file=sys.stderr)
 
     def events(self) -> Iterable[model.Event]:
+        from collector.sources.cupti import CuptiSource
+
         self._source = CuptiSource(self.directory)
         yield from self._source.events()
         if self._owns_directory:

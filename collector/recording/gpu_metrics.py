@@ -16,10 +16,10 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector import model
-from collector.gpu_metrics import catalog, kept
+from collector.gpu_metrics import catalog
 from collector.gpu_metrics.choice import (
     GPM,
     NONE,
@@ -31,8 +31,10 @@ from collector.gpu_metrics.choice import (
 )
 from collector.gpu_metrics.sampler import CounterSampler, DeviceColumns
 from collector.recording.source import FinishedRun
-from collector.sources.cupti_pm_sampling import PmSampling
 from collector.window_control import WindowState
+
+if TYPE_CHECKING:  # numpy's: loaded once the target ran
+    from collector.sources.cupti_pm_sampling import PmSampling
 
 DEFAULT_RATE_HZ = 10.0
 MAX_RATE_HZ = 10000.0  # CUPTI PM sampling's range (the hardware samples; we decode)
@@ -126,6 +128,8 @@ class GpuMetricsRecording:
         columns = self._sampler.devices if self._sampler else []
         devices = [model.GpuDevice(c.source.device, c.source.name) for c in columns]
         series = [s for c in columns for s in c.series()]
+        from collector.gpu_metrics import kept
+
         kept.save(directory, devices, series, self.stats(), self.metadata(), self.summary_lines())
 
     def _pm(self) -> PmSampling | None:
@@ -354,6 +358,8 @@ class KeptGpuMetrics(FinishedRun):
     def __init__(
         self, directory: Path, pm_sampling: Callable[[], PmSampling | None] | None = None
     ) -> None:
+        from collector.gpu_metrics import kept
+
         self._kept = kept.load(directory)
         self._pm_sampling = pm_sampling
 
@@ -362,6 +368,8 @@ class KeptGpuMetrics(FinishedRun):
         return pm if pm is not None and pm.started else None
 
     def events(self) -> Iterable[model.Event]:
+        from collector.gpu_metrics import kept
+
         pm = self._pm()
         if pm is None:
             yield from kept.events(self._kept)

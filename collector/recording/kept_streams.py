@@ -22,20 +22,21 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from collector import model
 from collector.errors import UserError
-from collector.gpu_metrics.kept import INDEX
 from collector.owned_files import read_owned, replace, write_new
 from collector.recording import program_profiler
 from collector.recording.credentials import share_with_target, target_credentials
-from collector.recording.gpu_metrics import KeptGpuMetrics
 from collector.recording.python_names import PythonNames
 from collector.recording.source import FinishedRun
-from collector.sources.cpu_stream import InprocessCpuSource
-from collector.sources.cupti import CuptiSource
-from collector.sources.cupti_pm_sampling import PmSampling
+
+if TYPE_CHECKING:  # the readers (numpy) load only for --from-streams: kept_sources()
+    from collector.recording.gpu_metrics import KeptGpuMetrics
+    from collector.sources.cpu_stream import InprocessCpuSource
+    from collector.sources.cupti import CuptiSource
+    from collector.sources.cupti_pm_sampling import PmSampling
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -214,32 +215,40 @@ class KeptSource(FinishedRun):
         self._source: CuptiSource | InprocessCpuSource | None = None
 
     def events(self) -> Iterable[model.Event]:
+        from collector.sources.cpu_stream import InprocessCpuSource
+        from collector.sources.cupti import CuptiSource
+
         if self.name == GPU_STREAMS:
             self._source = CuptiSource(self.directory)
         else:
             self._source = InprocessCpuSource(self.directory)
         yield from self._source.events()
 
+    def _cupti(self) -> CuptiSource | None:
+        """The GPU streams' reader, once events() ran (None for the CPU streams)."""
+        return cast("CuptiSource", self._source) if self.name == GPU_STREAMS else None
+
     def stats(self) -> Mapping[str, int]:
         return dict(self._source.counts) if self._source else {}
 
     def windows(self) -> Sequence[model.CaptureWindow]:
-        if isinstance(self._source, CuptiSource):
-            return list(self._source.windows)
-        return []
+        cupti = self._cupti()
+        return list(cupti.windows) if cupti is not None else []
 
     def pm_sampling(self) -> PmSampling | None:
         """What PM sampling did in the target (its rows are in the GPU streams)."""
-        return self._source.pm_sampling if isinstance(self._source, CuptiSource) else None
+        cupti = self._cupti()
+        return cupti.pm_sampling if cupti is not None else None
 
     def _program_profilers(self) -> list[str]:
-        return self._source.program_profilers if isinstance(self._source, CuptiSource) else []
+        cupti = self._cupti()
+        return cupti.program_profilers if cupti is not None else []
 
     def notes(self) -> Mapping[str, str]:
         return program_profiler.notes(None, self._program_profilers())
 
     def summary_lines(self) -> Sequence[str]:
-        if not isinstance(self._source, CuptiSource):
+        if self._cupti() is None:
             return []
         return program_profiler.summary_lines(None, self.stats(), self._program_profilers())
 
@@ -250,6 +259,9 @@ def kept_sources(
     """The sources of a kept recording, in record's order (GPU, its counters, then CPU, then
     the names the Python startup hook reported).  Kept counters that cannot be read are
     left out, each said in one line and named in `rejected`."""
+    from collector.gpu_metrics.kept import INDEX
+    from collector.recording.gpu_metrics import KeptGpuMetrics
+
     sources: list[KeptSource | KeptGpuMetrics | PythonNames] = []
     for name in (GPU_STREAMS, GPU_METRICS, CPU_STREAMS):
         if name == GPU_METRICS:

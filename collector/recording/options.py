@@ -42,6 +42,7 @@ class RecordOptions:
     launch_stacks: str  # as asked for (--no-stacks: off), before resolve_launch_stacks
     python_frames: bool
     kernel_stacks: bool  # in-process sampler: eBPF kernel frames where root
+    kernel_from_start: bool  # the target waits for the eBPF kernel-mode sampler
     keep_streams: Path | None
     plan: CapturePlan  # the capture-window mode
     program_profiler: ProgramProfilerPlan  # the program's own CUPTI profiler, other tools
@@ -96,6 +97,7 @@ def check_options(args: argparse.Namespace) -> RecordOptions:
         launch_stacks="off" if args.no_stacks else args.launch_stacks,
         python_frames=not args.no_python,
         kernel_stacks=not args.no_kernel_stacks,
+        kernel_from_start=args.kernel_stacks_from_start,
         keep_streams=args.keep_streams,
         plan=plan,
         program_profiler=program_profiler_plan(args, os.environ, Path(LIBRARY_NAME)),

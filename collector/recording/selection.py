@@ -170,6 +170,7 @@ def cpu_source(
             freq,
             python_frames=options.python_frames,
             kernel=kernel,
+            kernel_from_start=options.kernel_from_start,
             wait_threshold_us=options.wait_threshold_us,
             directory=streams.subdir(CPU_STREAMS) if streams is not None else None,
         )

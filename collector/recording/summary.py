@@ -17,7 +17,6 @@ from collector.recording.source import (
     process_accounts,
 )
 from collector.recording.windows import CapturePlan, window_summary
-from collector.sources.cpu_stream import UNWIND_ENDS
 from collector.visible_text import printable_lines
 
 PREFIX = "xpu-perf record: "
@@ -169,6 +168,25 @@ def gpu_summary_lines(
     return lines
 
 
+def kernel_attach_lines(cpu: Mapping[str, int], freq: int) -> list[str]:
+    """When the eBPF kernel-mode sampler (compiled while the target ran) began, and the
+    kernel-mode CPU time before then, which has no sample."""
+    if "kernel_unsampled_ms" not in cpu:
+        return []
+    missed = (
+        f"{cpu['kernel_unsampled_ms']} ms of kernel-mode CPU time unsampled "
+        f"(~{cpu.get('kernel_unsampled_samples', 0)} samples at {freq} Hz)"
+    )
+    delay = cpu.get("kernel_attach_delay_ms", -1)
+    if cpu.get("kernel_sampler_failed"):
+        when = "the eBPF kernel-mode sampler failed"
+    elif delay < 0:
+        when = "the target ended before the eBPF kernel-mode sampler was compiled"
+    else:
+        when = f"the eBPF kernel-mode sampler began {delay / 1000:.2f} s after the target"
+    return [f"cpu samples in the kernel: {when}; before it, {missed}"]
+
+
 def cpu_summary_lines(
     cpu: Mapping[str, int],
     freq: int,
@@ -179,6 +197,8 @@ def cpu_summary_lines(
     streams' file system filled up, which cut the streams short, not a kill)."""
     accounts = accounts or {}
     samples = cpu.get("samples", 0)
+    from collector.sources.cpu_stream import UNWIND_ENDS
+
     stopped = {r: cpu.get(f"unwind_{r}", 0) for r in UNWIND_ENDS[1:] if cpu.get(f"unwind_{r}", 0)}
     pct = (lambda n: f"{100.0 * n / samples:.1f}%") if samples else (lambda n: "-")
     lines = [
@@ -191,6 +211,7 @@ def cpu_summary_lines(
             if "kernel_samples" in cpu
             else "cpu samples in the kernel: not sampled (not root, or no bcc)"
         ),
+        *kernel_attach_lines(cpu, freq),
         f"cpu samples stopped early: {stopped or 'none'}; lost: "
         f"ring_full={cpu.get('samples_ring_full', 0)} "
         f"transport={cpu.get('transport_dropped_rows', 0)} "

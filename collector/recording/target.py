@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import subprocess
 import time
@@ -196,6 +197,32 @@ def _wait(
 ) -> None:
     """Until the target exits: measure the recorded data, pass a stop on (escalating every
     STOP_GRACE_S), and open and close the timed windows on time."""
+    exited = exit_watch(proc.pid)
+    try:
+        _wait_loop(proc, sized, interrupt, duration, size_limit, tree, exited)
+    finally:
+        if exited is not None:
+            os.close(exited)
+
+
+def exit_watch(pid: int) -> int | None:
+    """A pidfd of `pid`, readable once it exits: the wait wakes at the exit itself (Popen's
+    timed wait polls, up to 50 ms late); None where the kernel has none (before 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
+
+
+def _wait_loop(
+    proc: subprocess.Popen,
+    sized: Sequence[SizedSource],
+    interrupt: Interrupt,
+    duration: float | None,
+    size_limit: SizeLimit | None,
+    tree: TreeWindows | None,
+    exited: int | None,
+) -> None:
     escalation = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
     last_sent: float | None = None
     deadline = time.monotonic() + duration if duration else None
@@ -218,5 +245,9 @@ def _wait(
             # The timed window opens and closes on time, not at the next 50 ms poll.
             due_s = tree.next_change_s(time.monotonic_ns())
             wait_s = min(wait_s, due_s) if due_s is not None else wait_s
+        if exited is not None:
+            with contextlib.suppress(InterruptedError):
+                select.select([exited], [], [], max(0.0, wait_s))
+            continue
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=wait_s)

@@ -53,6 +53,21 @@ def descendants(roots: Iterable[int]) -> set[int]:
     return found
 
 
+def kernel_cpu_ns(pids: Iterable[int]) -> int:
+    """The kernel-mode CPU time the live processes `pids` used so far, each with that of the
+    children it reaped (/proc/PID/stat stime + cstime)."""
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += (int(fields[12]) + int(fields[14])) * tick_ns  # fields 15 and 17 of stat
+    return total
+
+
 def _read_cmdline(pid: int) -> tuple[str, ...]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -7,12 +7,27 @@ for T seconds of CPU time therefore yields about freq × T samples.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
+import os
+import resource
 import struct
+import threading
+import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from collector.model import CaptureWindow, CpuSample, Event, Frame, Stack
-from collector.sources.bcc_source import EV_SAMPLE, MAX_FRAMES, BccSource, comm_str, stack_words
+from collector.sources.bcc_process_tree import ProcessTree, descendants, kernel_cpu_ns
+from collector.sources.bcc_source import (
+    EV_SAMPLE,
+    MAX_FRAMES,
+    BccSource,
+    BccUnavailable,
+    comm_str,
+    stack_words,
+)
 from collector.symbolize import MapsSnapshot, Symbolizer
 from collector.window_control import WindowState
 from collector.window_spans import inside, window_spans
@@ -134,6 +149,11 @@ class BccCpuSampler(BccSource):
         }
 
 
+def _children_stime_ns() -> int:
+    """Kernel-mode CPU time of the children this process reaped, so far."""
+    return int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime * 1e9)
+
+
 def _words(raw: bytes) -> list[int]:
     words = struct.unpack(f"<{len(raw) // 8}Q", raw) if raw else ()
     return list(words)
@@ -148,9 +168,123 @@ class BccKernelModeSampler(BccCpuSampler):
 
     name = "ebpf_kernel"
     cflags = ("-DXP_KERNEL_MODE_ONLY",)
+    # stop() joins the drain thread, which wakes at most this long after the target's end
+    # (bcc's ring-buffer poll takes a timeout only): 20 ms rather than 100 of record's
+    # finish, for 50 empty wake-ups a second.
+    poll_ms = 20
+
+    # --- attached after the target started ---------------------------------------------
+    # bcc compiles the program with clang at every start (seconds, more on a loaded machine),
+    # and bcc keeps no compiled object to reuse.  The target does not wait for it: the
+    # compile runs on a thread of its own from `start_in_background`, and the program
+    # follows the target's tree from the moment it is ready (`follow_target`).  The kernel-
+    # mode CPU time the tree used before then has no sample (the in-process sampler's clock
+    # counts user time only): measured, said in the summary, written in the metadata.
+
+    def __init__(self, freq: int = DEFAULT_FREQ_HZ) -> None:
+        super().__init__(freq)
+        self._lock = threading.Lock()
+        self._late = False  # started by start_in_background
+        self._target: tuple[int, int] | None = None  # (pid, monotonic ns at its start)
+        self._ended = False
+        self._ready = threading.Event()
+        self._symbols_read = threading.Event()
+        self._children_stime = 0
+        self._compiler_tid: int | None = None
+        self.failure: str | None = None
+        self.attach_delay_ns: int | None = None  # from the target's start to attaching
+        self.unsampled_kernel_ns = 0
+
+    def start_in_background(self) -> None:
+        """Compile on a thread; `follow_target` then attaches as soon as both are there."""
+        self._late = True
+        self._children_stime = _children_stime_ns()
+        threading.Thread(target=self._compile_then_follow, name="bcc-compile", daemon=True).start()
+
+    def follow_target(self, pid: int) -> None:
+        with self._lock:
+            self._target = (pid, time.monotonic_ns())
+            self._children_stime = _children_stime_ns()
+        self._ready.set()
+
+    def _compile_then_follow(self) -> None:
+        self._compiler_tid = threading.get_native_id()
+        try:
+            bpf = self.compile()
+        except BccUnavailable as exc:
+            self.failure = str(exc)
+            return
+        # Cleaned up here or by release(), on threads of their own: bcc's own cleanup at
+        # exit would run a second time, beside or after them (and fail loudly).
+        atexit.unregister(bpf.cleanup)
+        self._ready.wait()
+        with self._lock:
+            if self._ended or self._target is None:  # the target was over first
+                bpf.cleanup()
+                return
+            pid, started_ns = self._target
+            self.bpf = bpf
+            try:
+                self.follow(ProcessTree(pids=(pid,)))
+            except Exception as exc:  # bcc raises bare Exception when attaching fails
+                self.failure = f"could not attach: {exc}"
+                self.bpf = None
+                bpf.cleanup()
+                return
+            self.attach_delay_ns = time.monotonic_ns() - started_ns
+            self.unsampled_kernel_ns = kernel_cpu_ns(descendants((pid,)))
+        # Kernel samples may come from now on: their symbols read while the target runs,
+        # not after it.
+        try:
+            self._symbolizer.load_kernel_symbols()
+        finally:
+            self._symbols_read.set()
+
+    def stop(self) -> None:
+        if not self._late:
+            super().stop()
+            return
+        with self._lock:
+            self._ended = True
+            if self.bpf is None:
+                # Never attached: all of the tree's kernel-mode time (the children record
+                # reaped since the target started: the target and what it reaped) went
+                # unsampled.
+                self.unsampled_kernel_ns = max(0, _children_stime_ns() - self._children_stime)
+                self._yield_compiler()
+        self._ready.set()
+        super().stop()
+
+    def _yield_compiler(self) -> None:
+        """The compile still running is of no more use (bcc cannot stop clang), and on a
+        busy machine it would take a CPU from the writing of the trace: it gets what is
+        left over (nice 19) until record exits."""
+        if self._compiler_tid is not None:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self._compiler_tid, 19)
+
+    def release(self, bpf: Any) -> None:
+        # Closing its perf events and tracepoints takes ~0.2 s, nothing record waits for:
+        # the trace is written meanwhile (the kernel closes what is left if record exits
+        # first).  bcc's own cleanup at exit would run it a second time, and fail loudly.
+        atexit.unregister(bpf.cleanup)
+        threading.Thread(target=bpf.cleanup, daemon=True).start()
+
+    def stats(self) -> dict[str, int]:
+        out = super().stats()
+        if self._late:
+            out["attach_delay_ms"] = (
+                -1 if self.attach_delay_ns is None else self.attach_delay_ns // 1_000_000
+            )
+            out["unsampled_kernel_ms"] = self.unsampled_kernel_ns // 1_000_000
+            out["unsampled_kernel_samples"] = self.unsampled_kernel_ns * self.freq // 10**9
+            out["failed"] = int(self.failure is not None)
+        return out
 
     def kernel_samples(self) -> dict[int, list[tuple[int, tuple[Frame, ...]]]]:
         """tid -> [(ts, kernel frames root first)], in time order (call after stop())."""
+        if self._late and self._samples:
+            self._symbols_read.wait()  # being read on the thread that attached
         out: dict[int, list[tuple[int, tuple[Frame, ...]]]] = {}
         frames: dict[bytes, tuple[Frame, ...]] = {}
         for _pid, tid, ts, _cpu, _maps, _ustack, kstack in self._samples:

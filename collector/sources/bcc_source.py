@@ -104,9 +104,15 @@ class BccSource:
         """Compile and attach; follow `tree` (default: whatever this process spawns next)."""
         if tree is None:
             tree = ProcessTree.spawned_by_self()
+        self.bpf = self.compile()
+        self.follow(tree)
+
+    def compile(self) -> Any:
+        """The program compiled and loaded (bcc's BPF object).  Its tracepoints that follow
+        forks and exits are attached here already, following nothing until `follow`."""
         bcc = load_bpf_module()
         try:
-            self.bpf = bcc.BPF(
+            return bcc.BPF(
                 text=program_text(self.program),
                 cflags=[
                     f"-DXP_RINGBUF_PAGES={self.ringbuf_pages}",
@@ -116,6 +122,11 @@ class BccSource:
             )
         except Exception as exc:  # bcc raises bare Exception on compile errors
             raise BccUnavailable(f"bcc could not compile bpf/{self.program}: {exc}") from exc
+
+    def follow(self, tree: ProcessTree) -> None:
+        """Follow `tree` with the compiled program, attach its probes, start draining.  The
+        fork tracepoint is on before the live descendants are listed: a process forked
+        before the listing is in it, one forked after has a followed parent."""
         tracked = self.bpf["tracked"]
         for pid in descendants(tree.pids) if tree.pids else ():
             tracked[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
@@ -144,8 +155,12 @@ class BccSource:
             name: int(counters.sum(ctypes.c_int(i)).value) for i, name in enumerate(COUNTER_NAMES)
         }
         self._counters.update(self._program_run_time())
-        self.bpf.cleanup()
-        self.bpf = None
+        bpf, self.bpf = self.bpf, None
+        self.release(bpf)
+
+    def release(self, bpf: Any) -> None:
+        """Detach and close everything of the program (after the final drain)."""
+        bpf.cleanup()
 
     def _program_run_time(self) -> dict[str, int]:
         """Time the kernel spent in this source's BPF programs, from their fdinfo.  Zero
