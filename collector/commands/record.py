@@ -20,10 +20,9 @@ from collector.recording.disk_space import StreamsDisk
 from collector.recording.gpu_metrics import add_gpu_metrics_arguments
 from collector.recording.kept_streams import Manifest, StreamsDir
 from collector.recording.options import (
-    CPU_SAMPLERS,
-    DEFAULT_WAIT_THRESHOLD_US,
     KINDS,
     LAUNCH_STACK_MODES,
+    add_cpu_arguments,
     check_options,
 )
 from collector.recording.program_profiler import add_argument as add_program_profiler
@@ -33,7 +32,6 @@ from collector.recording.size_limit import SizeLimit
 from collector.recording.summary import say, toggle_hint
 from collector.recording.target import Interrupt, run_target
 from collector.recording.windows import CAPTURE_RANGE_HELP, TreeWindows
-from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ
 
 FINISH = "collector.recording.finish"
 
@@ -49,32 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cpu", action="store_true", help="no CPU sampling (GPU recording only)")
     p.add_argument("--no-gpu", action="store_true", help="no GPU recording (CPU sampling only)")
     add_gpu_metrics_arguments(p)
-    p.add_argument(
-        "--no-kernel-stacks",
-        action="store_true",
-        help="in-process CPU sampler: no eBPF sampling of kernel-mode time (which, as root, puts "
-        "kernel frames on top of the samples taken in system calls and faults)",
-    )
-    p.add_argument(
-        "--kernel-stacks-from-start",
-        action="store_true",
-        help="in-process CPU sampler as root: start the target only once the eBPF sampler of "
-        "kernel-mode time is compiled and attached (seconds), so that kernel-mode time is "
-        "sampled from the target's first instruction; by default it is compiled while the "
-        "target runs, and the summary says how much kernel-mode time came before it",
-    )
-    p.add_argument(
-        "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
-    )
-    p.add_argument(
-        "--wait-threshold",
-        type=int,
-        default=DEFAULT_WAIT_THRESHOLD_US,
-        metavar="US",
-        help="in-process CPU sampler: record each blocking call (poll, read, lock, queue and "
-        "semaphore waits, sleep, waitpid...) that blocks a thread at least US microseconds, "
-        f"with its stack (default {DEFAULT_WAIT_THRESHOLD_US}; 0: none)",
-    )
+    add_cpu_arguments(p)
     p.add_argument(
         "--duration",
         type=float,
@@ -120,14 +93,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "window (default SIGUSR2; e.g. kill -USR2 PID, the PID record prints)",
     )
     add_program_profiler(p)
-    p.add_argument(
-        "--cpu-sampler",
-        choices=CPU_SAMPLERS,
-        default="inprocess",
-        help="inprocess (default): a sampler loaded into the target (LD_PRELOAD), native "
-        "frames unwound by CFI plus Python frames, no root needed; ebpf: bcc perf-event "
-        "sampler (root), frame-pointer user stacks plus kernel frames",
-    )
     p.add_argument(
         "--launch-stacks",
         choices=LAUNCH_STACK_MODES,

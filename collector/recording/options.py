@@ -133,3 +133,43 @@ def check_freq(freq: int) -> int:
     if not 1 <= freq <= MAX_FREQ_HZ:
         raise UserError(f"--freq {freq}: give 1..10000 samples per second")
     return freq
+
+
+def add_cpu_arguments(p: argparse.ArgumentParser) -> None:
+    """record's CPU sampling flags: which sampler, its rate, kernel frames, blocked calls."""
+    from collector.sources.bcc_sampler import DEFAULT_FREQ_HZ
+
+    p.add_argument(
+        "--cpu-sampler",
+        choices=CPU_SAMPLERS,
+        default="inprocess",
+        help="inprocess (default): a sampler loaded into the target (LD_PRELOAD), native "
+        "frames unwound by CFI plus Python frames, no root needed; ebpf: bcc perf-event "
+        "sampler (root), frame-pointer user stacks plus kernel frames",
+    )
+    p.add_argument(
+        "--no-kernel-stacks",
+        action="store_true",
+        help="in-process CPU sampler: no eBPF sampling of kernel-mode time (which, as root, puts "
+        "kernel frames on top of the samples taken in system calls and faults)",
+    )
+    p.add_argument(
+        "--kernel-stacks-from-start",
+        action="store_true",
+        help="in-process CPU sampler as root: start the target only once the eBPF sampler of "
+        "kernel-mode time is compiled and attached (seconds), so that kernel-mode time is "
+        "sampled from the target's first instruction; by default it is compiled while the "
+        "target runs, and the summary says how much kernel-mode time came before it",
+    )
+    p.add_argument(
+        "--freq", type=int, default=DEFAULT_FREQ_HZ, help="CPU samples per second of CPU time"
+    )
+    p.add_argument(
+        "--wait-threshold",
+        type=int,
+        default=DEFAULT_WAIT_THRESHOLD_US,
+        metavar="US",
+        help="in-process CPU sampler: record each blocking call (poll, read, lock, queue and "
+        "semaphore waits, sleep, waitpid...) that blocks a thread at least US microseconds, "
+        f"with its stack (default {DEFAULT_WAIT_THRESHOLD_US}; 0: none)",
+    )

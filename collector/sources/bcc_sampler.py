@@ -16,7 +16,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from collector.model import CaptureWindow, CpuSample, Event, Frame, Stack
 from collector.sources.bcc_process_tree import ProcessTree, descendants, kernel_cpu_ns
@@ -25,6 +24,7 @@ from collector.sources.bcc_source import (
     MAX_FRAMES,
     BccSource,
     BccUnavailable,
+    Bpf,
     comm_str,
     stack_words,
 )
@@ -263,7 +263,7 @@ class BccKernelModeSampler(BccCpuSampler):
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, self._compiler_tid, 19)
 
-    def release(self, bpf: Any) -> None:
+    def release(self, bpf: Bpf) -> None:
         # Closing its perf events and tracepoints takes ~0.2 s, nothing record waits for:
         # the trace is written meanwhile (the kernel closes what is left if record exits
         # first).  bcc's own cleanup at exit would run it a second time, and fail loudly.

@@ -24,7 +24,7 @@ from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeAlias
 
 from collector.model import Event
 from collector.sources.bcc_process_tree import ProcessRegistry, ProcessTree, descendants
@@ -48,6 +48,10 @@ _TASK_EVENT = struct.Struct("<IIIIQ16s")
 
 class BccUnavailable(Exception):
     """bcc cannot be imported or cannot load programs here; the message says why."""
+
+
+# bcc's BPF object (a program loaded in the kernel, its maps by name): bcc ships no types.
+Bpf: TypeAlias = Any
 
 
 def load_bpf_module() -> ModuleType:
@@ -87,7 +91,7 @@ class BccSource:
     poll_ms = 100  # the drain thread's ring-buffer wait: periodic() runs about this often
 
     def __init__(self) -> None:
-        self.bpf: Any = None
+        self.bpf: Bpf = None
         self.registry = ProcessRegistry()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -107,7 +111,7 @@ class BccSource:
         self.bpf = self.compile()
         self.follow(tree)
 
-    def compile(self) -> Any:
+    def compile(self) -> Bpf:
         """The program compiled and loaded (bcc's BPF object).  Its tracepoints that follow
         forks and exits are attached here already, following nothing until `follow`."""
         bcc = load_bpf_module()
@@ -158,7 +162,7 @@ class BccSource:
         bpf, self.bpf = self.bpf, None
         self.release(bpf)
 
-    def release(self, bpf: Any) -> None:
+    def release(self, bpf: Bpf) -> None:
         """Detach and close everything of the program (after the final drain)."""
         bpf.cleanup()
 
