@@ -80,7 +80,11 @@ def test_record_onto_a_full_disk_keeps_the_recording(
         capture_output=True, text=True, cwd=REPO, env={**os.environ, **env}, timeout=300,
     )  # fmt: skip
     assert again.returncode == 5, again.stderr
-    counts = "select category, count(*) as n from slice group by 1 order by 1"
+    # (Blocked calls over the threshold depend on the run's timing, as samples do.)
+    counts = (
+        "select category, count(*) as n from slice where category != 'wait' "
+        "group by 1 order by 1"
+    )
     with open_trace(direct) as trace:
         expected = trace.query(counts)
     with open_trace(later) as trace:
