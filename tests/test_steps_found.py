@@ -65,7 +65,14 @@ class _Trace:
         return path
 
 
-def _ranged(path: Path, steps: int = 25, warmup_gap: int = 300_000) -> Path:
+def _ranged(
+    path: Path,
+    steps: int = 25,
+    warmup_gap: int = 300_000,
+    outer: bool = True,
+    bwd: int = 2,
+    between: int = 1_000_000,
+) -> Path:
     """Warm-up launches outside any range, then `steps` NVTX ranges `train_step`, each with
     nested `forward` and `backward` ranges and a varying number of launches (no launch
     pattern to detect), 1 ms of Python between steps."""
@@ -82,12 +89,13 @@ def _ranged(path: Path, steps: int = 25, warmup_gap: int = 300_000) -> Path:
         for k in range(n):
             tr.launch(t + 1_000, [(t + 20_000, 80_000, f"fwd{k}")], "cudaLaunchKernel")
             t += 100_000
-        tr.events.append(model.CpuSlice(PID, TID, t, 200_000 - 1_000, "backward", "nvtx"))
-        for k in range(2):
+        tr.events.append(model.CpuSlice(PID, TID, t, bwd * 100_000 - 1_000, "backward", "nvtx"))
+        for k in range(bwd):
             tr.launch(t + 1_000, [(t + 20_000, 80_000, f"bwd{k}")], "cudaLaunchKernel")
             t += 100_000
-        t += 1_000_000
-        tr.events.append(model.CpuSlice(PID, TID, start - 500, t - start, "train_step", "nvtx"))
+        t += between
+        if outer:
+            tr.events.append(model.CpuSlice(PID, TID, start - 500, t - start, "train_step", "nvtx"))
     return tr.write(path)
 
 
@@ -113,6 +121,15 @@ def test_ranges_after_a_long_warm_up_are_the_steps(tmp_path: Path) -> None:
     with open_trace(path) as t:
         steps = analyze(t).steps
     assert steps.count == 8 and steps.marked_by == "repeating range 'train_step'"
+
+
+def test_a_part_of_each_step_is_not_the_step(tmp_path: Path) -> None:
+    """`backward` ranges that hold most launches but leave each step's forward launches
+    between them are no steps (the bundled example's converted trace picked `backward`)."""
+    path = _ranged(tmp_path / "r.pftrace", steps=12, outer=False, bwd=8, between=100_000)
+    with open_trace(path) as t:
+        steps = analyze(t).steps
+    assert steps.marked_by == ""
 
 
 def test_steps_naming_nothing_is_an_error(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ the threads of the process that launches most, at least MIN_STEPS of them, that 
 overlap one another, cover at least RANGE_SPAN of their own stretch (first start to last
 end: a long set-up or warm-up before them, as in a short program, does not count) and
 hold at least
-RANGE_LAUNCHES of the process's launches, nearly all of them (RANGE_WITH_LAUNCH) holding a
-launch: a step's forward, backward and update inside, set-up and warm-up outside.  Of
+RANGE_LAUNCHES of the process's launches and RANGE_TILES of those between the first and the
+last (steps tile their stretch), nearly all of them (RANGE_WITH_LAUNCH) holding a launch:
+a step's forward, backward and update inside, set-up and warm-up outside.  Of
 several such names, the one holding most launches is the step, then the one with fewer
 slices (the larger unit: a step over its micro-batches)."""
 
@@ -26,6 +27,7 @@ MIN_STEPS = 3
 RANGE_SPAN = 0.5
 RANGE_LAUNCHES = 0.5
 RANGE_WITH_LAUNCH = 0.8
+RANGE_TILES = 0.9
 
 # Thread slices that are never a step: API calls, waits, the recorder's metadata.
 _NOT_RANGES = ("cuda_api", "wait", "xpu_perf_metadata")
@@ -147,6 +149,14 @@ def repeating_range(trace: Trace) -> tuple[str, str] | None:
         )
         inside = int(held.sum())
         if inside < RANGE_LAUNCHES * len(launches) or (held > 0).mean() < RANGE_WITH_LAUNCH:
+            continue
+        # Steps tile their stretch: nearly every launch between the first and the last holds
+        # is inside one (a `backward` range leaves the forward's and optimizer's out).
+        within = int(
+            np.searchsorted(launches, end[-1], side="right")
+            - np.searchsorted(launches, start[0], side="left")
+        )
+        if inside < RANGE_TILES * within:
             continue
         rank = (inside, -len(start), glob, key)
         if best is None or rank[:2] > best[:2]:
