@@ -402,7 +402,13 @@ split AS (
          -- say what it did.  (A thread without samples in a sampled trace was off-CPU.)
          CASE WHEN c.gap_id IS NULL AND ls.gap_id IS NULL AND w.gap_id IS NULL
                 AND NOT EXISTS (SELECT 1 FROM _xpu_gap_thread_sample)
-              THEN coalesce(ds.data_ns, 0) END AS slice_data_ns
+              THEN coalesce(ds.data_ns, 0) END AS slice_data_ns,
+         -- Without samples: the part of the host part inside the framework op that makes
+         -- the next launch (the call's enclosing cpu_op) is that op launching the model's
+         -- own work (an aten op's dispatch before its kernel launch), not other code.
+         max(0, g.host_end - max(coalesce(b.after_ts, g.ts), coalesce(
+           (SELECT p.ts FROM slice a JOIN slice p ON p.id = a.parent_id
+            WHERE a.id = g.api_id AND p.category = 'cpu_op'), g.host_end))) AS op_ns
   FROM _xpu_gap g
   LEFT JOIN _xpu_gap_block b ON b.gap_id = g.id
   LEFT JOIN _xpu_gap_host h ON h.id = g.id
@@ -451,13 +457,16 @@ classed AS (
                      + CASE WHEN short_host AND last_kind = 'data' THEN rest_ns ELSE 0 END
                 ELSE 0 END AS data_ns,
          CASE WHEN NOT long_after THEN 0
-              WHEN slice_data_ns IS NOT NULL THEN after_ns - min(slice_data_ns, after_ns)
+              WHEN slice_data_ns IS NOT NULL
+                THEN after_ns - min(slice_data_ns, after_ns)
+                     - min(op_ns, after_ns - min(slice_data_ns, after_ns))
               ELSE shost_ns + CASE WHEN short_host AND last_kind = 'host' THEN rest_ns ELSE 0 END
          END AS host_ns,
          CASE WHEN long_after AND slice_data_ns IS NULL THEN wait_ns ELSE 0 END AS wait_ns,
          CASE WHEN long_after AND slice_data_ns IS NULL THEN wdata_ns ELSE 0 END AS data_wait_ns,
          CASE WHEN NOT long_after THEN after_ns
-              WHEN slice_data_ns IS NOT NULL THEN 0
+              WHEN slice_data_ns IS NOT NULL
+                THEN min(op_ns, after_ns - min(slice_data_ns, after_ns))
               ELSE slaunch_ns + CASE WHEN short_host AND last_kind = 'launch' THEN rest_ns ELSE 0 END
          END AS launch_host_ns,
          CASE WHEN api_id IS NULL THEN 0 ELSE end_ts - host_end END AS launch_call_ns
