@@ -340,17 +340,26 @@ def python_between_launches(ctx: Context) -> Finding | None:
     sites = _covering(
         idle.sample_sites(ctx.trace, "host", after_sync=False, top=EVIDENCE_SITES), ns
     )
+    where = _where(sites)
+    unseen = ""
+    if sites and sites[0].location == idle.BETWEEN_OPS:
+        # The trace cannot say which code: no samples, no stacks, no slice around it.
+        where = "code the trace does not name"
+        unseen = (
+            " (this trace has neither CPU samples nor Python stacks: record the program with "
+            "`xpu-perf record`, or torch.profiler(with_stack=True), to see which lines)"
+        )
     return _finding(
         ctx,
         "PYTHON_BETWEEN_LAUNCHES",
         ns,
-        f"CPU work between launches: {_where(sites)}",
+        f"CPU work between launches: {where}",
         sites,
         f"the GPU idled {_ms(ns)} ({_pct(ns / ctx.span_ns)} of the span) while the "
-        "launching thread ran code that launches no GPU work, in: " + _listed(sites),
-        f"take {_where(sites)} off the GPU's critical path: do it before the loop or in a "
+        "launching thread ran code that launches no GPU work, in: " + _listed(sites) + unseen,
+        f"take {where} off the GPU's critical path: do it before the loop or in a "
         "DataLoader worker or another thread, vectorise it on the GPU, or queue the next "
-        "step's GPU work before running it",
+        "step's GPU work before running it" + unseen,
         ("g.host_ns", "g.block_id is null"),
     )
 

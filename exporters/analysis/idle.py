@@ -106,6 +106,41 @@ def nextcall_sites(
     )
 
 
+# Host time before the next op began that no CPU slice encloses (a converted trace's
+# top-level Python between ops).
+BETWEEN_OPS = "between CPU ops (no enclosing CPU slice)"
+
+
+def enclosing_sites(
+    trace: Trace, part: str, top: int = 3, where: str = "1", gaps: str = FOCUS
+) -> list[Site]:
+    """Without samples or launch stacks (converted traces): the gaps' `part` by the CPU
+    slices around the next launch that began before the op making it (gaps.sql split that
+    op's own time off as launching), named as slice_locations names them."""
+    totals = {
+        int(r["gap"]): int(r["ns"])
+        for r in trace.query(
+            f"SELECT g.id AS gap, g.{part} AS ns FROM {gaps} g "
+            f"WHERE g.api_id IS NOT NULL AND g.{part} > 0 AND ({where})"
+        )
+    }
+    names: dict[int, list[str]] = {gap: [] for gap in totals}
+    for r in trace.query(
+        f"SELECT g.id AS gap, a.name FROM {gaps} g JOIN ancestor_slice(g.api_id) a "
+        f"WHERE g.api_id IS NOT NULL AND g.{part} > 0 AND ({where}) "
+        # (Not the op that launches next: its own time before the launch is launching.)
+        "AND a.ts < g.api_ts - g.launch_host_ns ORDER BY g.id, a.depth DESC"
+    ):
+        names[int(r["gap"])].append(str(r["name"]))
+    weights: dict[str, list[int]] = {}
+    for gap, ns in totals.items():
+        loc = locations.enclosing_location(names[gap]) or BETWEEN_OPS
+        w = weights.setdefault(loc, [0, 0])
+        w[0] += ns
+        w[1] += 1
+    return _top(weights, top)
+
+
 def op_sites(trace: Trace, where: str, top: int = 3) -> list[Site]:
     """The launch sites of the GPU ops (xpu_launch rows) matching `where`, by GPU time."""
     return call_sites(
@@ -145,6 +180,8 @@ def sample_sites(
         # No samples in the gaps (converted traces, --no-cpu): the code that made the next
         # launch, from its launch stack or the CPU slices around it.
         sync = "1" if after_sync is None else f"g.block_id IS {'NOT ' if after_sync else ''}NULL"
+        if kind == "host" and not trace.scalar("select count(*) from xpu_launch_stack"):
+            return enclosing_sites(trace, part, top, sync, gaps)
         return nextcall_sites(trace, part, top, sync, gaps)
     locate = locations.model_location if kind == "launch" else locations.location
     frames = locations.callsite_frames(trace, (r["callsite_id"] for r in rows))

@@ -144,14 +144,20 @@ def slice_locations(trace: Trace, slice_ids: Iterable[int]) -> dict[int, str]:
             enclosing[int(r["sid"])].append(str(r["name"]))
     out: dict[int, str] = {}
     for sid in ids:
-        names = enclosing[sid]
-        pick = next((n for n in names if kineto_is_user(n)), None)
-        pick = pick or next((n for n in names if kineto_location(n)), None)
-        if pick is not None:
-            out[sid] = kineto_location(pick) or pick
-        elif names:
-            out[sid] = names[0]
+        loc = enclosing_location(enclosing[sid])
+        if loc:
+            out[sid] = loc
     return out
+
+
+def enclosing_location(names: list[str]) -> str:
+    """Of enclosing slices' names (innermost first): the innermost user Python function,
+    else the innermost with a place in the code, else the innermost ("" for none)."""
+    pick = next((n for n in names if kineto_is_user(n)), None)
+    pick = pick or next((n for n in names if kineto_location(n)), None)
+    if pick is not None:
+        return kineto_location(pick) or pick
+    return names[0] if names else ""
 
 
 def weighted_locations(weights: dict[str, int], top: int = 3) -> list[tuple[str, int]]:

@@ -82,8 +82,7 @@ def test_record_onto_a_full_disk_keeps_the_recording(
     assert again.returncode == 5, again.stderr
     # (Blocked calls over the threshold depend on the run's timing, as samples do.)
     counts = (
-        "select category, count(*) as n from slice where category != 'wait' "
-        "group by 1 order by 1"
+        "select category, count(*) as n from slice where category != 'wait' group by 1 order by 1"
     )
     with open_trace(direct) as trace:
         expected = trace.query(counts)
