@@ -10,9 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from .conftest import run_cli
-from .rank_traces import RankSpec, rank_kineto
+from .rank_traces import RankSpec, rank_kineto, recorded_rank_trace
 from .test_rank_straggler import STEPS, _job
 
 
@@ -60,6 +61,24 @@ def test_converted_per_rank_kineto_traces(tmp_path: Path, late: int) -> None:
     assert by_rank[1 - late]["verdict"] is None
 
 
+def test_recorded_form_traces_of_two_machines(tmp_path: Path) -> None:
+    """`record`'s form: each trace on its machine's monotonic clock (snapshots 2.5 s apart,
+    boot times apart), rank 0's NCCL kernels starting 30 us late."""
+    traces = []
+    for rank, (mono, real) in enumerate(((10, 1_780_000_000), (7_500, 1_780_000_003))):
+        snapshot = {
+            pb.BUILTIN_CLOCK_BOOTTIME: mono * 1_000_000_000,
+            pb.BUILTIN_CLOCK_MONOTONIC: mono * 1_000_000_000,
+            pb.BUILTIN_CLOCK_REALTIME: real * 1_000_000_000,
+        }
+        spec = RankSpec(rank, host=f"node{rank}", skew_us=123.0 * rank, nccl_late_us=30 - 30 * rank)
+        traces.append(recorded_rank_trace(tmp_path / f"n{rank}.pftrace", spec, snapshot))
+    by_rank = _json(*traces)
+    assert by_rank[0]["late_ns"] == 30_000 and by_rank[1]["late_ns"] == 0
+    assert by_rank[0]["verdict"].startswith("straggler: rank 0 (")
+    assert by_rank[0]["cause"] and by_rank[1]["cause"] is None
+
+
 def test_steps_matching_nothing_in_a_batch_is_an_error(tmp_path: Path) -> None:
     r0 = _job(tmp_path / "r0.pftrace", ranks=(0,))
     r1 = _job(tmp_path / "r1.pftrace", ranks=(1,), ranges=False)
@@ -73,3 +92,21 @@ def test_steps_matching_nothing_in_a_batch_is_an_error(tmp_path: Path) -> None:
     # Named in every trace: the table.
     res = run_cli("report", "--ranks", "--steps", "train_step", r0, r0, "--format", "json")
     assert res.returncode == 0, res.stderr
+
+
+def test_arrival_compares_the_collectives_every_rank_has() -> None:
+    """k up to the fewest any rank has (a rank whose capture stopped early); a rank without
+    NCCL kernels keeps its row as it was; one rank with kernels compares nothing."""
+    from exporters.report.ranks import arrival_across_traces
+
+    rows: list[dict[str, object]] = [
+        {"trace": "a", "collective_ns": "900,500,700,100"},
+        {"trace": "b", "collective_ns": "400,500,100"},
+        {"trace": "c", "collective_ns": None, "late_ns": None},
+    ]
+    a, b, c = arrival_across_traces(rows)
+    # per k: a waits 500 / 0 / 600 longer than b; b lagged at k=1 and k=3, tie at k=2.
+    assert (a["late_ns"], a["arrived_last"], a["collectives"]) == (0, 0, 3)
+    assert (b["late_ns"], b["arrived_last"], b["collectives"]) == (1100 // 3, 2, 3)
+    assert c == rows[2]
+    assert arrival_across_traces(rows[:1] + rows[2:]) == rows[:1] + rows[2:]
