@@ -58,7 +58,7 @@ def report_ranks(args: argparse.Namespace) -> int:
         columns, rows = batch_query.merge(results)
         failed = [r for r in results if r.error is not None]
         if args.steps:
-            _check_steps(args.steps, columns, rows)
+            _check_steps(args.steps, [r.trace for r in results if r.error is None], columns, rows)
     records: list[dict[str, Any]] = [dict(zip(columns, row, strict=True)) for row in rows]
     if batch:
         # Separate traces: their clocks differ, so ranks.sql compared no collectives across
@@ -97,11 +97,14 @@ def report_ranks(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _check_steps(steps: str, columns: list[str], rows: list[tuple[object, ...]]) -> None:
+def _check_steps(
+    steps: str, traces: list[str], columns: list[str], rows: list[tuple[object, ...]]
+) -> None:
     """`--steps NAME` naming no slice of a trace of the batch is an error, as on one trace
     (steps.sql's StepsError): the table would fall back to other steps without saying so."""
+    if not traces:
+        return  # none answered: their errors are the output
     at_trace, at_steps = columns.index("trace"), columns.index("steps")
-    traces = dict.fromkeys(str(r[at_trace]) for r in rows)
     with_steps = {str(r[at_trace]) for r in rows if r[at_steps]}
     missing = [t for t in traces if t not in with_steps]
     if missing:
