@@ -29,9 +29,12 @@ if [ "$what" = single ]; then
     rec gpt2 python3 -m bench.workloads.gpt2_train 40
 else
     for by in host gpu; do
+        # gpu: width 4096 and ddp_steps' GPU-bound defaults (8192 / 16384 rows, bf16): at
+        # 2048 and 256 / 512 rows fp32 the step was launch-bound and rank 1 no straggler.
+        width=$([ "$by" = gpu ] && echo 4096 || echo 2048)
         echo "== ddp_$by $(date +%T)"
         rec "ddp_$by" torchrun --nproc-per-node=2 --master-port=$((29500 + RANDOM % 1000)) \
-            -m bench.workloads.ddp_steps --steps 100 --width 2048 --slow-rank 1 --slow-by "$by"
+            -m bench.workloads.ddp_steps --steps 100 --width "$width" --slow-rank 1 --slow-by "$by"
     done
 fi
 gzip -f "$work"/*.json 2>/dev/null

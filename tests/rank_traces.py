@@ -11,7 +11,8 @@ numbers a report must give are known by hand:
 
 Rank r's compute C runs `slow_us` longer (the slow rank), and its ProfilerStep slice spans
 [-30, 500 + slow).  The NCCL kernels end at the same true time on every rank; `skew_us`
-shifts all of one rank's timestamps, as a node whose clock is off.
+shifts all of one rank's timestamps, as a node whose clock is off; `nccl_late_us` starts
+one rank's NCCL kernels later (under 40 us), ending with the others': the straggler.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class RankSpec:
     slow_us: int = 0
     skew_us: float = 0.0
     pid: int = PID
+    marked_steps: bool = True  # a ProfilerStep slice per step
+    nccl_late_us: int = 0  # its NCCL kernels start this much later, ending with the others'
 
     def compute_us(self) -> int:
         return sum(e - s for s, e in _COMPUTE) + self.slow_us
@@ -69,7 +72,10 @@ def step_kernels(spec: RankSpec) -> list[tuple[str, int, int, int]]:
     kernels = [
         (COMPUTE_NAME, s, e + (spec.slow_us if i == 2 else 0), COMPUTE_STREAM)
         for i, (s, e) in enumerate(_COMPUTE)
-    ] + [(name, s, e, NCCL_STREAM) for name, (s, e) in zip(NCCL_NAMES, _NCCL, strict=True)]
+    ] + [
+        (name, s + spec.nccl_late_us, e, NCCL_STREAM)
+        for name, (s, e) in zip(NCCL_NAMES, _NCCL, strict=True)
+    ]
     return sorted(kernels, key=lambda k: k[1])
 
 
@@ -85,17 +91,18 @@ def rank_kineto(path: Path, spec: RankSpec) -> Path:
     correlation = 0
     for step in range(spec.steps):
         base = T0_US + step * STEP_US + spec.skew_us
-        events.append(
-            _event(
-                ph="X",
-                cat="user_annotation",
-                name=f"ProfilerStep#{step}",
-                pid=spec.pid,
-                tid=spec.pid,
-                ts=base - 30,
-                dur=530 + spec.slow_us,
+        if spec.marked_steps:
+            events.append(
+                _event(
+                    ph="X",
+                    cat="user_annotation",
+                    name=f"ProfilerStep#{step}",
+                    pid=spec.pid,
+                    tid=spec.pid,
+                    ts=base - 30,
+                    dur=530 + spec.slow_us,
+                )
             )
-        )
         for name, start, end, stream in step_kernels(spec):
             correlation += 1
             launch = base + start - 25

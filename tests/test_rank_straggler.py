@@ -23,7 +23,11 @@ EXTRA = Stack((*BASE, _py("extra_work", 40), Frame("memmove", "/lib/libc.so.6"))
 STEPS, STEP_NS = 12, 10_000_000
 
 
-def _job(path: Path, ranges: bool = True) -> Path:
+def _job(
+    path: Path, ranges: bool = True, ranks: tuple[int, ...] = (0, 1), shift_ns: int = 0
+) -> Path:
+    """The job's trace; `ranks`: the ranks it holds (one for a per-rank trace), `shift_ns`:
+    added to every time (a per-rank trace's own clock)."""
     events: list[model.Event] = [
         model.GpuDevice(0, "NVIDIA H200"),
         model.GpuDevice(1, "NVIDIA H200"),
@@ -61,12 +65,14 @@ def _job(path: Path, ranges: bool = True) -> Path:
         )
 
     for rank, pid in ((0, 100), (1, 200)):
+        if rank not in ranks:
+            continue
         events += [
             model.ranked_process(pid, "python3", ("python3", "train.py"), rank, rank, 2),
             model.ThreadInfo(pid, pid, "python3"),
         ]
         for step in range(STEPS):
-            base = 1_000_000_000 + step * STEP_NS
+            base = 1_000_000_000 + step * STEP_NS + shift_ns
             if ranges:
                 events.append(model.CpuSlice(pid, pid, base, 6_000_000, "train_step", "nvtx"))
             launch(pid, base, rank, base + 20_000, base + 1_020_000, "gemm_fwd")

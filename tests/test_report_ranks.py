@@ -5,6 +5,7 @@ batch, and in one capture window."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -79,8 +80,18 @@ def test_table_names_the_slowest_rank(converted: list[Path]) -> None:
     assert "slowest" not in proc.stdout and "one rank: no other rank" in proc.stdout
 
 
-def test_without_steps_the_slowest_is_by_compute(converted: list[Path]) -> None:
-    rows, stderr = _rows(*converted, "--steps", "no such step")
+def test_without_steps_the_slowest_is_by_compute(converted: list[Path], tmp_path: Path) -> None:
+    # `--steps` naming nothing is an error now (it fell back silently); traces without step
+    # slices are what this is about.
+    proc = run_cli("report", "--ranks", *converted, "--steps", "no such step")
+    assert proc.returncode != 0 and "--steps 'no such step'" in proc.stderr
+    unmarked = []
+    for spec in SPECS:
+        src = rank_kineto(tmp_path / f"r{spec.rank}.json", replace(spec, marked_steps=False))
+        out = tmp_path / f"r{spec.rank}.perfetto-trace"
+        run_cli("convert", src, "-o", out, "-q", check=True)
+        unmarked.append(out)
+    rows, stderr = _rows(*unmarked)
     assert all(r["steps"] == 0 and r["step_mean_ns"] is None for r in rows)
     assert "slowest: rank 1" in stderr and "compute time 1400.0 us" in stderr
 

@@ -4,6 +4,7 @@ through the batch query (collector/batch_query.py), and the slowest rank."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,10 @@ from exporters.perfetto.cached_trace import open_cached
 from exporters.perfetto.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.views import WindowError
 from exporters.report.ranks import (
+    COLLECTIVES_COLUMN,
     DEFAULT_STEPS,
+    Straggler,
+    arrival_across_traces,
     rank_rows,
     ranks_sql,
     section,
@@ -53,14 +57,29 @@ def report_ranks(args: argparse.Namespace) -> int:
         )
         columns, rows = batch_query.merge(results)
         failed = [r for r in results if r.error is not None]
+        if args.steps:
+            _check_steps(args.steps, [r.trace for r in results if r.error is None], columns, rows)
     records: list[dict[str, Any]] = [dict(zip(columns, row, strict=True)) for row in rows]
+    if batch:
+        # Separate traces: their clocks differ, so ranks.sql compared no collectives across
+        # them; compared here by each collective's in-kernel time.
+        records = arrival_across_traces(records)
+        columns = [*columns, "cause"]
+        records = [{**r, "cause": None} for r in records]
     worst = verdict(records)
+    if batch and isinstance(worst, Straggler):
+        worst = _with_own_cause(worst, args)
+        worst.row["cause"] = worst.cause or None
     # The verdict in the rows too (--format json/csv): which rank, and what it says.
-    columns = [*columns, "verdict"]
+    columns = [c for c in columns if c != COLLECTIVES_COLUMN]
     rows = [
-        (*row, worst.describe() if worst is not None and rec is worst.row else None)
-        for row, rec in zip(rows, records, strict=True)
+        (
+            *(rec[c] for c in columns),
+            worst.describe() if worst is not None and rec is worst.row else None,
+        )
+        for rec in records
     ]
+    columns = [*columns, "verdict"]
     if args.format == "table":
         screen = Screen()  # 15 columns: the optional ones go where they do not fit
         print_section(screen, section(records, batch, steps))
@@ -76,6 +95,41 @@ def report_ranks(args: argparse.Namespace) -> int:
     for res in failed:
         print(printable_lines(f"xpu-perf report: error: {res.trace}: {res.error}"), file=sys.stderr)
     return 1 if failed else 0
+
+
+def _check_steps(
+    steps: str, traces: list[str], columns: list[str], rows: list[tuple[object, ...]]
+) -> None:
+    """`--steps NAME` naming no slice of a trace of the batch is an error, as on one trace
+    (steps.sql's StepsError): the table would fall back to other steps without saying so."""
+    if not traces:
+        return  # none answered: their errors are the output
+    at_trace, at_steps = columns.index("trace"), columns.index("steps")
+    with_steps = {str(r[at_trace]) for r in rows if r[at_steps]}
+    missing = [t for t in traces if t not in with_steps]
+    if missing:
+        names = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
+        raise UserError(
+            f"--steps {steps!r}: no slice of that name in {names}; "
+            "name a slice every trace has (see `xpu-perf report` on one of them)"
+        )
+
+
+def _with_own_cause(worst: Straggler, args: argparse.Namespace) -> Straggler:
+    """The straggler of a batch with its own top cause and line: the analysis on its trace."""
+    path = Path(str(worst.row["trace"]))
+    try:
+        with open_cached(path, args.trace_processor) as trace:
+            per_rank = _rank_causes(trace, args.steps, args.window)
+    except (TraceOpenError, QueryError, WindowError, StepsError) as exc:
+        raise UserError(f"{path}: {exc}") from None
+    upid = worst.row.get("upid")
+    found = per_rank.get(int(upid)) if upid is not None else None
+    if found is None:
+        return worst
+    return dataclasses.replace(worst, cause=found.describe())
 
 
 def _no_verdict(records: list[dict[str, Any]]) -> str:

@@ -84,6 +84,48 @@ class Slowest:
         return printable(line)  # the host and the path come from the traces
 
 
+# The column ranks.sql gives each rank's collectives in (their in-kernel ns, in order); read
+# by arrival_across_traces, never shown.
+COLLECTIVES_COLUMN = "collective_ns"
+
+
+def arrival_across_traces(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The collective arrival of ranks recorded in separate traces, whose clocks differ.
+
+    Every rank of a communicator ends a collective at nearly the same moment (the last
+    to arrive releases the others), so a rank's in-kernel time for it is how long it
+    waited plus the transfer: a rank that started d later spent d less in the kernel.
+    Compared per collective (the k-th NCCL kernel of each rank, k up to the fewest any
+    rank has), `late_ns` = the longest in-kernel time minus the rank's own, averaged, is
+    the same lag as ranks.sql's start minus the first rank's start, with no clock offset
+    to estimate (nor the drift between two machines' clocks over the capture).  The rows
+    get `late_ns`, `arrived_last` and `collectives` from it; rows without NCCL kernels
+    are left as they are."""
+    durs = {
+        i: [int(v) for v in str(r[COLLECTIVES_COLUMN]).split(",")]
+        for i, r in enumerate(rows)
+        if r.get(COLLECTIVES_COLUMN)
+    }
+    if len(durs) < 2:
+        return rows
+    common = min(len(d) for d in durs.values())
+    late = dict.fromkeys(durs, 0)
+    last = dict.fromkeys(durs, 0)
+    for k in range(common):
+        at_k = {i: d[k] for i, d in durs.items()}
+        longest, shortest = max(at_k.values()), min(at_k.values())
+        for i, dur in at_k.items():
+            late[i] += longest - dur
+            if dur == shortest and shortest < longest:
+                last[i] += 1
+    out = []
+    for i, r in enumerate(rows):
+        if i in durs and common:
+            r = {**r, "late_ns": late[i] // common, "arrived_last": last[i], "collectives": common}
+        out.append(r)
+    return out
+
+
 # A rank whose collectives start at least this much after the first rank's, on average,
 # is the one the others wait for.
 STRAGGLER_NS = 20_000

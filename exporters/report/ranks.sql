@@ -113,7 +113,7 @@ GROUP BY th.upid;
 -- long after the first rank's its collectives start, on average; last: how often it
 -- started last.  Only collectives every rank has (k up to the fewest of any rank).
 CREATE PERFETTO TABLE xpu_rank_collective AS
-SELECT upid, ts, row_number() OVER (PARTITION BY upid ORDER BY ts, id) AS k
+SELECT upid, ts, end_ts - ts AS dur, row_number() OVER (PARTITION BY upid ORDER BY ts, id) AS k
 FROM xpu_rank_op WHERE kind = 'comm' AND upid IS NOT NULL;
 
 CREATE PERFETTO TABLE xpu_rank_arrival AS
@@ -166,6 +166,11 @@ SELECT p.rank,
        CAST(a.late_ns AS INT) AS late_ns,
        a.last_n AS arrived_last,
        a.collectives,
+       -- Each collective's in-kernel time, in order: what ranks of separate traces (clocks
+       -- apart) are compared by (ranks.arrival_across_traces); dropped from the output.
+       (SELECT group_concat(dur, ',') FROM (
+          SELECT dur FROM xpu_rank_collective c WHERE c.upid IS u.upid ORDER BY k))
+         AS collective_ns,
        u.upid
 FROM (SELECT upid FROM xpu_rank_gpu UNION SELECT upid FROM xpu_rank_step) u
 LEFT JOIN xpu_rank_gpu g ON g.upid IS u.upid
