@@ -1,11 +1,11 @@
-"""PyTorch profiler (Kineto) Chrome-JSON traces -> collector.model events.
+"""PyTorch profiler (Kineto) Chrome-JSON traces: the file and its head, and what one event
+becomes in collector.model terms (times, ids, names, args, categories).
 
-Streaming, one pass over the file (plain or .gz) with ijson's C backend: the device names,
-rank and host from the head (`read_head`, which stops at `traceEvents`), then each event
-converted as it comes.  Flows (the input's flow pairs, and API call -> device op by
-correlation id) are linked in kineto_flows.py's window: an event is yielded once the
-window has moved past it, with the flow ids of every link it is one end of.  Memory holds
-the window and the names (tracks, interned strings), never a table per event.
+Streaming, one pass over the file (plain or .gz): the device names, rank and host from the
+head (`read_head`, which stops at `traceEvents`), then the events a run at a time
+(`event_runs`, kineto_json.py's reader).  kineto_columns.py turns the runs into columns
+(what `convert` writes) and hands the events it does not take in columns (metadata,
+instants, complete events of another layout) to the per-event functions here.
 
 Accelerators: Kineto names the categories after CUDA for ROCm/HIP too (`kernel`,
 `cuda_runtime`); MTIA has `mtia_runtime` and `mtia_ccp_events`; XPU `xpu_runtime`; other
@@ -24,7 +24,7 @@ import sys
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
@@ -34,16 +34,12 @@ import orjson
 
 from collector import model
 from collector.sources.json_limits import MAX_DEPTH, GuardedReader, LimitExceeded
-from collector.sources.kineto_flows import (
-    API_CALL,
-    DEVICE_OP,
-    WINDOW,
-    EndKey,
-    FlowLinker,
-    Slot,
-)
 from collector.sources.kineto_json import trace_event_runs
 
+# Flow categories whose id is the correlation id of both ends (API call -> device op):
+# where the input has such a pair, the pair is the link, not the correlation id.  (`async`:
+# Kineto of 2021, its flows named `launch`.)
+API_TO_DEVICE_FLOWS = ("ac2g", "async_gpu", "async")
 # Kineto category -> contract category for ops on device stream tracks.
 GPU_CATEGORIES = {
     "kernel": model.CAT_KERNEL,
@@ -54,7 +50,7 @@ GPU_CATEGORIES = {
     "Kernel": model.CAT_KERNEL,
     "Memcpy": model.CAT_MEMCPY,
     "Memset": model.CAT_MEMSET,
-    "mtia_ccp_events": model.CAT_KERNEL,  # refined by name: see _device_category
+    "mtia_ccp_events": model.CAT_KERNEL,  # refined by name: see device_category
 }
 # Host-side accelerator API calls (category `cuda_api` in the trace, whatever the device;
 # arg `kineto_category` keeps which).
@@ -76,7 +72,7 @@ _MTIA_NAME_CATEGORIES = (
     (re.compile(r"event|wait|sync|barrier", re.IGNORECASE), model.CAT_SYNC),
 )
 # Kineto arg name -> our arg name, for GPU ops (the rest keep their Kineto names).
-_GPU_ARG_NAMES = {
+GPU_ARG_NAMES = {
     "registers per thread": "registers_per_thread",
     "shared memory": "shared_memory",
     "bytes": "bytes",
@@ -104,19 +100,15 @@ _GPU_ID_ARGS = ("external_id",)
 _GPU_LABEL = re.compile(r"^\s*((GPU|MTIA|XPU|HPU) \d+|stream \d+)\s*$", re.IGNORECASE)
 # Times past 2**62 ns (146 years) or ids past int32 are not a profiler's: such an event is
 # skipped (times) or its id kept as a name (pid/tid), instead of overflowing the encoder.
-_MAX_NS = 1 << 62
-_FLOAT_EXACT_US = (1 << 53) / 1000  # below it, us * 1000.0 rounds to the exact ns
-_INT32 = range(-(1 << 31), 1 << 31)
-_INT32_MIN, _INT32_END = -(1 << 31), 1 << 31
-_CORRELATIONS = range(0, 1 << 32)
-_STREAMS = range(-(1 << 31), 1 << 32)  # int32 or uint32 (CUDA's no-stream 2**32-1)
+MAX_NS = 1 << 62
+FLOAT_EXACT_US = (1 << 53) / 1000  # below it, us * 1000.0 rounds to the exact ns
+INT32 = range(-(1 << 31), 1 << 31)
+INT32_MIN, INT32_END = -(1 << 31), 1 << 31
+CORRELATIONS = range(0, 1 << 32)
+STREAMS = range(-(1 << 31), 1 << 32)  # int32 or uint32 (CUDA's no-stream 2**32-1)
 _NO_STREAM = 0xFFFFFFFF
 _SCALARS = frozenset((int, float, str, bool))  # arg values kept as they are
 _DICT_ONLY = {dict}
-
-
-# Categories that are no plain CPU slice (device ops, API calls).
-_DEVICE_OR_API = frozenset(GPU_CATEGORIES) | frozenset(API_CATEGORIES)
 
 
 class KinetoFormatError(Exception):
@@ -173,32 +165,25 @@ def us_to_ns(value: Any) -> int:
     return round(float(value) * 1000.0)
 
 
-def _time_ns(value: Any) -> int | None:
+def time_ns(value: Any) -> int | None:
     """A Kineto time or duration in ns, or None where it is no number the trace can hold."""
-    if type(value) is float and -_FLOAT_EXACT_US < value < _FLOAT_EXACT_US:
+    if type(value) is float and -FLOAT_EXACT_US < value < FLOAT_EXACT_US:
         return round(value * 1000.0)  # the common case, first (the same value as below)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     ns = value * 1000.0
-    if not -_MAX_NS < ns < _MAX_NS:  # also false for NaN
+    if not -MAX_NS < ns < MAX_NS:  # also false for NaN
         return None
     if isinstance(value, int):
         return value * 1000  # exact: epoch-based times (1.7e15 us) are past float precision
-    if -_FLOAT_EXACT_US < value < _FLOAT_EXACT_US:
+    if -FLOAT_EXACT_US < value < FLOAT_EXACT_US:
         return round(ns)
     # A large time with decimals: its shortest text times 1000, not the float product
     # (which is off by up to 64 ns at 1.7e15 us).
     return round(Decimal(repr(value)) * 1000)
 
 
-def _event_key(ev: dict[str, Any], ids: _Ids) -> EndKey | None:
-    ts = _time_ns(ev.get("ts"))
-    if ts is None:
-        return None
-    return (ids.get(ev.get("pid")), ids.get(ev.get("tid")), ts)
-
-
-def _device_category(cat: str, name: str) -> str:
+def device_category(cat: str, name: str) -> str:
     category = GPU_CATEGORIES[cat]
     if cat == "mtia_ccp_events":
         for pattern, named in _MTIA_NAME_CATEGORIES:
@@ -217,7 +202,7 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
-def _id_or_none(value: Any, valid: range) -> int | None:
+def id_or_none(value: Any, valid: range) -> int | None:
     """An integer id (also as text, decimal or 0x hex: ROCm writes `"stream": "0x0"`)
     within `valid`, else None."""
     if isinstance(value, str):
@@ -241,7 +226,7 @@ def text_id(value: str) -> int | None:
     if m is None:
         return None
     number = int(m[1])
-    return number if number < _INT32_END else None
+    return number if number < INT32_END else None
 
 
 # What a name says of one run only, left out so that the same code has one name: an
@@ -260,7 +245,7 @@ def clean_name(name: str) -> str:
     return name
 
 
-class _Ids:
+class Ids:
     """Kineto uses strings as pid/tid for its own pseudo-tracks ("Spans", "Traces");
     Perfetto needs integers, so such names get stable synthetic ids (and keep the name).
     Text that spells a number (text_id) is that number."""
@@ -273,7 +258,7 @@ class _Ids:
         if type(value) is int and -(1 << 31) <= value < 1 << 31:
             return value  # the common case, first
         as_int = _int_or_none(value) if type(value) is not str else text_id(value)
-        if as_int is not None and as_int in _INT32:
+        if as_int is not None and as_int in INT32:
             return as_int
         text = str(value)
         ident = self._synthetic.get(text)
@@ -281,14 +266,6 @@ class _Ids:
             ident = self._synthetic[text] = 0x7F000000 + len(self._synthetic)
             self.names[ident] = text
         return ident
-
-
-def _events(
-    path: Path, progress: Callable[[int], None] | None, stats: ConvertStats
-) -> Iterator[dict[str, Any]]:
-    """Stream `traceEvents` items (kineto_json.py); report stored-bytes progress."""
-    for run in event_runs(path, progress, stats):
-        yield from run
 
 
 NOT_AN_OBJECT = "'traceEvents' items that are no object (an event is a JSON object)"
@@ -439,12 +416,12 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
-def _process(pid: int, label: str, links: Head) -> model.ProcessInfo:
+def process_info(pid: int, label: str, links: Head) -> model.ProcessInfo:
     """A host process of the trace; in a distributed job every one is the rank's."""
     return model.ranked_process(pid, label, rank=links.rank, world_size=links.world_size)
 
 
-def _flow_ident(ident: int | float | str) -> int | str:
+def flow_ident(ident: int | float | str) -> int | str:
     """A flow id as written: numbers that are integers as int, anything else as text."""
     if isinstance(ident, str):
         return ident
@@ -462,7 +439,7 @@ _JSON_TEXTS: dict[bytes | str, str] = {}
 _JSON_TEXTS_MAX = 1 << 16
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
     try:
         key: bytes | str = orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError
@@ -475,12 +452,12 @@ def _json_text(value: Any) -> str:
     return text
 
 
-def _gpu_args(args: dict[str, Any]) -> dict[str, model.ArgValue]:
+def gpu_args(args: dict[str, Any]) -> dict[str, model.ArgValue]:
     out: dict[str, model.ArgValue] = {}
     for key, value in args.items():
         if key in ("device", "stream", "correlation") or key in DROPPED_ARGS:
             continue  # carried by the contract's own args, or bookkeeping
-        name = _GPU_ARG_NAMES.get(key, key)
+        name = GPU_ARG_NAMES.get(key, key)
         if (
             key in ("grid", "block")
             and isinstance(value, list)
@@ -494,7 +471,7 @@ def _gpu_args(args: dict[str, Any]) -> dict[str, model.ArgValue]:
         elif isinstance(value, (int, float, str, bool)):
             out[name] = value
         elif value is not None:
-            out[name] = _json_text(value)
+            out[name] = json_text(value)
     _ids_last(out, _GPU_ID_ARGS)
     return out
 
@@ -506,13 +483,13 @@ def _ids_last(args: dict[str, model.ArgValue], keys: tuple[str, ...]) -> None:
             args[key] = args.pop(key)
 
 
-def _cpu_args(args: Any) -> dict[str, model.ArgValue]:
+def cpu_args(args: Any) -> dict[str, model.ArgValue]:
     if not isinstance(args, dict):
         return {}
     # Scalars as they are (JSON gives these exact types, never subclasses), lists and
     # dicts as JSON text, nulls left out; one comprehension (cheaper than a loop's stores).
     out: dict[str, model.ArgValue] = {
-        key: value if type(value) in _SCALARS else _json_text(value)
+        key: value if type(value) in _SCALARS else json_text(value)
         for key, value in args.items()
         if value is not None
     }
@@ -524,176 +501,8 @@ def _cpu_args(args: Any) -> dict[str, model.ArgValue]:
     return out
 
 
-def convert_events(
-    path: Path,
-    head: Head,
-    stats: ConvertStats,
-    progress: Callable[[int], None] | None = None,
-    window: int = WINDOW,
-) -> Iterator[model.Event]:
-    """One pass: yield model events for every Kineto event that carries data, each with its
-    flows once it leaves the linker's window (kineto_flows.py)."""
-    with deep_values():
-        yield from _convert_events(path, head, stats, progress, window)
-
-
-def _convert_events(
-    path: Path,
-    head: Head,
-    stats: ConvertStats,
-    progress: Callable[[int], None] | None,
-    window: int,
-) -> Iterator[model.Event]:
-    ids = _Ids()
-    linker = FlowLinker(window)
-    named_threads: set[tuple[int, int]] = set()
-    device_pids: set[int] = set()  # pids that hold device ops (their labels name nothing)
-    for device, device_name in sorted(head.device_names.items()):
-        yield model.GpuDevice(device, device_name)
-
-    def emit(slot: Slot, key: EndKey | None = None) -> model.Event | None:
-        done = linker.push(slot, key)
-        return None if done is None else _finish(done, stats)
-
-    names = ids.names  # synthetic pids/tids (text in the input) -> their text
-    push = linker.push
-    cpu_slice = model.CpuSlice
-    for ev in _events(path, progress, stats):
-        stats.events_in += 1
-        ph = ev.get("ph")
-        cat = ev.get("cat")
-        if type(cat) is not str:
-            cat = ""
-        if ph == "X":
-            # The common event in line: a CPU slice (no device op, no API call) with float
-            # times and int32 ids that stand for no name; the general path below gives it
-            # the same slice.
-            ts = ev.get("ts")
-            dur = ev.get("dur")
-            pid = ev.get("pid")
-            tid = ev.get("tid")
-            name = ev.get("name")
-            if (
-                cat not in _DEVICE_OR_API
-                and type(ts) is float
-                and type(dur) is float
-                and 0.0 <= ts < _FLOAT_EXACT_US
-                and 0.0 <= dur < _FLOAT_EXACT_US
-                and type(pid) is int
-                and type(tid) is int
-                and _INT32_MIN <= pid < _INT32_END
-                and _INT32_MIN <= tid < _INT32_END
-                and type(name) is str
-                and (not names or (pid not in names and tid not in names))
-            ):
-                ts = round(ts * 1000.0)
-                stats.cpu_slices += 1
-                slot = Slot(
-                    cpu_slice(
-                        pid,
-                        tid,
-                        ts,
-                        round(dur * 1000.0),
-                        clean_name(name),
-                        cat,
-                        _cpu_args(ev.get("args")),
-                    )
-                )
-                done = push(slot, (pid, tid, ts))
-                if done is not None:
-                    item = done.item
-                    if type(item) is cpu_slice and done.out is None and done.into is None:
-                        yield item  # what _finish returns for it
-                    elif (event := _finish(done, stats)) is not None:
-                        yield event
-                stats.events_out += 1
-                continue
-            parts = complete_event(ev, ids, stats)
-            if parts is None:
-                continue
-            ts, dur, name, args, pid, tid = parts
-            if cat in GPU_CATEGORIES:
-                device_pids.add(pid)
-                slot = _gpu_op(ev, cat, ts, dur, name, args, stats, ids)
-            else:
-                if names and (pid, tid) not in named_threads and (pid in names or tid in names):
-                    named_threads.add((pid, tid))
-                    process = _process(pid, ids.names[pid], head) if pid in ids.names else None
-                    if process is not None and (event := emit(Slot(process))) is not None:
-                        yield event
-                    if (
-                        event := emit(
-                            Slot(model.ThreadInfo(pid, tid, ids.names.get(tid, str(tid))))
-                        )
-                    ) is not None:
-                        yield event
-                slot = _cpu_slice(pid, tid, ts, dur, name, cat, args, stats)
-            if (event := emit(slot, (pid, tid, ts))) is not None:
-                yield event
-            stats.events_out += 1
-        elif ph in ("i", "I", "n"):
-            if "ts" not in ev:
-                stats.skipped["instant event without ts"] += 1
-                continue
-            ts = _time_ns(ev["ts"])
-            if ts is None or ts < 0:
-                stats.skipped["instant events with a ts that is no time"] += 1
-                continue
-            pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid", 0))
-            if (
-                event := emit(
-                    Slot(
-                        model.Instant(
-                            pid,
-                            tid,
-                            ts,
-                            clean_name(str(ev.get("name", ""))),
-                            cat,
-                            _cpu_args(ev.get("args")),
-                        )
-                    )
-                )
-            ) is not None:
-                yield event
-            stats.instants += 1
-            stats.events_out += 1
-        elif ph == "M":
-            stats.metadata_events += 1
-            # Decided when it leaves the window: by then the device ops of its pid that
-            # come up to a window later are known (Kineto writes the labels at the end).
-            if (event := emit(Slot(_Metadata(ev, ids, head, device_pids)))) is not None:
-                yield event
-        elif ph in ("s", "f"):
-            if cat == "ac2g":
-                stats.ac2g_links_in += ph == "f"
-            # Flow events are links, not events: each pair becomes a flow, what cannot is
-            # in `skipped` by reason.
-            key = _event_key(ev, ids)
-            ident = ev.get("id")
-            if key is not None and isinstance(ident, (int, float, str)):
-                linker.flow(ph, cat, _flow_ident(ident), key)
-            else:
-                stats.skipped[f"'{cat}' flow events without a time or id"] += 1
-        else:
-            stats.skipped[f"phase '{str(ph)[:20]}' events are not converted"] += 1
-    if not stats.events_in:
-        raise KinetoFormatError(
-            f"{path}: no 'traceEvents' array; is this a PyTorch profiler trace?"
-        )
-    for slot in linker.drain():
-        if (event := _finish(slot, stats)) is not None:
-            yield event
-    stats.flow_pairs.update(linker.flows)
-    stats.fwdbwd_flows = linker.flows.get("fwdbwd", 0)
-    stats.flows = linker.correlation_flows
-    # The flows' reasons first, as the summary has always listed them.
-    skipped = Counter(linker.skipped)
-    skipped.update(stats.skipped)
-    stats.skipped = skipped
-
-
 def complete_event(
-    ev: dict[str, Any], ids: _Ids, stats: ConvertStats
+    ev: dict[str, Any], ids: Ids, stats: ConvertStats
 ) -> tuple[int, int, str, dict[str, Any], int, int] | None:
     """A complete event's (ts, dur, name, args, pid, tid) as the trace takes them (times
     in ns, names as text, args an object, text pids and tids numbered); None, counted by
@@ -701,8 +510,8 @@ def complete_event(
     if "ts" not in ev:
         stats.skipped["complete event without ts"] += 1
         return None
-    ts = _time_ns(ev["ts"])
-    dur = _time_ns(ev.get("dur", 0))
+    ts = time_ns(ev["ts"])
+    dur = time_ns(ev.get("dur", 0))
     if ts is None or ts < 0:
         stats.skipped[
             "complete events with a ts that is no time (not a number, negative or past 2**62 ns)"
@@ -724,12 +533,12 @@ def complete_event(
     return ts, dur, name, args, ids.get(ev.get("pid")), ids.get(ev.get("tid"))
 
 
-class _Metadata:
+class Metadata:
     """An `M` event, turned into a process or thread name when it leaves the window."""
 
     __slots__ = ("device_pids", "head", "label", "name", "pid", "tid")
 
-    def __init__(self, ev: dict[str, Any], ids: _Ids, head: Head, device_pids: set[int]) -> None:
+    def __init__(self, ev: dict[str, Any], ids: Ids, head: Head, device_pids: set[int]) -> None:
         self.name = ev.get("name")
         args = ev.get("args")
         self.label = args.get("name") if isinstance(args, dict) else None
@@ -740,7 +549,7 @@ class _Metadata:
         self.device_pids = device_pids
 
 
-def _cpu_slice(
+def cpu_slice(
     pid: int,
     tid: int,
     ts: int,
@@ -749,22 +558,23 @@ def _cpu_slice(
     cat: str,
     args: dict[str, Any],
     stats: ConvertStats,
-) -> Slot:
-    cpu_args = _cpu_args(args)
+) -> tuple[model.CpuSlice, int | None]:
+    """A complete event on a CPU thread: a slice of its own category, or an accelerator API
+    call (category `cuda_api`) with its correlation id (None where it has no valid one)."""
+    kept = cpu_args(args)
     if cat in API_CATEGORIES:
         stats.api_calls += 1
-        cpu_args["kineto_category"] = cat
-        corr = _id_or_none(args.get("correlation"), _CORRELATIONS)
+        kept["kineto_category"] = cat
+        corr = id_or_none(args.get("correlation"), CORRELATIONS)
         if corr is not None:
-            cpu_args["correlation_id"] = corr
-            cpu_args.pop("correlation", None)
-        return Slot((_CPU, pid, tid, ts, dur, name, model.CAT_CUDA_API, cpu_args), API_CALL, corr)
+            kept["correlation_id"] = corr
+            kept.pop("correlation", None)
+        return model.CpuSlice(pid, tid, ts, dur, name, model.CAT_CUDA_API, kept), corr
     stats.cpu_slices += 1
-    # Built now: most CPU slices have no flow (a fwdbwd end gets one in _finish).
-    return Slot(model.CpuSlice(pid, tid, ts, dur, name, cat, cpu_args))
+    return model.CpuSlice(pid, tid, ts, dur, name, cat, kept), None
 
 
-def _gpu_op(
+def gpu_op(
     ev: dict[str, Any],
     cat: str,
     ts: int,
@@ -772,20 +582,20 @@ def _gpu_op(
     name: str,
     args: dict[str, Any],
     stats: ConvertStats,
-    ids: _Ids,
-) -> Slot:
+    ids: Ids,
+) -> model.GpuOp:
     # Device: the op's `device` arg, else the pid (Kineto's device pseudo-process: MTIA
     # ops have no device arg).  Stream: the `stream` arg, else the tid.
-    device = _id_or_none(args.get("device"), _INT32)
+    device = id_or_none(args.get("device"), INT32)
     if device is None:
         device = ids.get(ev.get("pid", 0))
-    stream = _id_or_none(args.get("stream"), _STREAMS)
+    stream = id_or_none(args.get("stream"), STREAMS)
     if stream is None:
         stream = ids.get(ev.get("tid", 0))
     if stream in model.NO_STREAM_IDS:
         stream = _NO_STREAM  # one "no stream" track for both spellings
-    corr = _id_or_none(args.get("correlation"), _CORRELATIONS)
-    category = _device_category(cat, name)
+    corr = id_or_none(args.get("correlation"), CORRELATIONS)
+    category = device_category(cat, name)
     if category == model.CAT_KERNEL:
         stats.kernels += 1
     elif category == model.CAT_MEMCPY:
@@ -796,55 +606,10 @@ def _gpu_op(
         stats.syncs += 1
     else:
         stats.gpu_annotations += 1
-    item = (_GPU, device, stream, ts, dur, name, category, _gpu_args(args), corr)
-    if category == model.CAT_GPU_ANNOTATION:
-        return Slot(item)  # an annotation is no op an API call caused
-    return Slot(item, DEVICE_OP, corr)
+    return model.GpuOp(device, stream, ts, dur, name, category, gpu_args(args), corr)
 
 
-_CPU = 0
-_GPU = 1
-
-
-def _finish(slot: Slot, stats: ConvertStats) -> model.Event | None:
-    """The event of a slot that left the window, with its flows."""
-    item = slot.item
-    if type(item) is tuple:
-        out = tuple(slot.out) if slot.out else ()
-        into = tuple(slot.into) if slot.into else ()
-        if item[0] == _GPU:
-            if slot.role == DEVICE_OP:
-                if into:
-                    stats.gpu_ops_with_api += 1
-                else:
-                    stats.gpu_ops_without_api += 1
-            _, device, stream, ts, dur, name, category, args, corr = item
-            return model.GpuOp(
-                device,
-                stream,
-                ts,
-                dur,
-                name,
-                category,
-                args,
-                correlation_id=corr,
-                flow_ids=out,
-                terminating_flow_ids=into,
-            )
-        _, pid, tid, ts, dur, name, category, args = item
-        return model.CpuSlice(
-            pid, tid, ts, dur, name, category, args, flow_ids=out, terminating_flow_ids=into
-        )
-    if slot.out is not None or slot.into is not None:  # a flow pair's end, built before
-        return replace(
-            item, flow_ids=tuple(slot.out or ()), terminating_flow_ids=tuple(slot.into or ())
-        )
-    if type(item) is _Metadata:
-        return _metadata(item, stats)
-    return item
-
-
-def _metadata(item: _Metadata, stats: ConvertStats) -> model.Event | None:
+def metadata_event(item: Metadata, stats: ConvertStats) -> model.Event | None:
     if item.name in ("process_name", "thread_name") and (
         _GPU_LABEL.match(str(item.label or "")) or item.pid in item.device_pids
     ):
@@ -853,7 +618,7 @@ def _metadata(item: _Metadata, stats: ConvertStats) -> model.Event | None:
         # labels name nothing.
         stats.skipped["GPU process/stream labels (GPU tracks are named by xpu-perf)"] += 1
     elif item.name == "process_name" and item.label is not None:
-        return _process(item.pid, str(item.label), item.head)
+        return process_info(item.pid, str(item.label), item.head)
     elif item.name == "thread_name" and item.label is not None:
         return model.ThreadInfo(item.pid, item.tid, str(item.label).strip())
     # process_labels / *_sort_index only order tracks in Chrome's viewer: nothing to keep.
@@ -874,7 +639,6 @@ __all__ = [
     "ConvertStats",
     "Head",
     "KinetoFormatError",
-    "convert_events",
     "input_size",
     "read_head",
 ]
