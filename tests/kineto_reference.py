@@ -5,7 +5,8 @@ trace_processor reads back from both (tests/convert_compare.py), their counts, a
 bytes they write (tests/test_trace_bytes.py's "convert-objects" cases).
 
 It shares the per-event conversion (times, ids, names, args, categories) with the product
-(collector/sources/kineto.py); what is its own is the event-at-a-time loop and the window.
+(collector/sources/kineto_events.py, kineto_ids.py); its own are the event-at-a-time loop
+and the window.
 """
 
 from __future__ import annotations
@@ -18,26 +19,30 @@ from typing import Any
 
 from collector import model
 from collector.sources.kineto import (
-    API_CATEGORIES,
-    FLOAT_EXACT_US,
-    GPU_CATEGORIES,
-    INT32_END,
-    INT32_MIN,
     ConvertStats,
     Head,
-    Ids,
     KinetoFormatError,
+    deep_values,
+    event_runs,
+)
+from collector.sources.kineto_events import (
+    API_CATEGORIES,
+    GPU_CATEGORIES,
     Metadata,
-    clean_name,
     complete_event,
     cpu_args,
     cpu_slice,
-    deep_values,
-    event_runs,
-    flow_ident,
     gpu_op,
     metadata_event,
     process_info,
+)
+from collector.sources.kineto_ids import (
+    FLOAT_EXACT_US,
+    INT32_END,
+    INT32_MIN,
+    Ids,
+    clean_name,
+    flow_ident,
     time_ns,
 )
 
@@ -70,7 +75,7 @@ def convert_events(
     window: int = WINDOW,
 ) -> Iterator[model.Event]:
     """One pass: yield model events for every Kineto event that carries data, each with its
-    flows once it leaves the linker's window (kineto_flows.py)."""
+    flows once it leaves the linker's window (kineto_reference_flows.py)."""
     with deep_values():
         yield from _convert_events(path, head, stats, progress, window)
 

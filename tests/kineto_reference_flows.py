@@ -37,7 +37,7 @@ from collections import Counter, deque
 from typing import Any
 
 from collector import model
-from collector.sources.kineto import API_TO_DEVICE_FLOWS
+from collector.sources.kineto_events import API_TO_DEVICE_FLOWS
 
 EndKey = tuple[int, int, int]  # (pid, tid, ts in ns) of the event a flow end belongs to
 _FLOW_NAMESPACE = 1 << 62  # keeps these flow ids apart from correlation ones (model.flow_id)

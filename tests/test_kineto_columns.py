@@ -1,6 +1,6 @@
 """`convert`'s columnar conversion (collector/sources/kineto_columns.py) against the object
 path it replaced (tests/kineto_reference.py, kept as this reference): what trace_processor
-reads back from both (bench/convert_compare.py's parts: slices by track, args, flows,
+reads back from both (tests/convert_compare.py's parts: slices by track, args, flows,
 thread and process names) must agree on real traces and on a synthetic one of the odd
 layouts the object path handles; every flow event is a flow or counted by reason; and the
 lane check the writer's columnar path uses for nested slices must agree with

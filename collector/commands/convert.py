@@ -169,14 +169,14 @@ def write_trace(
 
 def api_device_flows(stats: kineto.ConvertStats) -> int:
     """API call -> device op flows: by correlation id, and from ac2g/async_gpu pairs."""
-    from collector.sources.kineto import API_TO_DEVICE_FLOWS
+    from collector.sources.kineto_events import API_TO_DEVICE_FLOWS
 
     return stats.flows + sum(stats.flow_pairs.get(cat, 0) for cat in API_TO_DEVICE_FLOWS)
 
 
 def other_pair_flows(stats: kineto.ConvertStats) -> dict[str, int]:
     """Flows of the input's other flow categories (not API->device, not fwdbwd)."""
-    from collector.sources.kineto import API_TO_DEVICE_FLOWS
+    from collector.sources.kineto_events import API_TO_DEVICE_FLOWS
 
     return {
         cat: n
