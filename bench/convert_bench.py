@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from collector import model  # noqa: E402
-from collector.sources import kineto  # noqa: E402
+from collector.sources import kineto, kineto_columns  # noqa: E402
 from exporters.perfetto.writer import DEFAULT_COMPRESSION_LEVEL, TraceWriter  # noqa: E402
 
 NAMES = [f"void kernel_{i}<float, 128>(float const*, float*, int)" for i in range(50)]
@@ -252,12 +252,12 @@ def bench_writer(
 
 
 def convert_once(writer_cls: Any, src: Path, out: Path, **kw: Any) -> tuple[float, int]:
-    """(seconds, kernels) of one conversion, as `xpu-perf convert` does it."""
+    """(seconds, kernels) of one conversion through convert's own path (the columns)."""
     t0 = time.perf_counter()
     stats = kineto.ConvertStats()
     head = kineto.read_head(src)
     with writer_cls(out, **kw) as w:
-        w.producer("kineto").write_all(kineto.convert_events(src, head, stats))
+        w.producer("kineto").write_all(kineto_columns.convert_columns(src, head, stats))
     return time.perf_counter() - t0, stats.kernels
 
 

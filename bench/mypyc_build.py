@@ -26,7 +26,6 @@ REPO = Path(__file__).resolve().parent.parent
 # its flow window and reader, the writer's object path and what it calls per slice.
 HOT = (
     "collector/sources/kineto.py",
-    "collector/sources/kineto_flows.py",
     "collector/sources/kineto_json.py",
     "exporters/perfetto/object_path.py",
     "exporters/perfetto/interning.py",

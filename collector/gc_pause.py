@@ -1,12 +1,12 @@
 """The cyclic garbage collector paused while a command streams millions of objects.
 
-`convert` keeps a window of ~65,536 events with their args (the flow linker's) and
-another of slices (the writer's reorder window): every one of them survives the young
+`convert` keeps two chunks of events in columns and the objects of what they leave, and
+the writer a window of slices (its reorder window): every one of them survives the young
 collections and is traversed by each of them before it is freed by its reference count,
 which cost 15-20% of a conversion's CPU time (docs/benchmarks.md, "Big traces").  The
-objects of the stream form no cycles (kineto_flows.py breaks the one it makes), so
-reference counting frees them; the collector still runs every COLLECT_EVERY objects of
-the stream, so that a cycle made elsewhere cannot pile up.
+objects of the stream form no cycles, so reference counting frees them; the collector
+still runs every COLLECT_EVERY objects of the stream, so that a cycle made elsewhere
+cannot pile up.
 """
 
 from __future__ import annotations

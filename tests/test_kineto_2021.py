@@ -6,7 +6,6 @@ run only knew (an object's address, a line 0) are written without it."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +13,8 @@ import pytest
 from exporters.perfetto.trace_processor import open_trace
 
 from . import kineto_2021
-from .conftest import REPO, run_cli
-
-sys.path.insert(0, str(REPO / "bench"))
-from convert_compare import compare
+from .conftest import run_cli
+from .convert_compare import compare
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """`convert`'s columnar conversion (collector/sources/kineto_columns.py) against the object
-path it replaced (kineto.convert_events, kept as this reference): what trace_processor
-reads back from both (bench/convert_compare.py's parts: slices by track, args, flows,
+path it replaced (tests/kineto_reference.py, kept as this reference): what trace_processor
+reads back from both (tests/convert_compare.py's parts: slices by track, args, flows,
 thread and process names) must agree on real traces and on a synthetic one of the odd
 layouts the object path handles; every flow event is a flow or counted by reason; and the
 lane check the writer's columnar path uses for nested slices must agree with
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,12 @@ from exporters.perfetto.batch_writer import _properly_nested
 from exporters.perfetto.lanes import LaneSet
 
 from .conftest import REPO
-
-sys.path.insert(0, str(REPO / "bench"))
-from convert_compare import compare
+from .convert_compare import compare
 
 TRACES = sorted((REPO / "tests" / "data" / "kineto_outside").glob("*.json.gz"))
 # Traces torch.profiler wrote of the bench workloads on the H100 (one with Python stacks).
 OWN_TRACES = sorted((REPO / "bench" / "data").glob("*kineto*.json.gz"))
-# Parts that depend on the order a path meets overlapping slices in (see bench/convert_compare.py).
+# Parts that depend on the order a path meets overlapping slices in (see tests/convert_compare.py).
 LANE_PARTS = ("slices on a sibling lane of their thread", "tracks")
 
 

@@ -1,4 +1,4 @@
-"""The single pass's flow links (collector/sources/kineto_flows.py): both ends of a flow
+"""The reference converter's flow links (tests/kineto_reference_flows.py): both ends of a flow
 carry its id whatever order Kineto wrote them in, within the window; farther apart is
 counted, never half-written; what the linker holds does not grow with the input."""
 
@@ -10,7 +10,9 @@ from typing import Any
 
 from collector import model
 from collector.sources import kineto
-from collector.sources.kineto_flows import API_CALL, DEVICE_OP, FlowLinker, Slot
+
+from .kineto_reference import convert_events
+from .kineto_reference_flows import API_CALL, DEVICE_OP, FlowLinker, Slot
 
 PID, TID = 10, 11
 
@@ -40,7 +42,7 @@ def convert(
     src = tmp_path / "trace.json"
     src.write_text(json.dumps({"traceEvents": events}))
     stats = kineto.ConvertStats()
-    out = list(kineto.convert_events(src, kineto.read_head(src), stats, window=window))
+    out = list(convert_events(src, kineto.read_head(src), stats, window=window))
     return out, stats
 
 

@@ -17,6 +17,7 @@ from collector.sources.json_limits import MAX_DEPTH, MAX_EVENT_BYTES, MAX_MEMBER
 from exporters.perfetto.trace_processor import open_trace
 
 from .conftest import run_cli
+from .kineto_reference import convert_events
 
 _HEAD = '{"ph":"X","pid":1,"tid":1,"ts":1,"dur":1,'
 
@@ -197,7 +198,7 @@ def test_instants_among_few_slices_keep_their_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Text tids are numbered in input order: instants written early keep the numbering
-    of the slices around them, as the object path (kineto.convert_events) has it."""
+    of the slices around them, as the reference (tests/kineto_reference.py) has it."""
     events = []
     for i in range(3_000):
         tid = f'"T{i // 1000}"'
@@ -207,7 +208,7 @@ def test_instants_among_few_slices_keep_their_place(
         events.append(_instant("m", tid, i))
     first_at, _, out = _held_while_streaming(tmp_path, monkeypatch, events, "OTHERS_HELD")
     assert first_at < 1_500
-    objects = list(kineto.convert_events(tmp_path / "s.json", kineto.Head(), kineto.ConvertStats()))
+    objects = list(convert_events(tmp_path / "s.json", kineto.Head(), kineto.ConvertStats()))
     key = lambda e: (type(e).__name__, repr(e))  # noqa: E731
     assert sorted(map(key, out)) == sorted(map(key, objects))
 
@@ -232,7 +233,7 @@ def test_flow_events_alone_stream_and_are_counted(
     _, stats, _ = _held_while_streaming(tmp_path, monkeypatch, events, "FLOW_ENDS_HELD")
     # Every pair made no flow: each counted once, as the object path counts them.
     objects = kineto.ConvertStats()
-    list(kineto.convert_events(tmp_path / "s.json", kineto.Head(), objects))
+    list(convert_events(tmp_path / "s.json", kineto.Head(), objects))
     assert sum(objects.skipped.values()) == sum(stats.skipped.values()) == n // 2
     assert most < 2_000  # held: about twice FLOW_ENDS_HELD and a run, not all 6,000
 

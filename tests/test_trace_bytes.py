@@ -77,17 +77,18 @@ def convert(name: str, level: int) -> Callable[[Path], None]:
 
 
 def convert_objects(name: str, level: int) -> Callable[[Path], None]:
-    """bench/data/NAME.json.gz through the object path (kineto.convert_events)."""
+    """bench/data/NAME.json.gz through the reference object path (tests/kineto_reference.py)."""
 
     def write(out: Path) -> None:
         from collector.commands.convert import summary_counters
         from collector.sources import kineto
+        from tests.kineto_reference import convert_events
 
         src = DATA / f"{name}.json.gz"
         stats = kineto.ConvertStats()
         head = kineto.read_head(src)
         with TraceWriter(out, command_line=COMMAND_LINE, compression_level=level) as w:
-            w.producer("kineto").write_all(kineto.convert_events(src, head, stats))
+            w.producer("kineto").write_all(convert_events(src, head, stats))
             for key, value in summary_counters(stats).items():
                 w.set_metadata(f"convert_{key}", value)
 

@@ -20,7 +20,6 @@ from rich.text import Text
 from collector.errors import UserError
 from collector.files import check_input, check_output
 from collector.gc_pause import collected_now_and_then
-from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
 from collector.visible_text import printable
 from exporters.perfetto.writer import (
     DEFAULT_COMPRESSION_LEVEL,
@@ -170,11 +169,15 @@ def write_trace(
 
 def api_device_flows(stats: kineto.ConvertStats) -> int:
     """API call -> device op flows: by correlation id, and from ac2g/async_gpu pairs."""
+    from collector.sources.kineto_events import API_TO_DEVICE_FLOWS
+
     return stats.flows + sum(stats.flow_pairs.get(cat, 0) for cat in API_TO_DEVICE_FLOWS)
 
 
 def other_pair_flows(stats: kineto.ConvertStats) -> dict[str, int]:
     """Flows of the input's other flow categories (not API->device, not fwdbwd)."""
+    from collector.sources.kineto_events import API_TO_DEVICE_FLOWS
+
     return {
         cat: n
         for cat, n in sorted(stats.flow_pairs.items())

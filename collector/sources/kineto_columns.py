@@ -1,14 +1,15 @@
 """Kineto JSON -> SliceBatches in columns: what `convert` runs (issue 24).
 
-The object path (kineto.convert_events, kept as the reference the tests hold this to)
-makes a model object, an args dict and a window slot per event, and the writer's object
-path encodes each one: that per-event object work, not the parse, was most of its time
-(docs/benchmarks.md, "Big traces").  Here each of the reader's runs (~200 events) is taken
-apart while it is in the CPU caches (_Pending): the complete (`X`) events of the common
-layout become int64 arrays (times in ns, pids, tids) and name and category ids, their
-args' keys and values tuples, and the run's dicts are freed then; flow events (`s`/`f`)
-go to the flow columns (_FlowEnds); the rest (metadata, instants, complete events of
-another layout) to kineto.py's per-event functions, in input order (_ObjectEvents).
+The object path this replaced (kept as the reference the tests hold this to:
+tests/kineto_reference.py) made a model object, an args dict and a window slot per event,
+and the writer's object path encoded each one: that per-event object work, not the parse,
+was most of its time (docs/benchmarks.md, "Big traces").  Here each of the reader's runs
+(~200 events) is taken apart while it is in the CPU caches (_Pending): the complete (`X`)
+events of the common layout become int64 arrays (times in ns, pids, tids) and name and
+category ids, their args' keys and values tuples, and the run's dicts are freed then;
+flow events (`s`/`f`) go to the flow columns (_FlowEnds); the rest (metadata, instants,
+complete events of another layout) to kineto_events.py's per-event functions, in input order
+(kineto_events.ObjectEvents).
 Every CHUNK complete events make a chunk of columns (_Columns.add), args split per
 *shape* (the event's kind and its tuple of arg keys):
 - int args that vary (External id, Record function id, Sequence number...) become int
@@ -35,18 +36,17 @@ import numpy as np
 import orjson
 
 from collector import model
-from collector.sources import kineto
-from collector.sources.kineto import (
+from collector.sources import kineto, kineto_events, kineto_ids
+from collector.sources.kineto import ConvertStats, Head
+from collector.sources.kineto_events import (
     API_CATEGORIES,
+    API_TO_DEVICE_FLOWS,
     DROPPED_ARGS,
     GPU_CATEGORIES,
-    ConvertStats,
-    Head,
 )
-from collector.sources.kineto_flows import API_TO_DEVICE_FLOWS
 from exporters.perfetto.batch_writer import group_rows
 
-# Complete events a chunk of columns holds (two chunks are held: kineto_flows.py's window).
+# Complete events a chunk of columns holds (two chunks are held: the reference's window).
 CHUNK = 1 << 16
 # Other events (instants, metadata...) and flow events held before a chunk is closed
 # whatever its complete events: a trace of instants alone streams like one of slices.
@@ -56,9 +56,9 @@ OTHERS_HELD = CHUNK
 FLOW_ENDS_HELD = 4 * CHUNK
 _NONE = model.NONE
 _CPU, _API, _GPU = 0, 1, 2
-_TIME_LIMIT = kineto._FLOAT_EXACT_US  # below it, us * 1000.0 is exact
-_INT32_MIN, _INT32_END = kineto._INT32.start, kineto._INT32.stop
-_MAX_US = kineto._MAX_NS // 1000
+_TIME_LIMIT = kineto_ids.FLOAT_EXACT_US  # below it, us * 1000.0 is exact
+_INT32_MIN, _INT32_END = kineto_ids.INT32.start, kineto_ids.INT32.stop
+_MAX_US = kineto_ids.MAX_NS // 1000
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NUMBERS = frozenset((int, float))
 _STR = frozenset((str,))
@@ -80,7 +80,7 @@ Entry = tuple[tuple[str, model.ArgValue], ...]
 
 class _Interned:
     """Values -> dense ids, in first-seen order (names, categories, arg sets); `clean`:
-    what a value is kept as (kineto.clean_name for names)."""
+    what a value is kept as (kineto_ids.clean_name for names)."""
 
     def __init__(self, clean: Callable[[Any], Any] | None = None) -> None:
         self.index: dict[Any, int] = {}
@@ -194,7 +194,7 @@ class _Pending:
 
     def _extend_slowly(self, events: list[dict[str, Any]]) -> None:
         """A run not all of the common layout: its rows checked one field at a time as
-        kineto.py reads them; those of another layout left to the object path."""
+        kineto_events.py reads them; those of another layout left to kineto_events.ObjectEvents."""
         fields: tuple[list[Any], ...] = tuple([] for _ in _DEFAULTS)
         keys, values = [], []
         for e in events:
@@ -275,13 +275,13 @@ def _clean_times_ns(us: list[float | int]) -> np.ndarray:
     return np.rint(np.array(us, np.float64) * 1000.0).astype(np.int64)
 
 
-# What kineto.py reads for a field left out (None: no time, or the pid/tid None).
+# What kineto_events.py reads for a field left out (None: no time, or the pid/tid None).
 _DEFAULTS = (("name", ""), ("cat", ""), ("ts", None), ("dur", 0), ("pid", None), ("tid", None))
 
 
 class _FlowEnds:
     """The input's flow events (`s`, `f`) not linked yet, as columns: each is bound to the
-    first complete event at its pid, tid and ts (kineto_flows.py), at a flush.  A pair is
+    first complete event at its pid, tid and ts (the reference's rule), at a flush.  A pair is
     (category, id): two int columns, the id's own value where it is an int."""
 
     def __init__(self, stats: ConvertStats) -> None:
@@ -363,7 +363,8 @@ class _FlowEnds:
             ident = np.array(idents, np.int64)
         except OverflowError:  # other ids: text ids interned past the int ones
             keys = [
-                kineto._flow_ident(i) if isinstance(i, (int, float, str)) else None for i in idents
+                kineto_ids.flow_ident(i) if isinstance(i, (int, float, str)) else None
+                for i in idents
             ]
             ok &= np.array([k is not None for k in keys], bool)
             is_int = np.array(
@@ -406,7 +407,7 @@ class _FlowEnds:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Flows of the pairs among rows with these keys: (from rows, to rows), and the
         correlation ids that a complete API -> device pair links (not their correlation).
-        A pair's second start is dropped, counted (as kineto_flows.py does)."""
+        A pair's second start is dropped, counted (as the reference does)."""
         self.take_new()
         self._drop_repeated_starts()
         n, m = len(ts), len(self.ts)
@@ -456,7 +457,7 @@ class _FlowEnds:
         return src[made], dst[made], correlation[correlation != _NONE]
 
     def _drop_repeated_starts(self) -> None:
-        """A pair's starts after its first: counted and dropped (kineto_flows.py)."""
+        """A pair's starts after its first: counted and dropped (as the reference does)."""
         starts = np.flatnonzero(self.is_start)
         if len(starts) < 2:
             return
@@ -484,7 +485,7 @@ class _FlowEnds:
         """After a flush (`gone`: the rows written): the flow events that leave are the
         ends of flows written, the ones bound to rows written, the ones that waited a
         flush unbound (as the window forgets them), and at the end all; each one that
-        made no flow is counted by reason (kineto_flows.py's)."""
+        made no flow is counted by reason (the reference's)."""
         if not len(self.ts):
             return
         bound = self.row != _NONE
@@ -517,7 +518,7 @@ class _Columns:
 
     def __init__(self, stats: ConvertStats) -> None:
         self.stats = stats
-        self.names = _Interned(kineto.clean_name)
+        self.names = _Interned(kineto_ids.clean_name)
         self.categories = _Interned()
         self.arg_sets = _Interned()
         self.chunks: list[_Chunk] = []
@@ -589,7 +590,7 @@ class _Columns:
                 category = self._gpu_category.get(key)
                 if category is None:
                     category = self._gpu_category[key] = self.categories.add(
-                        kineto._device_category(raw_values[key[0]], self.names.values[key[1]])
+                        kineto_events.device_category(raw_values[key[0]], self.names.values[key[1]])
                     )
                 mapped.append(category)
             out[gpu] = np.array(mapped, np.int64)[inverse]
@@ -649,7 +650,7 @@ class _Columns:
                 if valid is not None:
                     c.corr[rows] = valid
                     continue
-            name = kineto._GPU_ARG_NAMES.get(key, key) if kind == _GPU else key
+            name = kineto_events.GPU_ARG_NAMES.get(key, key) if kind == _GPU else key
             # (A column is checked whole only where its first value is an int: ids.)
             if type(column[0]) is int and set(map(type, column)) == _INT:
                 try:
@@ -731,21 +732,23 @@ class _Columns:
 
     def _gpu_own(self, c: _Chunk, rows: np.ndarray, key: str, column: tuple[Any, ...]) -> None:
         """A device op's device, stream or correlation arg, into its column (the pid or
-        tid stay where the arg is no valid id, as kineto._gpu_op)."""
+        tid stay where the arg is no valid id, as kineto_events.gpu_op)."""
         if key == "correlation":
             valid = self._correlations(column)
             if valid is None:
                 valid = np.array(
                     [
-                        x if (x := kineto._id_or_none(v, kineto._CORRELATIONS)) is not None else -1
+                        x
+                        if (x := kineto_ids.id_or_none(v, kineto_ids.CORRELATIONS)) is not None
+                        else -1
                         for v in column
                     ],
                     np.int64,
                 )
             c.corr[rows] = valid
             return
-        valid_range = kineto._INT32 if key == "device" else kineto._STREAMS
-        ids = [kineto._id_or_none(v, valid_range) for v in column]
+        valid_range = kineto_ids.INT32 if key == "device" else kineto_ids.STREAMS
+        ids = [kineto_ids.id_or_none(v, valid_range) for v in column]
         target = c.device if key == "device" else c.stream
         for row, ident in zip(rows.tolist(), ids, strict=True):
             if ident is not None:
@@ -770,7 +773,7 @@ class _Columns:
 
 def _times_ns(values: list[Any], ok: np.ndarray) -> np.ndarray:
     """Kineto times (us: floats, or ints for epoch-based times) as int64 ns, the values
-    kineto._time_ns gives; `ok` cleared where one is no time (negative, too large)."""
+    kineto_ids.time_ns gives; `ok` cleared where one is no time (negative, too large)."""
     if set(map(type, values)) == _INT:
         try:
             us = np.array(values, np.int64)
@@ -778,23 +781,23 @@ def _times_ns(values: list[Any], ok: np.ndarray) -> np.ndarray:
             pass
         else:
             ok &= (us >= 0) & (us < _MAX_US)
-            return np.where(ok, us, 0) * 1000  # exact, as kineto.py
+            return np.where(ok, us, 0) * 1000  # exact, as kineto_ids.time_ns
     as_float = np.array(values, np.float64)
     if bool(np.all(as_float < _TIME_LIMIT)):
         ok &= as_float >= 0  # (and no NaN)
         return np.rint(np.where(ok, as_float, 0.0) * 1000.0).astype(np.int64)  # half to even
     # Large float times (decimals past float precision once in ns): per value.
-    ns = [kineto._time_ns(v) for v in values]
+    ns = [kineto_ids.time_ns(v) for v in values]
     ok &= np.array([t is not None and t >= 0 for t in ns], bool)
     return np.array([t if t is not None and t >= 0 else 0 for t in ns], np.int64)
 
 
 def _number_text_ids(column: list[Any]) -> None:
-    """Text pids or tids that spell a number (kineto.text_id) as that number, in place."""
+    """Text pids or tids that spell a number (kineto_ids.text_id) as that number, in place."""
     if _STR.isdisjoint(map(type, column)):
         return
     for i, value in enumerate(column):
-        if type(value) is str and (number := kineto.text_id(value)) is not None:
+        if type(value) is str and (number := kineto_ids.text_id(value)) is not None:
             column[i] = number
 
 
@@ -824,7 +827,7 @@ def _few_values(column: tuple[int, ...]) -> bool:
 
 def _structured(name: str, value: Any, gpu: bool) -> Entry:
     """The args of a list or dict value: a kernel's grid and block as three ints
-    (kineto._gpu_args), anything else its compact JSON text."""
+    (kineto_events.gpu_args), anything else its compact JSON text."""
     if (
         gpu
         and name in _XYZ
@@ -837,7 +840,7 @@ def _structured(name: str, value: Any, gpu: bool) -> Entry:
     ):
         x, y, z = (int(v) for v in value)
         return ((f"{name}_x", x), (f"{name}_y", y), (f"{name}_z", z))
-    return ((name, kineto._json_text(value)),)
+    return ((name, kineto_events.json_text(value)),)
 
 
 def convert_columns(
@@ -867,7 +870,7 @@ def _convert_columns(
     # synthetic ids, for text pids and tids, are numbered in input order): 2k for one
     # after k complete events, 2k + 1 for the complete event k (_Columns.add).
     others: list[tuple[int, dict[str, Any]]] = []
-    object_path = _ObjectEvents(head, stats, columns.device_pids)
+    object_path = kineto_events.ObjectEvents(head, stats, columns.device_pids)
     for device, device_name in sorted(head.device_names.items()):
         yield model.GpuDevice(device, device_name)
 
@@ -932,75 +935,10 @@ def _convert_columns(
         columns.flow_ends.expire(final=True)
 
 
-class _ObjectEvents:
-    """What the columns leave, as kineto.py converts it: metadata, instants, complete
-    events of another layout (text pids or tids, times that are no number: their flow
-    ends and correlation ids are not linked; _FlowEnds counts such ends as unbound)."""
-
-    def __init__(self, head: Head, stats: ConvertStats, device_pids: set[int]) -> None:
-        self.head = head
-        self.stats = stats
-        self.device_pids = device_pids
-        self.ids = kineto._Ids()
-        self.named: set[tuple[int, int]] = set()
-
-    def events(self, events: list[dict[str, Any]]) -> Iterator[model.Event]:
-        head, stats, device_pids, ids, named = (
-            self.head, self.stats, self.device_pids, self.ids, self.named
-        )  # fmt: skip
-        for ev in events:
-            ph = ev.get("ph")
-            cat = ev.get("cat")
-            if type(cat) is not str:
-                cat = ""
-            if ph == "X":
-                parts = kineto.complete_event(ev, ids, stats)
-                if parts is None:
-                    continue
-                ts, dur, name, args, pid, tid = parts
-                if cat in GPU_CATEGORIES:
-                    device_pids.add(pid)
-                    item = kineto._gpu_op(ev, cat, ts, dur, name, args, stats, ids).item
-                    _, device, stream, ts, dur, name, category, gpu_args, corr = item
-                    yield model.GpuOp(device, stream, ts, dur, name, category, gpu_args, corr)
-                else:
-                    if (pid, tid) not in named and (pid in ids.names or tid in ids.names):
-                        named.add((pid, tid))
-                        if pid in ids.names:
-                            yield kineto._process(pid, ids.names[pid], head)
-                        yield model.ThreadInfo(pid, tid, ids.names.get(tid, str(tid)))
-                    slot = kineto._cpu_slice(pid, tid, ts, dur, name, cat, args, stats)
-                    item = slot.item
-                    if type(item) is tuple:
-                        _, pid, tid, ts, dur, name, category, cpu_args = item
-                        item = model.CpuSlice(pid, tid, ts, dur, name, category, cpu_args)
-                    yield item
-                stats.events_out += 1
-            elif ph in ("i", "I", "n"):
-                at = kineto._time_ns(ev.get("ts"))
-                if at is None or at < 0:
-                    stats.skipped["instant events with a ts that is no time"] += 1
-                    continue
-                pid, tid = ids.get(ev.get("pid")), ids.get(ev.get("tid", 0))
-                name = kineto.clean_name(str(ev.get("name", "")))
-                yield model.Instant(pid, tid, at, name, cat, kineto._cpu_args(ev.get("args")))
-                stats.instants += 1
-                stats.events_out += 1
-            elif ph == "M":
-                # The device ops of the chunks read so far are known (kineto.py's
-                # window decides a label as late).
-                stats.metadata_events += 1
-                event = kineto._metadata(kineto._Metadata(ev, ids, head, device_pids), stats)
-                if event is not None:
-                    yield event
-            else:
-                stats.skipped[f"phase '{str(ph)[:20]}' events are not converted"] += 1
-
-
 def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[model.SliceBatch]:
     """Batches of the rows held, but for the last chunk's (unless `final`): they wait for
     the API calls or ops of the next chunk, so that every row meets the rows up to a
-    chunk before and after it (kineto_flows.py's window).  A held row linked to a row
+    chunk before and after it (the reference's window).  A held row linked to a row
     that goes goes with it."""
     chunks = columns.chunks
     if not chunks:
@@ -1033,7 +971,7 @@ def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[mode
     linked = np.zeros(len(op_rows), bool)
     linked[found] = api_corr[at[found]] == corr[op_rows][found]
     # The input's flow pairs; a correlation id that a complete ac2g pair links is not
-    # linked by correlation (kineto_flows.py).
+    # linked by correlation (as in the reference).
     pair_src, pair_dst, paired = columns.flow_ends.bind(pid, tid, ts)
     if len(paired):
         linked &= ~np.isin(corr[op_rows], paired)

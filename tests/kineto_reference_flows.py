@@ -1,4 +1,7 @@
-"""Flows of a Kineto trace, linked as the events stream past, in bounded memory.
+"""The reference converter's flows (tests/kineto_reference.py): a Kineto trace's flows
+linked as the events stream past, in bounded memory, one event object at a time.  The
+columnar conversion (collector/sources/kineto_columns.py) must make the same flows and
+count the same flow events by reason; this is the behaviour it is held to.
 
 Kineto links events two ways:
 - flow pairs: `s` and `f` events that share a category and an id: `ac2g` from an API call
@@ -34,16 +37,13 @@ from collections import Counter, deque
 from typing import Any
 
 from collector import model
+from collector.sources.kineto_events import API_TO_DEVICE_FLOWS
 
 EndKey = tuple[int, int, int]  # (pid, tid, ts in ns) of the event a flow end belongs to
 _FLOW_NAMESPACE = 1 << 62  # keeps these flow ids apart from correlation ones (model.flow_id)
 # Complete events held back for their links (in arrival order), and how long a flow end or
 # pair waits for its other half, in events.  65,536 events hold ~60 MB.
 WINDOW = 1 << 16
-# Flow categories whose id is the correlation id of both ends (API call -> device op):
-# where the input has such a pair, the pair is the link, not the correlation id.  (`async`:
-# Kineto of 2021, its flows named `launch`.)
-API_TO_DEVICE_FLOWS = ("ac2g", "async_gpu", "async")
 # Roles of an event in correlation links.
 NO_ROLE, API_CALL, DEVICE_OP = 0, 1, 2
 

@@ -1,9 +1,9 @@
 """What trace_processor reads back from `convert` (the columnar conversion,
-collector/sources/kineto_columns.py) and from the object path it replaced (kineto.py's
-convert_events with kineto_flows.py's window, kept as the reference the columns are
-checked against) of the same Kineto input, compared part by part.
+collector/sources/kineto_columns.py) and from the object path it replaced
+(tests/kineto_reference.py, kept as the reference the columns are checked against) of the
+same Kineto input, compared part by part.
 
-    python bench/convert_compare.py INPUT.json[.gz] [--work DIR]
+    python -m tests.convert_compare INPUT.json[.gz] [--work DIR]
 
 Parts: slices by (name, category, track: a GPU stream, or the thread), the args of every
 slice (by its ts, dur, name, category and track), flows (by their two slices), thread and
@@ -27,6 +27,7 @@ from collector import cli
 from collector.sources import kineto
 from exporters.perfetto.trace_processor import open_trace
 from exporters.perfetto.writer import DEFAULT_COMPRESSION_LEVEL, TraceWriter
+from tests.kineto_reference import convert_events
 
 SLICES = """
 select s.id, s.ts, s.dur, s.name, coalesce(s.category, '') as category,
@@ -109,7 +110,7 @@ def write_objects(src: Path, out: Path) -> None:
     stats = kineto.ConvertStats()
     head = kineto.read_head(src)
     with TraceWriter(out, compression_level=DEFAULT_COMPRESSION_LEVEL) as writer:
-        writer.producer("kineto").write_all(kineto.convert_events(src, head, stats))
+        writer.producer("kineto").write_all(convert_events(src, head, stats))
         if head.host is not None:
             writer.set_metadata("host", head.host)
 
