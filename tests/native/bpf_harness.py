@@ -67,7 +67,7 @@ requires_bpf = pytest.mark.skipif(
 
 
 def record_cmd(out: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "collector.sources.bcc_record", "-o", str(out), *args]
+    return [sys.executable, "-m", "collector.recording.bcc_record", "-o", str(out), *args]
 
 
 def record(out: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
