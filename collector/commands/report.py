@@ -15,8 +15,8 @@ from collector.errors import UserError
 from exporters.analysis.annotate import Mark, add_marks, annotation_marks
 from exporters.analysis.tables import Scope, StepsError
 from exporters.folded.folded import FoldedError
-from exporters.perfetto.cached_trace import open_cached
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError
+from exporters.perfetto.engine.cached_trace import open_cached
+from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
 from exporters.report.html_page import render_html
 from exporters.report.queries import DEFAULT_BINS, DEFAULT_TOP, collect
 from exporters.report.scope import SPANS

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporters.analysis import causes, locations
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 STEP_LANE = "steps: "  # + the process's name
 GAP_LANE = "GPU idle: "  # + the device's track name
