@@ -230,6 +230,20 @@ def test_imports_go_only_downward() -> None:
     assert not arrows, "imports against the layers:\n" + "\n".join(arrows)
 
 
+def test_exporters_use_only_the_core_of_collector() -> None:
+    # The rule in its own words: collector/ holds the shared core and the producers
+    # and commands; exporters reach only the core (batch_query, a reader kept in collector/,
+    # is imported by commands, never by exporters).
+    outside = sorted(
+        f"{importer} imports {module} ({layer_of(module)})"
+        for importer, imported in import_graph().items()
+        if importer.startswith("exporters")
+        for module in imported
+        if module.startswith("collector") and layer_of(module) != "core"
+    )
+    assert not outside, "\n".join(outside)
+
+
 def test_no_package_cycle() -> None:
     graph = import_graph()
     cycles = package_cycles(graph)
