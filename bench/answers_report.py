@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from exporters.analysis.analyze import analyze  # noqa: E402
-from exporters.perfetto.trace_processor import open_trace  # noqa: E402
+from exporters.perfetto.engine.trace_processor import open_trace  # noqa: E402
 
 EXPECTED = {
     "sync": "HOST_SYNC",

@@ -18,8 +18,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 
 WINDOW_STEPS = 50
 _LINE = re.compile(r"^(\w+) (\d+) windowed \w+: ([0-9.]+) ms/run-step, median ([0-9.]+)")

@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from exporters.perfetto.trace_processor import open_trace  # noqa: E402
-from exporters.perfetto.views import load_views  # noqa: E402
+from exporters.perfetto.engine.trace_processor import open_trace  # noqa: E402
+from exporters.perfetto.engine.views import load_views  # noqa: E402
 
 _UNRESOLVED = re.compile(r"(\+0x[0-9a-f]+|^0x[0-9a-f]+)$")
 

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collector.gpu_metrics import catalog
 from exporters.analysis import device_memory, gpu_metrics
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 
 PHASES = ("idle", "gemm", "vector_add")
 SHOWN = (

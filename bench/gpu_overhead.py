@@ -387,7 +387,7 @@ def _counts(t, sql: str) -> dict[str, int]:
 
 def check(directory: Path) -> dict:
     """The issue's assertions on each recorded trace; returns the per-workload facts."""
-    from exporters.perfetto.trace_processor import open_trace
+    from exporters.perfetto.engine.trace_processor import open_trace
 
     facts: dict[str, dict] = {}
     for trace in sorted(directory.glob("*.perfetto-trace")):

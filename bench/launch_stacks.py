@@ -33,7 +33,7 @@ WORKLOAD_FILE = "launch_bound.py"
 _STEP_RE = re.compile(r"launch_bound: ([0-9.]+) ms/step")
 
 # The launch stacks recorded at launch API slices, with their frames and modules leaf first
-# (views from exporters/perfetto/xpu_views.sql).
+# (views from exporters/perfetto/engine/xpu_views.sql).
 LAUNCH_STACKS_SQL = """
 with launch_samples as (
   select ls.id from xpu_launch_stack ls
@@ -108,8 +108,8 @@ def run(out: Path, rounds: int) -> dict:
 
 
 def _stack_facts(trace: Path) -> dict:
-    from exporters.perfetto.trace_processor import open_trace
-    from exporters.perfetto.views import load_views
+    from exporters.perfetto.engine.trace_processor import open_trace
+    from exporters.perfetto.engine.views import load_views
 
     with open_trace(trace) as t:
         load_views(t)

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from exporters.perfetto.trace_processor import open_trace  # noqa: E402
+from exporters.perfetto.engine.trace_processor import open_trace  # noqa: E402
 
 NAMES_SQL = """
 select p.pid, p.name as process, t.tid, t.name as thread,

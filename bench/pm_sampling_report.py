@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gpu_metrics_report import phase_means, print_phases
 from collector.gpu_metrics import catalog
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 TRACES = ("pm_root", "pm_no_gpm", "pm_overflow", "pm_nobody")
 SHOWN = (

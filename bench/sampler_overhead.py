@@ -35,7 +35,7 @@ def run_plain(exe: Path, millions: int) -> float:
 def run_sampled(exe: Path, millions: int, freq: int, out_dir: Path) -> tuple[float, int, int]:
     trace = out_dir / f"sampled_{freq}.perfetto-trace"
     proc = subprocess.run(
-        [sys.executable, "-m", "collector.sources.bcc_record", "-o", str(trace),
+        [sys.executable, "-m", "collector.recording.bcc_record", "-o", str(trace),
          "--freq", str(freq), "--", str(exe), str(millions)],
         cwd=REPO, capture_output=True, text=True, check=True,
     )  # fmt: skip

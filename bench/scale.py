@@ -106,7 +106,7 @@ def sql_profile(trace: Path, top: int = 12) -> dict[str, Any]:
     in CPU seconds of this process (the engine runs in it, on this thread): on the shared
     VM the neighbours move wall time by tens of percent, the CPU time by a few."""
     from exporters.analysis.idle_stacks import fold_mode
-    from exporters.perfetto.trace_processor import Trace, open_trace
+    from exporters.perfetto.engine.trace_processor import Trace, open_trace
     from exporters.report.queries import collect
 
     timings: list[dict[str, Any]] = []

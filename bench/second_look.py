@@ -105,9 +105,9 @@ def in_process(trace: Path, cache: Path) -> dict[str, Any]:
     import deflate
 
     os.environ["XDG_CACHE_HOME"] = str(cache)
-    from exporters.perfetto import engine_snapshot
-    from exporters.perfetto.result_cache import trace_key
-    from exporters.perfetto.trace_processor import open_trace
+    from exporters.perfetto.engine import engine_snapshot
+    from exporters.perfetto.engine.result_cache import trace_key
+    from exporters.perfetto.engine.trace_processor import open_trace
 
     empty(cache)
     engine_snapshot.MIN_LOAD_S = 0.0  # a small trace's save is timed too

@@ -24,7 +24,7 @@ from collector import frames as predicates  # noqa: E402
 from collector.frames import FrameRef, apply_filters  # noqa: E402
 from exporters.folded.folded import load_stack_tables  # noqa: E402
 from exporters.folded.frames import folded_frames  # noqa: E402
-from exporters.perfetto.trace_processor import open_trace  # noqa: E402
+from exporters.perfetto.engine.trace_processor import open_trace  # noqa: E402
 from exporters.report.top_functions import rank_functions  # noqa: E402
 
 

@@ -39,8 +39,8 @@ for step in range(int(sys.argv[1]) if len(sys.argv) > 1 else 200):
 PY
 cat > /tmp/waits_query.py <<'PY'
 import json, sys
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 trace, name = sys.argv[1], sys.argv[2]
 with open_trace(trace) as t:
     load_views(t)

@@ -74,9 +74,9 @@ def query_one(
     """Open one trace, run the SQL with the shared views (over capture window `window` of
     each process, or the whole trace), close it.  Runs in a worker."""
     # Imported here: a worker pays for the engine, the CLI's --help does not.
-    from exporters.perfetto.cached_trace import open_cached
-    from exporters.perfetto.trace_processor import QueryError, TraceOpenError
-    from exporters.perfetto.views import WindowError, load_views
+    from exporters.perfetto.engine.cached_trace import open_cached
+    from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
+    from exporters.perfetto.engine.views import WindowError, load_views
 
     try:
         with open_cached(trace, shell) as t:

@@ -42,5 +42,5 @@ if [ -f collector/inject_build.py ]; then
 fi
 
 # Compile trace_processor.wasm once (tens of seconds); later runs load the cached module.
-.venv/bin/python -c "from exporters.perfetto.wasm_engine import WasmTransport; WasmTransport()"
+.venv/bin/python -c "from exporters.perfetto.engine.wasm_engine import WasmTransport; WasmTransport()"
 say "done"

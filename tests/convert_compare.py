@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collector import cli
 from collector.sources import kineto
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import DEFAULT_COMPRESSION_LEVEL, TraceWriter
 from tests.kineto_reference import convert_events
 

@@ -16,7 +16,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from exporters.analysis.analyze import analyze
 from exporters.analysis.steps import step_table
 from exporters.analysis.tables import Scope, StepsError
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 
 from . import analysis_traces

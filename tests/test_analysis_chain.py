@@ -11,7 +11,7 @@ from pathlib import Path
 from collector import model
 from collector.model import Frame, Stack
 from exporters.analysis.analyze import analyze
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from . import chain_traces as ct
 from .analysis_traces import HOST_STACK, LOOP, PERIOD, SYNC_STACK, TORCH_DATA, _py

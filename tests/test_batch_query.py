@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from collector import model
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 from exporters.perfetto.writer import TraceWriter
 
 from .conftest import run_cli

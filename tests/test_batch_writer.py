@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from collector import model
 from collector.sources.cupti import CuptiSource
 from exporters.perfetto import batch_writer
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 
 REPO = Path(__file__).resolve().parent.parent

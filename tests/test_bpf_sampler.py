@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporters.folded.folded import fold
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from tests.native.bpf_harness import (
     CPU_SAMPLES_SQL,
     REPO,

@@ -15,7 +15,7 @@ import pytest
 
 from exporters.analysis.analyze import load_for_query
 from exporters.analysis.busy import dense_codes, running_reach, time_order
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 
 from . import analysis_traces

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from exporters.perfetto import engine_snapshot, result_cache
-from exporters.perfetto.cached_trace import CachedTrace, open_cached
-from exporters.perfetto.trace_processor import QueryError, open_trace
+from exporters.perfetto.engine import engine_snapshot, result_cache
+from exporters.perfetto.engine.cached_trace import CachedTrace, open_cached
+from exporters.perfetto.engine.trace_processor import QueryError, open_trace
 
 from .conftest import REPO, run_cli
 
@@ -108,7 +108,7 @@ def test_two_reports_at_once_both_answer_and_so_do_later_ones(
 def _private_cache(tmp_path: Path) -> Path:
     """A cache of this test's own with the built engine module (hard links, as the suite's
     session cache has them), so each look starts from an empty store."""
-    from exporters.perfetto.wasm_engine import WasmTransport
+    from exporters.perfetto.engine.wasm_engine import WasmTransport
 
     WasmTransport().close()  # the session's cache has the compiled module (made once)
     cache = tmp_path / "cache"
@@ -130,7 +130,7 @@ def _fuzz_look(path: Path, root: Path) -> tuple[object, bool]:
     """A look asking in every way the commands do: views (run for effect), rows, columns
     of text and integers (.npz), columns with NULLs and reals (rows), the folded stacks."""
     from exporters.analysis.idle_stacks import fold_mode
-    from exporters.perfetto.views import load_views
+    from exporters.perfetto.engine.views import load_views
 
     with open_cached(path, root=root) as t:
         load_views(t)
@@ -329,7 +329,7 @@ QUERY = "select name, count(*) as n from slice group by 1 order by 2 desc, 1 lim
 def _odd_place(cache: Path, trace: Path, where: str) -> Path:
     """The path `where` names in this trace's cache (the results and snapshot names are the
     ones a look at `trace` uses)."""
-    from exporters.perfetto.cached_trace import _chain, engine_key
+    from exporters.perfetto.engine.cached_trace import _chain, engine_key
 
     key = result_cache.trace_key(trace)
     results = cache / "xpu-perf" / "results"

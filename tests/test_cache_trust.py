@@ -11,7 +11,7 @@ import pytest
 import wasmtime
 
 from collector import cache_trust, inject_build
-from exporters.perfetto import wasm_engine
+from exporters.perfetto.engine import wasm_engine
 
 from .cache_attacks import OTHER_UID
 

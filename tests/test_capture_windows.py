@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from .fake_cupti.build import FakeCupti
 from .test_cupti_fake import (

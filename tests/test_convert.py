@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from .conftest import EXAMPLE, REPO, load_kineto, run_cli
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from collector import cli
-from exporters.perfetto.trace_processor import _FramingCheck, open_trace
+from exporters.perfetto.engine.trace_processor import _FramingCheck, open_trace
 
 from .conftest import REPO, load_kineto
 

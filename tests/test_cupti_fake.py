@@ -19,8 +19,8 @@ import pytest
 from collector import model
 from collector.sources.cupti import CuptiSource
 from collector.sources.cupti_stream import read_stream
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 
 from .conftest import REPO
 from .fake_cupti.build import FakeCupti, cupti_headers

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from exporters.analysis import device_memory
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 
 from .fake_cupti.build import FakeCupti, cupti_headers
 from .test_cupti_fake import metadata, record

@@ -18,8 +18,8 @@ import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 from exporters.perfetto.writer import TraceWriter
 from tests.native.bpf_harness import requires_bpf
 

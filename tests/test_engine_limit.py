@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from exporters.perfetto import wasm_engine
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
+from exporters.perfetto.engine import wasm_engine
+from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError, open_trace
 
 from .conftest import REPO
 

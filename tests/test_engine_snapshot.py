@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from exporters.analysis.idle_stacks import fold_mode
-from exporters.perfetto import engine_snapshot, result_cache
-from exporters.perfetto.cached_trace import CachedTrace, open_cached
-from exporters.perfetto.trace_processor import QueryError, Trace, open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine import engine_snapshot, result_cache
+from exporters.perfetto.engine.cached_trace import CachedTrace, open_cached
+from exporters.perfetto.engine.trace_processor import QueryError, Trace, open_trace
+from exporters.perfetto.engine.views import load_views
 
 from .cache_attacks import LOOSENED, loosen
 from .conftest import run_cli

@@ -16,8 +16,8 @@ from collector.gpu_metrics.sampler import MAX_FAILED_READS, CounterSampler
 from collector.recording.gpu_metrics import GpuMetricsRecording
 from collector.recording.trace import write_trace
 from exporters.analysis import gpu_metrics
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 from exporters.perfetto.writer import TraceWriter
 
 from .fake_nvml import (

@@ -14,8 +14,8 @@ import pytest
 
 from collector import model
 from exporters.analysis.analyze import load_for_query as load_analysis
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 from exporters.perfetto.writer import TraceWriter
 
 from .conftest import REPO, run_cli

@@ -53,8 +53,8 @@ def test_every_flow_event_is_a_flow_or_counted(tmp_path: Path) -> None:
     """Flow events that make no flow are counted by category and reason, as the object
     path words them: a second start under one id, a start without an end, an end without
     a start, an end at no complete event, a pair from an event to itself."""
-    from exporters.perfetto.trace_processor import open_trace
-    from exporters.perfetto.views import load_views
+    from exporters.perfetto.engine.trace_processor import open_trace
+    from exporters.perfetto.engine.views import load_views
 
     x = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "dur": 1.0}
     events: list[dict[str, Any]] = [
@@ -226,7 +226,7 @@ def test_slices_after_a_batch_in_one_stream_are_written(tmp_path: Path) -> None:
     the slices after it went to the old one, never written (the columnar conversion
     yields object slices between its batches)."""
     from collector import model
-    from exporters.perfetto.trace_processor import open_trace
+    from exporters.perfetto.engine.trace_processor import open_trace
     from exporters.perfetto.writer import TraceWriter
 
     def columns(gpu: bool) -> model.SliceColumns:

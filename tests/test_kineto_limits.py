@@ -14,7 +14,7 @@ import pytest
 
 from collector.sources import json_limits, kineto, kineto_columns
 from collector.sources.json_limits import MAX_DEPTH, MAX_EVENT_BYTES, MAX_MEMBERS
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from .conftest import run_cli
 from .kineto_reference import convert_events

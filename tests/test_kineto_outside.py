@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 
 from .conftest import REPO, load_kineto, run_cli
 

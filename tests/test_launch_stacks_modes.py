@@ -13,8 +13,8 @@ from collector.errors import UserError
 from collector.inject_build import BuildError
 from collector.recording.selection import resolve_launch_stacks
 from collector.setup_check import Problem
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 from tests.native.bpf_harness import requires_bpf
 from tests.native.build import build_all
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from exporters.perfetto.trace_processor import Trace, open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import Trace, open_trace
+from exporters.perfetto.engine.views import load_views
 
 from .conftest import run_cli
 from .rank_traces import (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from .conftest import REPO, run_cli
 from .native.bpf_harness import bpf_unavailable_reason

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from .conftest import REPO, run_cli
 from .fake_cupti.build import FakeCupti, cupti_headers

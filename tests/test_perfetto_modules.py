@@ -1,4 +1,6 @@
-"""The layout of exporters/perfetto: modules that a reader can take one at a time.
+"""The layout of exporters/perfetto (the encoder) and exporters/perfetto/engine (the reading
+engine): modules that a reader can take one at a time.  A module of the engine is named
+`engine.<module>` here.
 
 - no import cycle among the package's modules (imports under TYPE_CHECKING and inside
   functions count too: a cycle is one for the reader whatever the interpreter does);
@@ -16,6 +18,7 @@ from pathlib import Path
 
 PACKAGE = "exporters.perfetto"
 ROOT = Path(__file__).resolve().parent.parent / "exporters/perfetto"
+SUBPACKAGES = (PACKAGE, PACKAGE + ".engine")
 
 
 def _private(name: str) -> bool:
@@ -23,7 +26,15 @@ def _private(name: str) -> bool:
 
 
 def _modules() -> dict[str, ast.Module]:
-    return {p.stem: ast.parse(p.read_text(), str(p)) for p in sorted(ROOT.glob("*.py"))}
+    return {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts): ast.parse(p.read_text(), str(p))
+        for p in sorted(ROOT.rglob("*.py"))
+    }
+
+
+def _relative(module: str) -> str:
+    """exporters.perfetto.engine.views -> engine.views (the key of _modules)."""
+    return module[len(PACKAGE) + 1 :]
 
 
 def _package_imports(tree: ast.Module) -> list[tuple[str, list[str], int]]:
@@ -35,14 +46,15 @@ def _package_imports(tree: ast.Module) -> list[tuple[str, list[str], int]]:
             if node.level:  # relative: from . import x / from .x import y
                 base = f"{PACKAGE}.{base}" if base else PACKAGE
             names = [a.name for a in node.names]
-            if base == PACKAGE:  # from exporters.perfetto import wire, writer
-                out += [(name, [], node.lineno) for name in names]
+            if base in SUBPACKAGES:  # from exporters.perfetto import wire, writer
+                prefix = _relative(base) + "." if base != PACKAGE else ""
+                out += [(prefix + name, [], node.lineno) for name in names]
             elif base.startswith(PACKAGE + "."):
-                out.append((base[len(PACKAGE) + 1 :], names, node.lineno))
+                out.append((_relative(base), names, node.lineno))
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith(PACKAGE + "."):
-                    out.append((alias.name[len(PACKAGE) + 1 :].split(".")[0], [], node.lineno))
+                    out.append((_relative(alias.name), [], node.lineno))
     return out
 
 
@@ -80,7 +92,7 @@ def test_no_private_names_across_modules() -> None:
         for module, imported, line in _package_imports(tree):
             problems += [f"{name}.py:{line}: imports {module}.{n}" for n in imported if _private(n)]
             if not imported:
-                package_aliases.add(module)
+                package_aliases.add(module.rsplit(".", 1)[-1])
         foreign = set().union(*(defined[m] for m in modules if m != name)) - defined[name]
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Attribute) and _private(node.attr)):
@@ -130,6 +142,7 @@ def test_checks_see_what_they_forbid(tmp_path: Path) -> None:
         "from exporters.perfetto.writer import _Sequence\n"
         "from exporters.perfetto import wire\n"
         "from . import lanes\n"
+        "from exporters.perfetto.engine import views\n"
         "def f(prod):\n"
         "    wire._SMALL\n"
         "    lanes._x\n"
@@ -142,6 +155,7 @@ def test_checks_see_what_they_forbid(tmp_path: Path) -> None:
     imports = _package_imports(tree)
     assert ("writer", ["_Sequence"], 1) in imports
     assert ("wire", [], 2) in imports and ("lanes", [], 3) in imports
+    assert ("engine.views", [], 4) in imports
     assert _defined_private_names(tree) == {"_own"}
     attrs = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
     assert sorted(attrs) == ["_SMALL", "_latest", "_own", "_seq", "_x"]

@@ -17,8 +17,8 @@ import pytest
 
 from collector.gpu_metrics import catalog
 from exporters.analysis import gpu_metrics
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 
 from .conftest import REPO
 from .fake_cupti.build import FakeCupti

@@ -19,7 +19,7 @@ import pytest
 from collector.recording.kept_streams import GPU_STREAMS, KeptSource
 from collector.recording.program_profiler import injection_tool
 from collector.sources.cupti_program import caller_label
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from .conftest import REPO
 from .fake_cupti.build import FakeCupti, cupti_headers

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from collector import frames as predicates
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.report.queries import collect
 
 from .conftest import REPO, run_cli

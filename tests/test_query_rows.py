@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 STATEMENTS = [
     # ints, strings, NULLs (a slice's parent, a missing arg) and floats, many rows

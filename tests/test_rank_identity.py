@@ -10,8 +10,8 @@ import struct
 from pathlib import Path
 
 from collector.sources.cupti_stream import MAGIC, load_schema, process_info, read_stream
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 
 from .conftest import run_cli
 

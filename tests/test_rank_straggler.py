@@ -121,7 +121,7 @@ def test_unmarked_steps_are_detected_per_rank(tmp_path: Path) -> None:
     """No range marks the steps: each rank's launch sequence is its own (both ranks get
     their steps, not only the one that launches most)."""
     from exporters.analysis.analyze import analyze
-    from exporters.perfetto.trace_processor import open_trace
+    from exporters.perfetto.engine.trace_processor import open_trace
 
     path = _job(tmp_path / "ddp.pftrace", ranges=False)
     with open_trace(path) as t:
@@ -142,7 +142,7 @@ def test_unmarked_steps_are_detected_per_rank(tmp_path: Path) -> None:
 def test_plain_report_says_which_rank_a_finding_is_of(tmp_path: Path) -> None:
     """`report` on the same trace: the host work between launches is rank 1's."""
     from exporters.analysis.analyze import analyze
-    from exporters.perfetto.trace_processor import open_trace
+    from exporters.perfetto.engine.trace_processor import open_trace
 
     path = _job(tmp_path / "ddp.pftrace")
     with open_trace(path) as t:

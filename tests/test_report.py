@@ -14,7 +14,7 @@ import pytest
 
 from collector.frame_names import kernel_labels, short_name
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
-from exporters.perfetto.trace_processor import Trace, open_trace
+from exporters.perfetto.engine.trace_processor import Trace, open_trace
 from exporters.report.html_page import FLAME_ID
 from exporters.report.queries import Report, Section, collect
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 from exporters.report.queries import collect
 

@@ -130,8 +130,8 @@ def test_analysis_steps_per_rank_on_a_merged_trace(converted: list[Path], tmp_pa
     and each step's busy time, by kind, is that rank's own GPU work (the ranks' devices and
     processes kept apart, the skewed rank's clock aligned)."""
     from exporters.analysis import tables
-    from exporters.perfetto.trace_processor import open_trace
-    from exporters.perfetto.views import load_views
+    from exporters.perfetto.engine.trace_processor import open_trace
+    from exporters.perfetto.engine.views import load_views
 
     merged = tmp_path / "merged.perfetto-trace"
     run_cli("merge", "-o", merged, *converted, "--align", "nccl", check=True)

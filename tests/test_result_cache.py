@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from exporters.analysis.idle_stacks import fold_mode
-from exporters.perfetto import result_cache
-from exporters.perfetto.cached_trace import CachedTrace, open_cached
-from exporters.perfetto.trace_processor import QueryError, Trace, open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine import result_cache
+from exporters.perfetto.engine.cached_trace import CachedTrace, open_cached
+from exporters.perfetto.engine.trace_processor import QueryError, Trace, open_trace
+from exporters.perfetto.engine.views import load_views
 
 from .cache_attacks import LOOSENED, loosen
 from .conftest import run_cli
@@ -226,7 +226,7 @@ def test_an_engine_failure_is_not_kept(
     trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Out of memory is about this run's heap, not the statement: the next look asks again."""
-    from exporters.perfetto import wasm_engine
+    from exporters.perfetto.engine import wasm_engine
 
     root = tmp_path / "results"
     pairs = "create perfetto table pairs as select a.id as a, b.id as b from slice a, slice b"
@@ -313,7 +313,7 @@ def test_int_and_text_columns_are_kept_in_numpys_format(trace: Path, tmp_path: P
 def test_a_table_python_wrote_is_replayed_for_a_new_statement(trace: Path, tmp_path: Path) -> None:
     """A table of Python's rows is chained by their digest, not written to the engine on a
     look the store answers, and written when a later statement needs the engine."""
-    from exporters.perfetto.trace_processor import ArrayTable
+    from exporters.perfetto.engine.trace_processor import ArrayTable
 
     root = tmp_path / "results"
     table = ArrayTable(

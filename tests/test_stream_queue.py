@@ -12,7 +12,7 @@ import pytest
 
 from exporters.analysis import analyze
 from exporters.analysis.stream_queue import depth_per_stream
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 
 def _reference(ops: list[tuple[int, int, int]]) -> list[tuple[int, int, float, int]]:

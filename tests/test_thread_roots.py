@@ -14,7 +14,7 @@ from collector import model
 from collector.model import Frame, Stack
 from exporters.analysis.tables import DEFAULT_SCOPE
 from exporters.folded.folded import fold
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.report.queries import collect
 
 from .conftest import REPO, run_cli

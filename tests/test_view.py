@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from collector import model
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 from exporters.report.ui_server import INTERNAL_USER_SCRIPT, serve_ui, start_in_thread
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from exporters.analysis import annotate
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.report.ui_opening import find_opening
 
 from .browser import Chromium, is_local

@@ -26,8 +26,8 @@ import pytest
 from collector import model
 from collector.inject_build import build_sampler
 from collector.sources.cpu_stream import InprocessCpuSource
-from exporters.perfetto.trace_processor import Trace, open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import Trace, open_trace
+from exporters.perfetto.engine.views import load_views
 
 from .conftest import REPO, run_cli
 from .fake_cupti.build import FakeCupti, cupti_headers

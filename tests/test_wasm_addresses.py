@@ -4,7 +4,7 @@ Python negative.  A reply the engine hands over from there must be read from the
 
 from __future__ import annotations
 
-from exporters.perfetto.wasm_engine import WasmTransport
+from exporters.perfetto.engine.wasm_engine import WasmTransport
 
 HIGH = 2**31 + 5 * 65536 + 123  # an address past 2 GiB
 

@@ -13,7 +13,7 @@ import pytest
 from collector.inject_build import BuildError
 from exporters.analysis.tables import Scope
 from exporters.folded.folded import fold
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.report.queries import collect
 
 from .fake_cupti.build import FakeCupti, build_fake

@@ -13,7 +13,7 @@ from collector import model
 from exporters.perfetto import compression
 from exporters.perfetto import producer as producer_module
 from exporters.perfetto import writer as writer_module
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 
 PID = 42
@@ -171,7 +171,7 @@ def test_tracks_lanes_and_samples(tmp_path: Path) -> None:
         assert {r["parent"] for r in tracks} == {"GPU 1 (NVIDIA H100)"}
         assert t.scalar("select count(distinct track_id) from slice where category = 'kernel'") == 2
         assert t.scalar("select name from process where pid = 42") == "python"
-        from exporters.perfetto.views import load_views
+        from exporters.perfetto.engine.views import load_views
 
         load_views(t)
         assert t.scalar("select count(*) from xpu_cpu_sample") == 1

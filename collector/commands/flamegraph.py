@@ -13,9 +13,9 @@ from collector.errors import UserError
 from collector.files import check_output
 from exporters.analysis.idle_stacks import MODES, fold_mode
 from exporters.folded.folded import UNITS, FoldedError
-from exporters.perfetto.cached_trace import open_cached
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError
-from exporters.perfetto.views import WindowError
+from exporters.perfetto.engine.cached_trace import open_cached
+from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
+from exporters.perfetto.engine.views import WindowError
 from exporters.report import units
 from exporters.report.flamegraph import render_svg
 from exporters.report.scope import SPAN_HELP, SPANS, describe_weights, stack_span

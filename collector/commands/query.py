@@ -16,11 +16,11 @@ from rich.table import Table
 
 from collector import visible_text
 from collector.errors import UserError
-from exporters.perfetto import cache_settings
-from exporters.perfetto.cached_trace import open_cached
-from exporters.perfetto.result_cache import ENV_DISABLE
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine import cache_settings
+from exporters.perfetto.engine.cached_trace import open_cached
+from exporters.perfetto.engine.result_cache import ENV_DISABLE
+from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
+from exporters.perfetto.engine.views import load_views
 
 
 def add_trace_processor_flag(p: argparse.ArgumentParser) -> None:

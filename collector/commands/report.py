@@ -12,11 +12,11 @@ from collector.commands.frame_flags import add_frame_flags
 from collector.commands.output import check_outputs, write_output
 from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
-from exporters.analysis.annotate import annotation_marks, write_annotated
+from exporters.analysis.annotate import Mark, add_marks, annotation_marks
 from exporters.analysis.tables import Scope, StepsError
 from exporters.folded.folded import FoldedError
-from exporters.perfetto.cached_trace import open_cached
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError
+from exporters.perfetto.engine.cached_trace import open_cached
+from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
 from exporters.report.html_page import render_html
 from exporters.report.queries import DEFAULT_BINS, DEFAULT_TOP, collect
 from exporters.report.scope import SPANS
@@ -175,7 +175,7 @@ def main(args: argparse.Namespace) -> int:
     if args.output is not None:
         write_output(args.output, render_html(report))
     if marks is not None:
-        write_annotated(args.trace, args.annotate, marks)
+        _write_annotated(args.trace, args.annotate, marks)
     if args.format == "json":
         assert report.analysis is not None
         print(json.dumps({"trace": str(args.trace), **report.analysis.to_json()}, indent=1))
@@ -185,3 +185,10 @@ def main(args: argparse.Namespace) -> int:
         if out is not None:
             print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def _write_annotated(source: Path, output: Path, marks: list[Mark]) -> None:
+    """The annotated copy: the merge of the one input, plus the analysis's marks."""
+    from collector.merge.traces import merge_traces
+
+    merge_traces([source], output, add_events=lambda writer: add_marks(writer, marks))

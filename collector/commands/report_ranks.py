@@ -16,9 +16,9 @@ from collector.commands.query import emit
 from collector.errors import UserError
 from collector.visible_text import printable_lines
 from exporters.analysis.tables import StepsError
-from exporters.perfetto.cached_trace import open_cached
-from exporters.perfetto.trace_processor import QueryError, TraceOpenError
-from exporters.perfetto.views import WindowError
+from exporters.perfetto.engine.cached_trace import open_cached
+from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
+from exporters.perfetto.engine.views import WindowError
 from exporters.report.ranks import (
     COLLECTIVES_COLUMN,
     DEFAULT_STEPS,

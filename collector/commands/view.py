@@ -84,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
 def _opening(args: argparse.Namespace) -> Opening | None:
     """Where the UI opens; None (the whole run, said on stderr) where the analysis cannot
     tell: the UI may still show what the engine here cannot read."""
-    from exporters.perfetto.trace_processor import QueryError, TraceOpenError
+    from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
 
     with args.trace.open("rb") as f:
         protobuf = f.read(1) == b"\x0a"  # TracePacket field 1 (ui_server.TRACE_MAGIC)

@@ -58,8 +58,8 @@ class NcclAlignment:
 def collective_ends(path: Path, shell: str | None) -> dict[Key, list[int]]:
     """(name, k) -> the end of the k-th kernel of that name on each stream of the trace."""
     # Imported here: a merge without --align nccl never loads the query engine.
-    from exporters.perfetto.trace_processor import QueryError, TraceOpenError, open_trace
-    from exporters.perfetto.views import load_views
+    from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError, open_trace
+    from exporters.perfetto.engine.views import load_views
 
     try:
         with open_trace(path, shell) as trace:

@@ -24,8 +24,8 @@ from exporters.analysis.idle import IdleSummary, summary
 from exporters.analysis.launches import LaunchStats, launch_stats
 from exporters.analysis.steps import StepSummary, step_table
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
-from exporters.perfetto.trace_processor import Trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import Trace
+from exporters.perfetto.engine.views import load_views
 
 __all__ = ["Analysis", "Scope", "analyze", "load", "load_for_query"]
 

@@ -3,16 +3,15 @@ steps per process and a track per device of the classified GPU idle gaps, so the
 shows them beside the GPU streams (`view` pins them at the top: exporters/report/ui_opening.py).
 A gap is named in words with where its cause ran ("data loading: Dataset.__getitem__
 (data.py:41)"), so the UI's search finds it by either; arg `cause` keeps the class's key.
-The copy is written by the merge of the one input (the encoder's packet pass-through, in
-the trace's BOOTTIME domain, which is trace_processor's timeline)."""
+The command writes the copy by the merge of the one input (the encoder's packet pass-through,
+in the trace's BOOTTIME domain, which is trace_processor's timeline) with `add_marks`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from exporters.analysis import causes, locations
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 STEP_LANE = "steps: "  # + the process's name
 GAP_LANE = "GPU idle: "  # + the device's track name
@@ -128,11 +127,8 @@ def gap_locations(trace: Trace) -> dict[int, str]:
     return found
 
 
-def write_annotated(source: Path, output: Path, marks: list[Mark]) -> None:
-    from collector.merge.traces import merge_traces
-
-    def add(writer: object) -> None:
-        for m in marks:
-            writer.add_tool_slice(m.lane, m.ts, m.dur, m.name, CATEGORY, m.args)  # type: ignore[attr-defined]
-
-    merge_traces([source], output, add_events=add)
+def add_marks(writer: object, marks: list[Mark]) -> None:
+    """Write the marks as tool slices; the command passes this to the merge that copies the
+    trace (readers never import the merge: the command layer wires the two)."""
+    for m in marks:
+        writer.add_tool_slice(m.lane, m.ts, m.dur, m.name, CATEGORY, m.args)  # type: ignore[attr-defined]

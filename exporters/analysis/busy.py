@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from exporters.perfetto.trace_processor import ArrayTable, Trace, table_sql
+from exporters.perfetto.engine.trace_processor import ArrayTable, Trace, table_sql
 
 # Kinds of work, as the analysis names them; 'any' is every op of a device.
 KINDS = ("any", "compute", "nccl", "memcpy", "memset")

@@ -9,7 +9,7 @@ from importlib import resources
 
 from exporters.analysis import gpu_metrics, launches
 from exporters.analysis.idle import Site, call_sites
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 
 @dataclass(frozen=True)

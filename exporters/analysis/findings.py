@@ -15,7 +15,7 @@ from typing import Any
 from exporters.analysis import follow, idle
 from exporters.analysis.idle import IdleSummary, Site
 from exporters.analysis.launches import LaunchStats
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 MIN_SHARE = 0.03
 # FP32 GEMMs must be at least this share of the GPU's compute time to be worth a finding.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from exporters.analysis import locations
 from exporters.analysis.idle import Site
 from exporters.analysis.tables import sample_period_ns
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 if TYPE_CHECKING:
     import numpy as np

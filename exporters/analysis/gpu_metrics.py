@@ -8,7 +8,7 @@ from importlib import resources
 from typing import Any
 
 from collector.gpu_metrics import catalog
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 # The counters a kernel is ranked by and shown with, in this order.
 KERNEL_METRICS = (

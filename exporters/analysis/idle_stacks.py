@@ -17,7 +17,7 @@ from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.folded.folded import MODES as FOLD_MODES
 from exporters.folded.folded import FoldedError, FoldedStacks, fold, load_stack_tables
 from exporters.folded.frames import filter_folded
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 _SQL = """
 WITH tot AS MATERIALIZED (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from exporters.analysis.busy import KINDS, NO_DEVICE, covered, dense_codes, gpu_busy
-from exporters.perfetto.trace_processor import Trace, table_sql
+from exporters.perfetto.engine.trace_processor import Trace, table_sql
 
 OTHER = ("nccl", "memcpy", "memset")
 COLUMNS = ("device_track_id", "kind", "overlap_ns")

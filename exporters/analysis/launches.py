@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from exporters.perfetto.trace_processor import Trace, sql_literal
+from exporters.perfetto.engine.trace_processor import Trace, sql_literal
 
 
 def load_stack_lookup(trace: Trace) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from collector import frames
 from collector.frame_names import shorten_stack
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 # Python code that is not the user's: installed packages and the standard library.
 _LIBRARY_PATH = re.compile(r"/(site|dist)-packages/|/lib/python\d[\d.]*/|^<frozen ")

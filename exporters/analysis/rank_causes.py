@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from exporters.analysis import causes, idle
 from exporters.analysis.idle import Site
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from importlib import resources
 import numpy as np
 
 from exporters.analysis.busy import KINDS, covered, dense_codes, gpu_busy
-from exporters.perfetto.trace_processor import ArrayTable, Trace
+from exporters.perfetto.engine.trace_processor import ArrayTable, Trace
 
 # A step of no device (its process launched nothing and the trace has no device) matches
 # no island; busy.NO_DEVICE (-1) is the device of ops under no device track, which SQL's

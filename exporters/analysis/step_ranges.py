@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 DEFAULT_STEPS = "ProfilerStep#*"
 MIN_STEPS = 3

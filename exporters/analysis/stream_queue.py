@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from exporters.analysis.busy import dense_codes, gpu_busy, track_names
-from exporters.perfetto.trace_processor import Trace, table_sql
+from exporters.perfetto.engine.trace_processor import Trace, table_sql
 
 COLUMNS = ("device_track_id", "device", "stream", "max_depth", "mean_depth_at_launch", "launches")
 

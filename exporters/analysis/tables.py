@@ -1,7 +1,7 @@
 """Loads the analysis tables (span.sql, busy.py's gap openings, gaps.sql, steps.sql,
 step_busy.py) into an opened trace, once.
 
-Needs the shared views (exporters/perfetto/views.py).  The tables depend on the span asked
+Needs the shared views (exporters/perfetto/engine/views.py).  The tables depend on the span asked
 for and on how steps are found, so a trace holds one set of them; a second load must ask
 for the same."""
 
@@ -12,7 +12,7 @@ from importlib import resources
 
 from exporters.analysis.step_ranges import DEFAULT_STEPS, StepsError, choose
 from exporters.folded.folded import recorded_frequency
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 __all__ = ["DEFAULT_SCOPE", "DEFAULT_STEPS", "Scope", "StepsError", "load"]
 # A host part shorter than this between two launches is the launch path itself.

@@ -1,7 +1,7 @@
 -- xpu_wait (the blocked-time contract, issue 37): one blocking call on one thread over the
 -- recorder's threshold, a slice of category 'wait' on the thread's track, its call in
 -- `debug.call` and its stack at entry interned like a launch stack.  The recorder's views
--- (exporters/perfetto/xpu_views.sql) define it where the trace can hold waits; this is the
+-- (exporters/perfetto/engine/xpu_views.sql) define it where the trace can hold waits; this is the
 -- same definition for the analysis where they do not (it is then empty on such a trace).
 CREATE PERFETTO VIEW xpu_wait AS
 SELECT s.id, s.ts, s.dur, s.utid,

@@ -19,8 +19,8 @@ from importlib import resources
 from collector.frame_names import shorten_stack
 from collector.visible_text import printable
 from exporters.folded.frames import filter_folded
-from exporters.perfetto.trace_processor import Trace
-from exporters.perfetto.views import WindowError, load_views
+from exporters.perfetto.engine.trace_processor import Trace
+from exporters.perfetto.engine.views import WindowError, load_views
 
 MODES = ("merge", "gpu", "cpu")
 UNITS = ("ns", "us", "samples")

@@ -1,5 +1,5 @@
 -- Folded stacks, one row per distinct stack, weights in ns (GPU) or sample counts (CPU).
--- Needs the views of exporters/perfetto/xpu_views.sql.
+-- Needs the views of exporters/perfetto/engine/xpu_views.sql.
 
 -- Callsite -> 'root;...;leaf' of demangled frame names, and the same frames' modules
 -- (mapping names: an ELF path, a Python frame's source file) in `modules`, so readers can

@@ -19,7 +19,7 @@ from exporters.analysis.busy import (
     running_reach,
     track_names,
 )
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 DEVICE = "*"  # the stream name of a device's own row
 

@@ -9,7 +9,7 @@ from collector.gpu_metrics import catalog
 from exporters.analysis import device_memory, gpu_metrics
 from exporters.analysis.analyze import Analysis
 from exporters.analysis.idle import Site
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 from exporters.report import units
 from exporters.report.sections import Column, Section
 

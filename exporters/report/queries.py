@@ -16,8 +16,8 @@ from exporters.analysis.gpu_metrics import source_facts
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.folded import frames
 from exporters.folded.folded import FoldedError, FoldedStacks, fold
-from exporters.perfetto.trace_processor import Trace
-from exporters.perfetto.views import WindowError, load_views
+from exporters.perfetto.engine.trace_processor import Trace
+from exporters.perfetto.engine.views import WindowError, load_views
 from exporters.report import top_functions, units
 from exporters.report.analysis_sections import (
     analysis_facts,

@@ -15,8 +15,8 @@ from typing import Any
 
 from collector.visible_text import printable
 from exporters.analysis.tables import span_sql
-from exporters.perfetto.trace_processor import Trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import Trace
+from exporters.perfetto.engine.views import load_views
 from exporters.report.cells import distinct_tails
 from exporters.report.queries import Column, Section, sql_text
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from exporters.analysis.analyze import load
 from exporters.analysis.tables import Scope
 from exporters.folded.folded import FoldedStacks
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 from exporters.report import units
 
 SPANS = ("steps", "active", "all")

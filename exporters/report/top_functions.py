@@ -19,7 +19,7 @@ from collector import frames as predicates
 from collector.frame_names import short_name
 from collector.frames import apply_filters
 from exporters.folded.frames import folded_frames
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 TITLE = "Top functions by self time (CPU samples)"
 TOTAL_TITLE = "Top functions by total time (CPU samples)"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from exporters.perfetto.trace_processor import Trace
+    from exporters.perfetto.engine.trace_processor import Trace
 
 SPANS = ("steps", "active", "all")
 # What `report --annotate` writes (exporters/analysis/annotate.py): its lanes' names.
@@ -72,8 +72,8 @@ def find_opening(trace_path: Path, span: str = "steps", steps_glob: str | None =
     (TraceOpenError, QueryError)."""
     # Imported here: `view --help` loads no query engine (tests/test_command_imports.py).
     from exporters.analysis import tables
-    from exporters.perfetto.cached_trace import open_cached
-    from exporters.perfetto.views import load_views
+    from exporters.perfetto.engine.cached_trace import open_cached
+    from exporters.perfetto.engine.views import load_views
 
     scope = tables.Scope(span_all=span == "all", steps_glob=steps_glob or None)
     with open_cached(trace_path) as trace:

@@ -115,7 +115,7 @@ def check_trace(path: Path) -> None:
     regular file (never a FIFO) of a trace format, and a Perfetto protobuf trace whole, as
     every other command requires (the UI would show a truncated one as if complete)."""
     # Imported here: `view --help` loads no query engine (tests/test_command_imports.py).
-    from exporters.perfetto.trace_processor import (
+    from exporters.perfetto.engine.trace_processor import (
         TraceOpenError,
         check_complete,
         check_trace_file,

@@ -18,7 +18,7 @@ import pytest
 
 from collector.inject_build import build_sampler
 from collector.recording.python_names import HOOK_DIRECTORY
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from ..conftest import REPO
 from .support import assert_one_line_error, entries, require_root

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from ..conftest import REPO
 from .support import assert_one_line_error, cli, entries

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 from tests.fake_cupti.build import FakeCupti
 
 from ..conftest import REPO

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from exporters.perfetto.trace_processor import open_trace
-from exporters.perfetto.views import load_views
+from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.engine.views import load_views
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ requires_bpf = pytest.mark.skipif(
 
 
 def record_cmd(out: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "collector.sources.bcc_record", "-o", str(out), *args]
+    return [sys.executable, "-m", "collector.recording.bcc_record", "-o", str(out), *args]
 
 
 def record(out: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -79,7 +79,7 @@ def record(out: Path, *args: str, timeout: float = 120) -> subprocess.CompletedP
 
 
 def query(trace: Path, sql: str) -> list[dict[str, Any]]:
-    """Rows of `sql`, which may use the shared views (exporters/perfetto/xpu_views.sql)."""
+    """Rows of `sql`, which may use the shared views (exporters/perfetto/engine/xpu_views.sql)."""
     with open_trace(trace) as tp:
         load_views(tp)
         return tp.query(sql)

@@ -48,7 +48,7 @@ from typing import Any
 
 from collector import cache_trust
 from collector.files import OutputFile
-from exporters.perfetto import cache_settings
+from exporters.perfetto.engine import cache_settings
 
 ENV_DISABLE = cache_settings.ENV_DISABLE
 FORMAT = 2  # bump when what a file holds changes
@@ -306,7 +306,7 @@ class ResultStore:
         anything else (the caller keeps it as rows)."""
         import numpy as np
 
-        from exporters.perfetto.trace_processor import typed_column
+        from exporters.perfetto.engine.trace_processor import typed_column
 
         arrays: dict[str, Any] = {"names": np.array(list(columns), dtype=str)}
         for i, cells in enumerate(map(typed_column, columns.values())):

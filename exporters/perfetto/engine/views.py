@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from exporters.perfetto.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace
 
 
 class WindowError(Exception):
@@ -15,7 +15,7 @@ class WindowError(Exception):
 
 
 def _sql(name: str) -> str:
-    return resources.files("exporters.perfetto").joinpath(name).read_text()
+    return resources.files("exporters.perfetto.engine").joinpath(name).read_text()
 
 
 def load_views(trace: Trace, window: int | None = None, gpu_op_table: bool = False) -> None:

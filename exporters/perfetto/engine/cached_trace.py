@@ -31,16 +31,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from exporters.perfetto import answer_shape, cache_settings
-from exporters.perfetto.engine_snapshot import EngineSnapshots
-from exporters.perfetto.result_cache import (
+from exporters.perfetto.engine import answer_shape, cache_settings
+from exporters.perfetto.engine.engine_snapshot import EngineSnapshots
+from exporters.perfetto.engine.result_cache import (
     FORMAT,
     MAX_CELLS,
     Outcome,
     ResultStore,
     trace_key,
 )
-from exporters.perfetto.trace_processor import (
+from exporters.perfetto.engine.trace_processor import (
     ArrayTable,
     QueryError,
     Trace,

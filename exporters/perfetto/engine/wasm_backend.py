@@ -17,7 +17,7 @@ class WasmRpcBackend(TraceProcessorRpc):
     def __init__(self, protos: ProtoFactory) -> None:
         # Imported here: wasmtime is only for the embedded engine (a native shell, and
         # any command that never opens a trace, do without it).
-        from exporters.perfetto.wasm_engine import WasmTransport
+        from exporters.perfetto.engine.wasm_engine import WasmTransport
 
         super().__init__(WasmTransport(), protos)
 

@@ -1,6 +1,6 @@
 """Standalone eBPF recording: run a command under the bcc sources and write one trace.
 
-    python -m collector.sources.bcc_record -o out.perfetto-trace [--freq 99] \
+    python -m collector.recording.bcc_record -o out.perfetto-trace [--freq 99] \
         [--uprobe LIB:SYMBOL]... [--marker LIB] [--duration S] -- CMD...
 
 What `xpu-perf record --no-gpu` does with the CPU sampler and launch uprobes, kept as a thin
@@ -33,7 +33,7 @@ def _parse_probe(text: str) -> LaunchProbe:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m collector.sources.bcc_record", description=__doc__.split("\n")[0]
+        prog="python -m collector.recording.bcc_record", description=__doc__.split("\n")[0]
     )
     parser.add_argument("-o", "--output", type=Path, default=Path("ebpf.perfetto-trace"))
     parser.add_argument(

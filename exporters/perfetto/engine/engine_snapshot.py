@@ -59,11 +59,11 @@ from typing import TYPE_CHECKING
 
 from collector import cache_trust
 from collector.files import OutputFile
-from exporters.perfetto import cache_settings
+from exporters.perfetto.engine import cache_settings
 
 if TYPE_CHECKING:
-    from exporters.perfetto.trace_processor import Trace
-    from exporters.perfetto.wasm_engine import WasmTransport
+    from exporters.perfetto.engine.trace_processor import Trace
+    from exporters.perfetto.engine.wasm_engine import WasmTransport
 
 ENV_CAP_MB = cache_settings.ENV_ENGINE_MB
 DEFAULT_CAP_MB = cache_settings.DEFAULT_ENGINE_MB
@@ -101,7 +101,7 @@ def cap_bytes() -> int:
 def snapshot_name(trace_key: str) -> str:
     """The trace's key and the embedded engine's build: a snapshot from another build is
     never restored."""
-    from exporters.perfetto.wasm_engine import engine_identity
+    from exporters.perfetto.engine.wasm_engine import engine_identity
 
     h = hashlib.blake2b(digest_size=20)
     for part in (f"engine snapshot {FORMAT}", trace_key, engine_identity()):
@@ -299,9 +299,9 @@ class EngineSnapshots:
         outside: tuple[int, ...],
         mapped: bool,
     ) -> Trace | None:
-        from exporters.perfetto.trace_processor import Trace
-        from exporters.perfetto.wasm_backend import EmbeddedTraceProcessor
-        from exporters.perfetto.wasm_engine import WasmEngineError, heap_max_bytes
+        from exporters.perfetto.engine.trace_processor import Trace
+        from exporters.perfetto.engine.wasm_backend import EmbeddedTraceProcessor
+        from exporters.perfetto.engine.wasm_engine import WasmEngineError, heap_max_bytes
 
         if heap_bytes > heap_max_bytes():
             return None  # a smaller ceiling this run (XPU_PERF_ENGINE_HEAP_MB): load it
@@ -403,7 +403,7 @@ def _read_pages(fd: int, heap: memoryview, runs: list[tuple[int, int]]) -> None:
     """The snapshot's pages into the heap, a few parts at once: each reader faults its part
     in and copies into it, which the kernel does on both cores (0.15 s instead of 0.27 s
     for a 627 MB heap)."""
-    from exporters.perfetto.wasm_engine import prefault
+    from exporters.perfetto.engine.wasm_engine import prefault
 
     def read(part: tuple[int, int, int]) -> None:
         at, offset, size = part
@@ -466,7 +466,7 @@ def _maps_safely(fd: int, runs: list[tuple[int, int]]) -> bool:
 def _map_pages(fd: int, heap: memoryview, runs: list[tuple[int, int]]) -> None:
     """The snapshot's runs mapped over the heap, copy on write: no copy now, the pages come
     from the page cache as they are read (the checksum reads each once)."""
-    from exporters.perfetto.wasm_engine import map_private
+    from exporters.perfetto.engine.wasm_engine import map_private
 
     offsets, _ = _run_offsets(runs)
     for (first, pages), offset in zip(runs, offsets, strict=True):

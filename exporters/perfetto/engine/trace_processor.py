@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
     from perfetto.trace_processor import TraceProcessor
 
-    from exporters.perfetto.wasm_engine import WasmTransport
+    from exporters.perfetto.engine.wasm_engine import WasmTransport
 
 # The perfetto package (and numpy, which it imports) is imported where a trace is loaded,
 # not here: a second look answered from the result cache (cached_trace.py) loads nothing,
@@ -269,7 +269,7 @@ class Trace:
 
     def embedded_transport(self) -> WasmTransport | None:
         """The embedded engine under this trace, None with a native shell."""
-        from exporters.perfetto.wasm_engine import WasmTransport
+        from exporters.perfetto.engine.wasm_engine import WasmTransport
 
         transport = getattr(getattr(self._tp, "http", None), "transport", None)
         return transport if isinstance(transport, WasmTransport) else None
@@ -382,8 +382,8 @@ def open_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | Non
         except TraceProcessorException as exc:
             raise TraceOpenError(f"cannot read {trace_path}: {_one_line(str(exc))}") from None
         return Trace(tp)
-    from exporters.perfetto.wasm_backend import EmbeddedTraceProcessor
-    from exporters.perfetto.wasm_engine import WasmEngineError
+    from exporters.perfetto.engine.wasm_backend import EmbeddedTraceProcessor
+    from exporters.perfetto.engine.wasm_engine import WasmEngineError
 
     try:
         framing = _FramingCheck() if _looks_like_proto(trace_path) else None
