@@ -10,7 +10,7 @@ from pathlib import Path
 
 from collector import model
 from exporters.analysis.analyze import analyze
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from .test_steps_found import PID, TID, _Trace
 
