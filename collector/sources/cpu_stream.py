@@ -19,7 +19,12 @@ from pathlib import Path
 from collector import model
 from collector.sources.cupti import stream_paths, stream_pid
 from collector.sources.cupti_launch_stacks import stream_stacks
-from collector.sources.cupti_stream import Stream, process_events, read_streams
+from collector.sources.cupti_stream import (
+    Stream,
+    count_unwritten,
+    process_events,
+    read_streams,
+)
 from collector.symbolize import Symbolizer
 
 STREAM_GLOB = "cpu-*.xpstream"
@@ -72,7 +77,15 @@ class InprocessCpuSource:
         self.symbolizer = symbolizer or Symbolizer()
         self.kernel_stacks = kernel_stacks or {}
         # Read by name in SQL: present when zero too.
-        self.counts: Counter[str] = Counter({"streams_without_counters": 0, "streams_rejected": 0})
+        self.counts: Counter[str] = Counter(
+            {
+                "streams_without_counters": 0,
+                "streams_rejected": 0,
+                # Rows the library could not write (a full disk): its UNWRITTEN block.
+                "unwritten_cpu_samples": 0,
+                "unwritten_waits": 0,
+            }
+        )
         # 'pid N (name)' of each process whose stream has no final counters (killed).
         self.without_final_data: list[str] = []
         # Every pid with a stream file, readable or not (cpu-PID[.N].xpstream).
@@ -86,6 +99,7 @@ class InprocessCpuSource:
 
     def _process(self, stream: Stream) -> Iterator[model.Event]:
         counts = self.counts
+        count_unwritten(stream, counts)  # first: a stream the full disk cut has no more
         info = process_events(stream, counts)
         if info is None:
             # Not even its first write: ended (killed) within its first flush period.

@@ -30,7 +30,12 @@ from collector.sources.cupti_memory import DeviceMemory
 from collector.sources.cupti_nvtx import nvtx_rows
 from collector.sources.cupti_pm_sampling import PmSampling
 from collector.sources.cupti_program import program_client_line
-from collector.sources.cupti_stream import Stream, process_events, read_streams
+from collector.sources.cupti_stream import (
+    Stream,
+    count_unwritten,
+    process_events,
+    read_streams,
+)
 from collector.sources.cupti_windows import outside_windows
 from collector.symbolize import Symbolizer
 
@@ -58,6 +63,7 @@ REPORTED_COUNTS = (
     "python_guard_failures",
     "streams_truncated",
     "streams_without_counters",
+    "unwritten_gpu_records",  # rows the library could not write (a full disk): its UNWRITTEN block
     "streams_rejected",  # files planted where the streams go (a FIFO, a link): not read
     "streams_python_unsupported",
     "python_unsupported_minor",  # CPython 3.x without Python frames (0: none)
@@ -155,6 +161,7 @@ class CuptiSource:
         SliceBatch and its NVTX marks.  (The order of the counts' first increments is the
         order of the trace's metadata: keep it.)"""
         counts = self.counts
+        count_unwritten(stream, counts)  # first: a stream the full disk cut has no more
         info = process_events(stream, counts)
         if info is None:
             # Not even its first write: ended (killed) within its first flush period.
