@@ -229,7 +229,6 @@ UNWRITTEN_EVENTS = {
     "CPU_SAMPLE": "cpu_samples",
     "WAIT": "waits",
     "API": "gpu_records",
-    "API_ALIAS": "gpu_records",
     "KERNEL": "gpu_records",
     "MEMCPY": "gpu_records",
     "MEMSET": "gpu_records",
@@ -243,7 +242,8 @@ UNWRITTEN_EVENTS = {
 def count_unwritten(stream: Stream, counts: Counter[str]) -> bool:
     """Adds what the stream's library could not write (its UNWRITTEN block, rewritten in place
     by the final flush, so it survives a full disk) to `counts`: `unwritten_<what>` rows
-    (UNWRITTEN_EVENTS), `unwritten_chunks`, `unwritten_bytes`.  True when the final flush
+    (UNWRITTEN_EVENTS) and `unwritten_rows_<chunk>` (each chunk type: `_kernel`, `_api`),
+    `unwritten_chunks`, `unwritten_bytes`.  True when the final flush
     rewrote the block: the process ended normally, even if its final counters were lost."""
     block = stream.table("UNWRITTEN")
     if not block.rows:
@@ -251,8 +251,9 @@ def count_unwritten(stream: Stream, counts: Counter[str]) -> bool:
     values = dict(zip(block["name"], block["value"], strict=True))
     for name, value in values.items():
         if name.startswith("rows_") and value:
-            what = UNWRITTEN_EVENTS.get(name.removeprefix("rows_"), "other_rows")
-            counts[f"unwritten_{what}"] += value
+            chunk = name.removeprefix("rows_")
+            counts[f"unwritten_{UNWRITTEN_EVENTS.get(chunk, 'other_rows')}"] += value
+            counts[f"unwritten_rows_{chunk.lower()}"] += value  # each kind, e.g. _kernel
     counts["unwritten_chunks"] += values.get("chunks", 0)
     counts["unwritten_bytes"] += values.get("bytes", 0)
     return bool(values.get("final", 0))
