@@ -126,19 +126,17 @@ def disk_full(stats: Mapping[str, Mapping[str, int]]) -> bool:
 def disk_summary_lines(stats: Mapping[str, Mapping[str, int]], directory: Path) -> list[str]:
     """The summary's line when the streams' file system filled up and cut streams short, or
     when the libraries could not write some rows for another reason (a write error)."""
+    lost = ", ".join(f"{n} {what}" for what, n in unwritten(stats).items())
     if not disk_full(stats):
-        lost = unwritten(stats)
-        if not any(lost.values()):
+        if not any(unwritten(stats).values()):
             return []
-        said = ", ".join(f"{n} {what}" for what, n in lost.items())
         return [
             f"error: the streams ({directory.parent}, TMPDIR) could not be written in full: "
-            f"{said} are not in the trace (write errors the processes counted)"
+            f"{lost} are not in the trace (write errors the processes counted)"
         ]
     after = stats["disk"].get("full_after_ns", 0) / 1e9
     which = {"cupti": "GPU", "cpu": "CPU"}
     cut = ", ".join(f"{n} {which[name]}" for name, n in cut_streams(stats).items()) or "no"
-    lost = ", ".join(f"{n} {what}" for what, n in unwritten(stats).items())
     return [
         f"error: the file system of the streams ({directory.parent}, TMPDIR) was full "
         f"(under {FULL_BYTES >> 10} KiB free) {after:.1f} s after the target started: "

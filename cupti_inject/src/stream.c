@@ -479,8 +479,8 @@ static void open_stream_file(void) {
     uint32_t version = XP_FORMAT_VERSION, zero = 0;
     memcpy(header + 8, &version, 4);
     memcpy(header + 12, &zero, 4);
-    write_all(header, sizeof header);
-    write_unwritten_block();
+    /* Without its header the file is no stream: no block to count into either. */
+    if (write_all(header, sizeof header) == 0) write_unwritten_block();
 }
 
 /* The first of `names` set to a decimal integer >= 0 in this process's environment, else -1.
