@@ -144,6 +144,9 @@ class InprocessCpuRecording:
         counts = dict(self._source.counts) if self._source else {}
         counts["processes_not_sampled"] = len(self.processes_not_recorded())
         counts["samples_outside_window"] = self._outside
+        # Known here too: a process whose final counters were lost (a full disk) cannot say it.
+        threshold_ns = self.wait_threshold_us * 1000
+        counts["wait_threshold_ns"] = max(counts.get("wait_threshold_ns", 0), threshold_ns)
         if self.kernel:
             kernel = self.kernel.stats()
             counts["kernel_samples"] = kernel.get("cpu_samples", 0)

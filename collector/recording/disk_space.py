@@ -3,10 +3,12 @@
 The libraries in the target append their streams there; when it fills up, their writes fail
 (ENOSPC) and so does the final write of their counters, which would have said what was
 lost: a stream then just stops, or is empty, and the recording looked complete ("lost:
-transport=0") or blamed a kill.  So record looks at the free space every POLL_S while the
-target runs and once after, and when it ran out while streams were cut short (without their
+transport=0") or blamed a kill.  The libraries now count the rows they could not write and
+rewrite that count in place, in a block written first (UNWRITTEN, protos/cupti_stream.def),
+so the number reaches record anyway.  And record looks at the free space every POLL_S while
+the target runs and once after, and when it ran out while streams were cut short (without their
 final counters, or unreadable), it says so: from when, which streams, and that what came
-after is lost, in a number no process could report.
+after is lost: how many samples, waits and GPU records.
 """
 
 from __future__ import annotations
@@ -103,23 +105,42 @@ def cut_streams(stats: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
     return cut
 
 
+def unwritten(stats: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """What the libraries counted as not written (their UNWRITTEN blocks, which survive a
+    full disk): CPU samples, waits, GPU records."""
+    cpu, cupti = stats.get("cpu", {}), stats.get("cupti", {})
+    return {
+        "CPU samples": cpu.get("unwritten_cpu_samples", 0),
+        "waits": cpu.get("unwritten_waits", 0),
+        "GPU records": cupti.get("unwritten_gpu_records", 0),
+    }
+
+
 def disk_full(stats: Mapping[str, Mapping[str, int]]) -> bool:
     """Whether the recording lost data to a full file system: it ran out of space while
-    streams were cut short."""
-    return bool(stats.get("disk", {}).get("full")) and bool(cut_streams(stats))
+    streams were cut short or could not write some of their rows."""
+    cut = bool(cut_streams(stats)) or any(unwritten(stats).values())
+    return bool(stats.get("disk", {}).get("full")) and cut
 
 
 def disk_summary_lines(stats: Mapping[str, Mapping[str, int]], directory: Path) -> list[str]:
-    """The summary's line when the streams' file system filled up and cut streams short."""
+    """The summary's line when the streams' file system filled up and cut streams short, or
+    when the libraries could not write some rows for another reason (a write error)."""
+    lost = ", ".join(f"{n} {what}" for what, n in unwritten(stats).items())
     if not disk_full(stats):
-        return []
+        if not any(unwritten(stats).values()):
+            return []
+        return [
+            f"error: the streams ({directory.parent}, TMPDIR) could not be written in full: "
+            f"{lost} are not in the trace (write errors the processes counted)"
+        ]
     after = stats["disk"].get("full_after_ns", 0) / 1e9
     which = {"cupti": "GPU", "cpu": "CPU"}
-    cut = ", ".join(f"{n} {which[name]}" for name, n in cut_streams(stats).items())
+    cut = ", ".join(f"{n} {which[name]}" for name, n in cut_streams(stats).items()) or "no"
     return [
         f"error: the file system of the streams ({directory.parent}, TMPDIR) was full "
         f"(under {FULL_BYTES >> 10} KiB free) {after:.1f} s after the target started: "
-        f"{cut} streams stop there (samples, GPU activity and the final counters written "
-        "after it are lost; how many, no process could say); free space there or point "
-        "TMPDIR at a larger file system"
+        f"{cut} streams stop there; lost to the full disk: {lost} (what the processes "
+        "could not write, counted by them); free space there or point TMPDIR at a larger "
+        "file system"
     ]

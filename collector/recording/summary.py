@@ -118,7 +118,8 @@ def gpu_summary_lines(
         f"api={cupti.get('records_api', 0)} nvtx={cupti.get('records_marker', 0)} "
         f"memory={cupti.get('records_memory', 0)} (processes={cupti.get('streams', 0)})",
         f"dropped: cupti={cupti.get('cupti_dropped_records', 0)} "
-        f"transport={cupti.get('transport_dropped_rows', 0)}",
+        f"transport={cupti.get('transport_dropped_rows', 0)} "
+        f"unwritten={cupti.get('unwritten_gpu_records', 0)}",
         f"gpu ops without api call: {cupti.get('gpu_ops_without_api', 0)} of {ops}",
         f"launches without stack: {cupti.get('launches_without_stack', 0)} of {launches}",
     ]
@@ -142,7 +143,7 @@ def gpu_summary_lines(
         # the process did in its last second before it died is not in the trace.  (_exit,
         # exec and a signal the process sends itself flush: process_hooks.h.)
         who = (accounts or {}).get("without_final_data", ())
-        why = "the disk was full, said below" if disk_full else "killed or crashed"
+        why = unflushed_why(cupti, disk_full, "killed or crashed")
         lines.append(
             f"{unflushed} of {cupti.get('streams', 0)} processes ended without their final "
             f"flush ({why}): up to their last second of GPU activity and API calls "
@@ -215,7 +216,8 @@ def cpu_summary_lines(
         f"cpu samples stopped early: {stopped or 'none'}; lost: "
         f"ring_full={cpu.get('samples_ring_full', 0)} "
         f"transport={cpu.get('transport_dropped_rows', 0)} "
-        f"timers_failed={cpu.get('timers_failed', 0)}",
+        f"timers_failed={cpu.get('timers_failed', 0)} "
+        f"unwritten={cpu.get('unwritten_cpu_samples', 0)}",
     ]
     unflushed = cpu.get("streams_without_counters", 0)
     if cpu.get("process_ns", 0):
@@ -243,7 +245,7 @@ def cpu_summary_lines(
         )
     if unflushed:
         who = accounts.get("without_final_data", ())
-        why = "the disk was full, said below" if disk_full else "killed"
+        why = unflushed_why(cpu, disk_full, "killed")
         lines.append(
             f"{unflushed} of {cpu.get('streams', 0)} sampled processes "
             f"ended without their final flush ({why}): their last samples are missing"
@@ -268,6 +270,16 @@ def cpu_summary_lines(
     return lines
 
 
+def unflushed_why(counts: Mapping[str, int], disk_full: bool, otherwise: str) -> str:
+    """Why streams lack their final counters: a full disk, their own write errors (the final
+    flush ran: its UNWRITTEN block says so), else `otherwise` (a kill)."""
+    if disk_full:
+        return "the disk was full, said below"
+    if counts.get("streams_counters_unwritten", 0) >= counts.get("streams_without_counters", 0):
+        return "their final counters could not be written, said below"
+    return otherwise
+
+
 def wait_summary_line(cpu: Mapping[str, int]) -> str:
     """Blocked time: the waits recorded, their total, and every one lost."""
     threshold = cpu.get("wait_threshold_ns", 0)
@@ -277,6 +289,7 @@ def wait_summary_line(cpu: Mapping[str, int]) -> str:
         "ring_full": cpu.get("waits_ring_full", 0),
         "no_memory": cpu.get("waits_no_memory", 0),
         "transport": cpu.get("transport_dropped_rows", 0),
+        "unwritten": cpu.get("unwritten_waits", 0),
     }
     outside = cpu.get("waits_outside_window", 0)
     return (

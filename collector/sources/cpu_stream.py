@@ -19,7 +19,12 @@ from pathlib import Path
 from collector import model
 from collector.sources.cupti import stream_paths, stream_pid
 from collector.sources.cupti_launch_stacks import stream_stacks
-from collector.sources.cupti_stream import Stream, process_events, read_streams
+from collector.sources.cupti_stream import (
+    Stream,
+    count_unwritten,
+    process_events,
+    read_streams,
+)
 from collector.symbolize import Symbolizer
 
 STREAM_GLOB = "cpu-*.xpstream"
@@ -72,7 +77,16 @@ class InprocessCpuSource:
         self.symbolizer = symbolizer or Symbolizer()
         self.kernel_stacks = kernel_stacks or {}
         # Read by name in SQL: present when zero too.
-        self.counts: Counter[str] = Counter({"streams_without_counters": 0, "streams_rejected": 0})
+        self.counts: Counter[str] = Counter(
+            {
+                "streams_without_counters": 0,
+                "streams_rejected": 0,
+                # Rows the library could not write (a full disk): its UNWRITTEN block.
+                "unwritten_cpu_samples": 0,
+                "unwritten_waits": 0,
+                "streams_counters_unwritten": 0,  # final flush ran, its counters not written
+            }
+        )
         # 'pid N (name)' of each process whose stream has no final counters (killed).
         self.without_final_data: list[str] = []
         # Every pid with a stream file, readable or not (cpu-PID[.N].xpstream).
@@ -86,10 +100,14 @@ class InprocessCpuSource:
 
     def _process(self, stream: Stream) -> Iterator[model.Event]:
         counts = self.counts
+        # First: a stream the full disk cut may hold nothing more.  final: its final flush ran
+        # (the process was not killed), whatever it could not write.
+        final = count_unwritten(stream, counts)
         info = process_events(stream, counts)
         if info is None:
             # Not even its first write: ended (killed) within its first flush period.
             counts["streams_without_counters"] += 1
+            counts["streams_counters_unwritten"] += int(final)
             self.without_final_data.append(f"pid {stream_pid(stream.path)} (no data)")
             return
         pid, events = info
@@ -109,7 +127,8 @@ class InprocessCpuSource:
                 counts["streams_python_unsupported"] += 1
                 counts["python_unsupported_minor"] = max(counts["python_unsupported_minor"], minor)
         else:
-            counts["streams_without_counters"] += 1  # killed before its final flush
+            counts["streams_without_counters"] += 1  # killed before its final flush, or
+            counts["streams_counters_unwritten"] += int(final)  # it ran but could not write
             if isinstance(process, model.ProcessInfo):
                 self.without_final_data.append(f"pid {pid} ({process.name})")
         samples = stream.table("CPU_SAMPLE")

@@ -30,7 +30,12 @@ from collector.sources.cupti_memory import DeviceMemory
 from collector.sources.cupti_nvtx import nvtx_rows
 from collector.sources.cupti_pm_sampling import PmSampling
 from collector.sources.cupti_program import program_client_line
-from collector.sources.cupti_stream import Stream, process_events, read_streams
+from collector.sources.cupti_stream import (
+    Stream,
+    count_unwritten,
+    process_events,
+    read_streams,
+)
 from collector.sources.cupti_windows import outside_windows
 from collector.symbolize import Symbolizer
 
@@ -58,6 +63,8 @@ REPORTED_COUNTS = (
     "python_guard_failures",
     "streams_truncated",
     "streams_without_counters",
+    "unwritten_gpu_records",  # rows the library could not write (a full disk): its UNWRITTEN block
+    "streams_counters_unwritten",  # final flush ran, its counters could not be written
     "streams_rejected",  # files planted where the streams go (a FIFO, a link): not read
     "streams_python_unsupported",
     "python_unsupported_minor",  # CPython 3.x without Python frames (0: none)
@@ -155,10 +162,14 @@ class CuptiSource:
         SliceBatch and its NVTX marks.  (The order of the counts' first increments is the
         order of the trace's metadata: keep it.)"""
         counts = self.counts
+        # First: a stream the full disk cut may hold nothing more.  final: its final flush ran
+        # (the process was not killed), whatever it could not write.
+        final = count_unwritten(stream, counts)
         info = process_events(stream, counts)
         if info is None:
             # Not even its first write: ended (killed) within its first flush period.
             counts["streams_without_counters"] += 1
+            counts["streams_counters_unwritten"] += int(final)
             self.without_final_data.append(f"pid {stream_pid(stream.path)} (no data)")
             return
         pid, events = info
@@ -168,6 +179,8 @@ class CuptiSource:
         known = isinstance(events[0], model.ProcessInfo)
         name = events[0].name if isinstance(events[0], model.ProcessInfo) else "?"
         counters = self._count_library_counters(stream)
+        if counters is None:
+            counts["streams_counters_unwritten"] += int(final)
         if counters is None and known:
             self.without_final_data.append(f"pid {pid} ({name})")
         program = program_client_line(f"pid {pid} ({name})", stream, counters or {}, counts)

@@ -220,3 +220,40 @@ def process_events(stream: Stream, counts: Counter[str]) -> tuple[int, list[mode
             for tid, name in zip(threads["tid"], threads["name"], strict=True)
         ),
     ]
+
+
+# What each kind of rows a stream could not write is called (UNWRITTEN rows_<CHUNK>,
+# protos/cupti_stream.def), summed over streams as `unwritten_<what>`: the events the
+# summary names; every other chunk type is summed as `unwritten_other_rows`.
+UNWRITTEN_EVENTS = {
+    "CPU_SAMPLE": "cpu_samples",
+    "WAIT": "waits",
+    "API": "gpu_records",
+    "KERNEL": "gpu_records",
+    "MEMCPY": "gpu_records",
+    "MEMSET": "gpu_records",
+    "SYNC": "gpu_records",
+    "MARKER": "gpu_records",
+    "MEMORY": "gpu_records",
+    "PM_SAMPLE": "gpu_records",
+}
+
+
+def count_unwritten(stream: Stream, counts: Counter[str]) -> bool:
+    """Adds what the stream's library could not write (its UNWRITTEN block, rewritten in place
+    by the final flush, so it survives a full disk) to `counts`: `unwritten_<what>` rows
+    (UNWRITTEN_EVENTS) and `unwritten_rows_<chunk>` (each chunk type: `_kernel`, `_api`),
+    `unwritten_chunks`, `unwritten_bytes`.  True when the final flush
+    rewrote the block: the process ended normally, even if its final counters were lost."""
+    block = stream.table("UNWRITTEN")
+    if not block.rows:
+        return False
+    values = dict(zip(block["name"], block["value"], strict=True))
+    for name, value in values.items():
+        if name.startswith("rows_") and value:
+            chunk = name.removeprefix("rows_")
+            counts[f"unwritten_{UNWRITTEN_EVENTS.get(chunk, 'other_rows')}"] += value
+            counts[f"unwritten_rows_{chunk.lower()}"] += value  # each kind, e.g. _kernel
+    counts["unwritten_chunks"] += values.get("chunks", 0)
+    counts["unwritten_bytes"] += values.get("bytes", 0)
+    return bool(values.get("final", 0))

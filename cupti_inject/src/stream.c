@@ -55,6 +55,15 @@ const char *xp_stream_prefix = "cupti";
 const char *xp_stream_dir_env = "XPU_PERF_OUT_DIR";
 static uint64_t written_bytes;
 static uint64_t dropped_chunks;
+/* What could not be written (ENOSPC or another write error), by chunk type: the UNWRITTEN
+ * block (protos/cupti_stream.def) is written right after the file header with zeros and
+ * rewritten in place by the final flush, into bytes the file system already holds, so these
+ * counts reach record even when the disk is full.  unwritten_at: the file offset of the
+ * block's value column (0: the block itself could not be written). */
+#define XP_CHUNK_TYPES 64
+static uint64_t unwritten_rows[XP_CHUNK_TYPES];
+static uint64_t unwritten_chunks;
+static uint64_t unwritten_at;
 
 uint64_t xp_now_ns(void) {
     struct timespec ts;
@@ -247,12 +256,14 @@ static void stream_file_check(void) {
     if (stream_path[0]) reopen_stream();
 }
 
-/* One chunk (or the header), written whole or counted as lost. */
-static void write_all(const uint8_t *p, size_t n) {
+/* One chunk (or the header), written whole or counted as lost (0: written).  A write that
+ * failed half way (a full disk takes what fits, then says ENOSPC) is cut back to the last
+ * whole chunk: the next chunk must not follow half of this one. */
+static int write_all(const uint8_t *p, size_t n) {
     size_t left = n;
     int retried = 0;
     while (left > 0) {
-        if (out_fd < 0) { lost_bytes += left; return; }
+        if (out_fd < 0) { lost_bytes += left; return -1; }
         ssize_t w = write(out_fd, p, left);
         if (w < 0) {
             if (errno == EINTR) continue;
@@ -263,14 +274,28 @@ static void write_all(const uint8_t *p, size_t n) {
                 left = n;
                 continue;
             }
+            if (left < n && ftruncate(out_fd, (off_t)whole_bytes) == 0) {
+                written_bytes -= n - left;
+                left = n;
+            }
             lost_bytes += left;
-            return;
+            return -1;
         }
         p += w;
         left -= (size_t)w;
         written_bytes += (uint64_t)w;
     }
     whole_bytes += n;
+    return 0;
+}
+
+/* A queued chunk that could not be written: its rows counted by its type (header: u32 type,
+ * u32 rows). */
+static void count_unwritten(const struct xp_chunk *c) {
+    uint32_t hdr[2];
+    memcpy(hdr, c->bytes, sizeof hdr);
+    unwritten_chunks++;
+    if (hdr[0] < XP_CHUNK_TYPES) unwritten_rows[hdr[0]] += hdr[1];
 }
 
 /* Write out everything queued; only one drainer at a time keeps chunk order. */
@@ -285,7 +310,7 @@ static void drain_queue(void) {
     if (c) stream_file_check();
     while (c) {
         struct xp_chunk *next = c->next;
-        write_all(c->bytes, c->size);
+        if (write_all(c->bytes, c->size) != 0) count_unwritten(c);
         free(c);
         c = next;
     }
@@ -340,6 +365,86 @@ static int open_in(const char *dir, char *path, size_t size) {
     return fd;
 }
 
+/* ---- the UNWRITTEN block ---- */
+/* Its row names, in order: the three totals, then one per chunk type of the format. */
+static const char *const unwritten_totals[] = {"final", "chunks", "bytes"};
+#define XP_UNWRITTEN_TOTALS 3
+#define XP_CHUNK(n, id) [id] = "rows_" #n,
+#define XP_COL(n, c, k)
+#define XP_END(n)
+static const char *const unwritten_kinds[XP_CHUNK_TYPES] = {
+#include "../../protos/cupti_stream.def"
+};
+#undef XP_CHUNK
+#undef XP_COL
+#undef XP_END
+
+/* The values of the block, row by row; n: the rows (totals, then every named chunk type). */
+static uint32_t unwritten_values(uint64_t *values, int final) {
+    uint32_t n = 0;
+    values[n++] = (uint64_t)final;
+    values[n++] = unwritten_chunks;
+    values[n++] = lost_bytes;
+    for (uint32_t t = 0; t < XP_CHUNK_TYPES; t++)
+        if (unwritten_kinds[t]) values[n++] = unwritten_rows[t];
+    return n;
+}
+
+/* Right after the file header, all zeros: the space its final values need, taken now. */
+static void write_unwritten_block(void) {
+    static uint8_t block[12 + (4 + 32 + 8) * (XP_UNWRITTEN_TOTALS + XP_CHUNK_TYPES)];
+    uint64_t values[XP_UNWRITTEN_TOTALS + XP_CHUNK_TYPES];
+    uint32_t rows = unwritten_values(values, 0);
+    uint8_t *o = block + 12;
+    uint32_t row = 0;
+    for (uint32_t t = 0; t < XP_UNWRITTEN_TOTALS + XP_CHUNK_TYPES; t++) {
+        const char *name = t < XP_UNWRITTEN_TOTALS ? unwritten_totals[t]
+                                                   : unwritten_kinds[t - XP_UNWRITTEN_TOTALS];
+        if (!name) continue;
+        uint32_t len = (uint32_t)strlen(name);
+        memcpy(o, &len, 4);
+        o += 4;
+        row++;
+    }
+    for (uint32_t t = 0; t < XP_UNWRITTEN_TOTALS + XP_CHUNK_TYPES; t++) {
+        const char *name = t < XP_UNWRITTEN_TOTALS ? unwritten_totals[t]
+                                                   : unwritten_kinds[t - XP_UNWRITTEN_TOTALS];
+        if (!name) continue;
+        memcpy(o, name, strlen(name));
+        o += strlen(name);
+    }
+    uint64_t values_at = (uint64_t)(o - block);
+    memcpy(o, values, 8u * rows);
+    o += 8u * rows;
+    uint32_t hdr[3] = {XP_CHUNK_UNWRITTEN, row, (uint32_t)(o - block - 12)};
+    memcpy(block, hdr, 12);
+    uint64_t at = whole_bytes;
+    unwritten_at = write_all(block, (size_t)(o - block)) == 0 ? at + values_at : 0;
+}
+
+/* The final values, over the zeros in place: no new space is needed.  The descriptor appends
+ * (O_APPEND, where pwrite would append too): not from here on, it is closed next. */
+static void rewrite_unwritten_block(void) {
+    if (!unwritten_at) return;
+    if (out_fd < 0 || !still_our_file()) reopen_stream();
+    if (out_fd < 0) return;
+    int flags = fcntl(out_fd, F_GETFL);
+    if (flags < 0 || fcntl(out_fd, F_SETFL, flags & ~O_APPEND) != 0) return;
+    uint64_t values[XP_UNWRITTEN_TOTALS + XP_CHUNK_TYPES];
+    uint32_t rows = unwritten_values(values, 1);
+    const uint8_t *p = (const uint8_t *)values;
+    size_t left = 8u * rows;
+    off_t at = (off_t)unwritten_at;
+    while (left > 0) {
+        ssize_t w = pwrite(out_fd, p, left, at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        p += w;
+        at += w;
+        left -= (size_t)w;
+    }
+}
+
 static void open_stream_file(void) {
     const char *dir = getenv(xp_stream_dir_env);
     if (!dir || !*dir) return;
@@ -374,7 +479,8 @@ static void open_stream_file(void) {
     uint32_t version = XP_FORMAT_VERSION, zero = 0;
     memcpy(header + 8, &version, 4);
     memcpy(header + 12, &zero, 4);
-    write_all(header, sizeof header);
+    /* Without its header the file is no stream: no block to count into either. */
+    if (write_all(header, sizeof header) == 0) write_unwritten_block();
 }
 
 /* The first of `names` set to a decimal integer >= 0 in this process's environment, else -1.
@@ -463,6 +569,7 @@ void xp_stream_flush(int final) {
         uint64_t bytes = written_bytes;
         xp_emit_counter("transport_bytes", bytes);
         drain_queue();
+        rewrite_unwritten_block();
         pthread_mutex_lock(&queue_lock);
         closed = 1;
         pthread_mutex_unlock(&queue_lock);
@@ -508,6 +615,8 @@ static void atfork_child(void) {
     dropped_chunks = 0;
     written_bytes = 0;
     reopened = lost_bytes = 0;
+    memset(unwritten_rows, 0, sizeof unwritten_rows);
+    unwritten_chunks = unwritten_at = 0;
     atomic_store(&event_rows, 0);
     stream_path[0] = 0;
     closed = 0;

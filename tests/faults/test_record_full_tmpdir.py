@@ -84,6 +84,71 @@ def test_a_tmpdir_that_fills_up_is_said_not_a_silent_loss(
     assert entries(small_tmpfs) == []  # the run's directories went with it
 
 
+# A program whose waits are known exactly: SLEEPS sleeps of 10 ms (over a 5 ms threshold; its
+# start-up blocks in nothing that long), each after 20 ms of CPU, whose samples fill the disk.
+SLEEPS = 60
+SLEEPER = (
+    "import time\n"
+    f"for _ in range({SLEEPS}):\n"
+    "    end = time.process_time() + 0.02\n"
+    "    while time.process_time() < end: pass\n"
+    "    time.sleep(0.01)\n"
+)
+
+
+def _record_sleeper(out: Path, tmpdir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "collector.cli", "record", "--no-gpu", "--no-kernel-stacks",
+         "--wait-threshold", "5000", "-o", out, "--", sys.executable, "-c", SLEEPER],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "TMPDIR": str(tmpdir)},
+        timeout=120,
+    )  # fmt: skip
+
+
+def _counts(trace_path: Path) -> dict[str, int]:
+    """The trace's waits and samples, and what its metadata says was not written."""
+    with open_trace(trace_path) as trace:
+
+        def meta(key: str) -> int:
+            return trace.scalar(f"select int_value from args where key = 'debug.{key}'")
+
+        return {
+            # The sleeps: start-up may block longer too (a read from a cold cache), kept.
+            "waits": trace.scalar(
+                "select count(*) from slice where category = 'wait' and name glob '*sleep*'"
+            ),
+            "samples": trace.scalar("select count(*) from perf_sample"),
+            "lost_waits": meta("cpu_unwritten_waits"),
+            "lost_samples": meta("cpu_unwritten_cpu_samples"),
+        }
+
+
+def test_a_full_tmpdir_says_how_many_waits_and_samples_it_cost(
+    small_tmpfs: Path, run_tmpdir: Path, tmp_path: Path
+) -> None:
+    """The library counts what it could not write and rewrites that count in place, into the
+    block it wrote first: the number said is exactly the waits made minus the waits kept, and
+    the samples kept and lost are about what the same program makes with room."""
+    proc = _record_sleeper(tmp_path / "full.pftrace", small_tmpfs)
+    assert proc.returncode == 0, proc.stderr
+    full = _counts(tmp_path / "full.pftrace")
+    assert full["lost_waits"] > 0 and full["lost_samples"] > 0, (full, proc.stderr)
+    assert full["waits"] + full["lost_waits"] == SLEEPS, full
+    said = [line for line in proc.stderr.splitlines() if "lost to the full disk" in line]
+    assert len(said) == 1, proc.stderr
+    assert (
+        f"lost to the full disk: {full['lost_samples']} CPU samples, {full['lost_waits']} "
+        "waits, 0 GPU records" in said[0]
+    )
+    roomy = _record_sleeper(tmp_path / "room.pftrace", run_tmpdir)
+    assert roomy.returncode == 0, roomy.stderr
+    room = _counts(tmp_path / "room.pftrace")
+    assert room["waits"] == SLEEPS and room["lost_waits"] == room["lost_samples"] == 0, room
+    made = full["samples"] + full["lost_samples"]
+    # CPU-time timers of two runs of the same 1.2 s of CPU: within a third, or a few samples.
+    assert abs(made - room["samples"]) <= max(room["samples"] / 3, 5), (full, room)
+
+
 def test_a_tmpdir_with_room_says_nothing_of_it(tmp_path: Path, run_tmpdir: Path) -> None:
     out = tmp_path / "rec.pftrace"
     proc = _record(out, run_tmpdir)
@@ -92,6 +157,8 @@ def test_a_tmpdir_with_room_says_nothing_of_it(tmp_path: Path, run_tmpdir: Path)
     with open_trace(out) as trace:
         assert trace.scalar("select int_value from args where key = 'debug.disk_full'") == 0
         assert trace.scalar("select count(*) from perf_sample") > 0
+        for key in ("cpu_unwritten_cpu_samples", "cpu_unwritten_waits"):
+            assert trace.scalar(f"select int_value from args where key = 'debug.{key}'") == 0
 
 
 def test_a_tmpdir_without_room_for_the_libraries_is_named(tiny_tmpfs: Path, tmp_path: Path):
