@@ -72,7 +72,10 @@ def variants(is_root: bool) -> dict[str, list[str] | None]:
 
 
 def timed(cmd: list[str], repo: Path = REPO) -> float:
-    env = {**os.environ, "PYTHONPATH": str(repo)}
+    # The checkout first, then whatever the caller's path holds (the GPU machine's carried
+    # dependencies are on it).
+    path = [str(repo), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=env)
     wall = time.monotonic() - start

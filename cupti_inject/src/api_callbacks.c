@@ -52,7 +52,14 @@ void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     }
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
         /* on only for PM sampling (pm_sampling.c) */
-        if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) pm_sampling_context_created(data);
+        if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+            /* PM sampling starts on its thread now; a program that ends before its first
+             * traced call or flush must still run our final flush (which ends that thread)
+             * before the driver's teardown, or the thread's CUPTI calls meet a torn-down
+             * driver (the H200: a trivial torch program ended in SIGSEGV, exit 139). */
+            threads_run_first_call_hook();
+            pm_sampling_context_created(data);
+        }
         return;
     }
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;

@@ -85,6 +85,10 @@ void threads_init(void (*first_traced_call)(void)) {
     pthread_key_create(&thread_key, thread_exit);
 }
 
+void threads_run_first_call_hook(void) {
+    if (first_call_hook) first_call_hook();
+}
+
 /* The thread's id and name as the stream's THREAD row. */
 static void emit_thread_name(struct thread_state *ts) {
     ts->tid = (uint32_t)syscall(SYS_gettid);

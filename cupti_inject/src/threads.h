@@ -53,6 +53,9 @@ static inline struct thread_state *thread_state(void) {
 /* first_traced_call: run at each thread's first traced call (lifecycle.c's: our final flush
  * must run before the driver's teardown, which cuInit registered). */
 void threads_init(void (*first_traced_call)(void));
+/* What threads_init was handed, run now (idempotent there): for an event before any traced
+ * call that needs it (a context created: the driver's teardown is registered by then). */
+void threads_run_first_call_hook(void);
 /* Turn the staged rows into a columnar chunk (caller holds ts->lock). */
 void emit_api_rows(struct thread_state *ts);
 void emit_alias_rows(struct thread_state *ts);

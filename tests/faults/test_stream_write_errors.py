@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from exporters.perfetto.trace_processor import open_trace
+from exporters.perfetto.engine.trace_processor import open_trace
 
 from ..conftest import REPO
 from ..fake_cupti.build import FakeCupti
