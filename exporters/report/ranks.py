@@ -58,6 +58,17 @@ def rank_rows(
     return trace.query_columns(ranks_sql(steps))
 
 
+def _who_where(row: Mapping[str, object], trace_names: Mapping[str, str] | None) -> tuple[str, str]:
+    """A rank's row as a verdict names it: 'rank N' (else its pid), and where it ran (its
+    trace as the table names it, its host, its pid)."""
+    who = f"rank {row['rank']}" if row.get("rank") is not None else f"pid {row.get('pid')}"
+    trace = row.get("trace")
+    if trace is not None and trace_names:
+        trace = trace_names.get(str(trace), trace)
+    where = ", ".join(str(v) for v in (trace, row.get("host"), f"pid {row.get('pid')}") if v)
+    return who, where
+
+
 @dataclass(frozen=True)
 class Slowest:
     row: dict[str, Any]
@@ -69,11 +80,7 @@ class Slowest:
     def describe(self, trace_names: Mapping[str, str] | None = None) -> str:
         """One line; `trace_names`: the names the table gave the traces (trace_labels)."""
         row = self.row
-        who = f"rank {row['rank']}" if row.get("rank") is not None else f"pid {row.get('pid')}"
-        trace = row.get("trace")
-        if trace is not None and trace_names:
-            trace = trace_names.get(str(trace), trace)
-        where = ", ".join(str(v) for v in (trace, row.get("host"), f"pid {row.get('pid')}") if v)
+        who, where = _who_where(row, trace_names)
         extra = (
             f", {100.0 * (self.value_ns - self.fastest_ns) / self.fastest_ns:.1f}% above the "
             "fastest rank"
@@ -142,11 +149,7 @@ class Straggler:
     def describe(self, trace_names: Mapping[str, str] | None = None) -> str:
         """One line; `trace_names`: the names the table gave the traces (trace_labels)."""
         row = self.row
-        who = f"rank {row['rank']}" if row.get("rank") is not None else f"pid {row.get('pid')}"
-        trace = row.get("trace")
-        if trace is not None and trace_names:
-            trace = trace_names.get(str(trace), trace)
-        where = ", ".join(str(v) for v in (trace, row.get("host"), f"pid {row.get('pid')}") if v)
+        who, where = _who_where(row, trace_names)
         text = (
             f"straggler: {who} ({where}): its collectives start {row['late_ns'] / 1e3:.1f} us "
             f"after the first rank's on average (last in {row['arrived_last']} of "
