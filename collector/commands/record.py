@@ -18,7 +18,7 @@ from pathlib import Path
 from collector.errors import UserError
 from collector.recording.disk_space import StreamsDisk
 from collector.recording.gpu_metrics import add_gpu_metrics_arguments
-from collector.recording.kept_streams import Manifest, StreamsDir
+from collector.recording.kept_streams import Manifest, StreamsDir, usable_cpus
 from collector.recording.options import (
     KINDS,
     LAUNCH_STACK_MODES,
@@ -139,7 +139,9 @@ def main(args: argparse.Namespace) -> int:
         # The streams' file system watched: a full one cuts streams short without a word.
         selection.sources.append(StreamsDisk(streams.path))
         plan = options.plan
-        streams.write_manifest(Manifest(command_line, selection.freq, plan.mode))
+        streams.write_manifest(
+            Manifest(command_line, selection.freq, plan.mode, cpu_count=usable_cpus())
+        )
     except BaseException:
         streams.remove()
         raise

@@ -41,10 +41,16 @@ if TYPE_CHECKING:  # the readers (numpy) load only for --from-streams: kept_sour
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 MAX_FREQ_HZ = 1_000_000  # far above any sampling rate record takes
+MAX_CPUS = 1 << 16  # far above any machine's (Linux's own limit is 8192)
 GPU_STREAMS = "cupti"
 CPU_STREAMS = "cpu"
 GPU_METRICS = "gpu_metrics"  # the counters record read itself (collector/gpu_metrics/kept.py)
 PYTHON_NAMES = "python_names"  # the Python startup hook's (collector/recording/python_names.py)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process (and the target, which inherits its affinity) may run on."""
+    return len(os.sched_getaffinity(0))
 
 
 @dataclass
@@ -55,6 +61,9 @@ class Manifest:
     freq: int = 0  # CPU samples per second (0: no CPU samples)
     capture_mode: str = ""  # CapturePlan.mode
     host: str = field(default_factory=socket.gethostname)
+    # The CPUs the program could use (its affinity); 0: unknown (a manifest of an older
+    # record), never this machine's, which may not be the one that recorded.
+    cpu_count: int = 0
     # Known at the end only (written there, if the disk lets it): the --max-size cut,
     # the windows record opened for the tree, the toggles.
     metadata: dict[str, int] = field(default_factory=dict)
@@ -181,6 +190,10 @@ def manifest_problem(raw: Mapping[str, Any]) -> str | None:
     freq = raw.get("freq", 0)
     if not _is_int(freq) or not 0 <= freq <= MAX_FREQ_HZ:
         return f"freq must be a whole number of Hz from 0 to {MAX_FREQ_HZ}, not {_shown(freq)}"
+    if "cpu_count" in raw:
+        count = raw["cpu_count"]
+        if not _is_int(count) or not 1 <= count <= MAX_CPUS:
+            return f"cpu_count must be a whole number from 1 to {MAX_CPUS}, not {_shown(count)}"
     for name in ("capture_mode", "host"):
         if name in raw and not isinstance(raw[name], str):
             return f"{name} must be a string, not {_shown(raw[name])}"

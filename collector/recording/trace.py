@@ -12,7 +12,7 @@ from pathlib import Path
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
-from collector.recording.kept_streams import Manifest
+from collector.recording.kept_streams import Manifest, usable_cpus
 from collector.recording.python_names import PythonNames
 from collector.recording.size_limit import SizeLimit
 from collector.recording.source import (
@@ -68,6 +68,11 @@ def write_trace(
         written = 0  # window slices
         # Which machine: a multi-node job is one record per node, queried together later.
         writer.set_metadata("host", kept.host if kept is not None else socket.gethostname())
+        # The CPUs the program could use: what tells the input-pipeline finding whether
+        # more DataLoader workers have room (the CPUs its samples landed on are a lower bound).
+        cpus = kept.cpu_count if kept is not None else usable_cpus()
+        if cpus:
+            writer.set_metadata("cpu_count", cpus)
         # The windows known so far (the GPU source comes before the CPU ones): a sampler that
         # follows them from record's side keeps only what falls inside one.
         seen = list(tree.windows) if tree is not None else []
