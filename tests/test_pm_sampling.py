@@ -332,3 +332,32 @@ def test_coverage_of_work_by_samples() -> None:
     words = c.words(10 * ms)
     assert "0.100 s of GPU work had no sample (sampling started after the first GPU op)" in words
     assert "0.100 s only in samples far longer than the 10 ms interval (up to 0.30 s" in words
+
+
+def test_program_ending_while_pm_sampling_starts_keeps_its_final_flush(
+    fake: FakeCupti, tmp_path: Path
+) -> None:
+    """A trivial program ends while our thread is still starting PM sampling, inside the
+    profiler's host library, which has just registered its static destructors (FAKE_PM=
+    exit_race, what the H200 showed): the exit must not run them under our thread (the
+    program died in std::out_of_range or SIGSEGV without its final flush, 4 runs of 4)."""
+    bindings = tmp_path / "bindings"
+    bindings.mkdir()
+    (bindings / "pynvml.py").write_text(FAKE_PYNVML)
+    out = tmp_path / "race.perfetto-trace"
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(bindings), str(REPO)]),
+        "FAKE_PM": "exit_race",
+    }
+    proc = record(
+        fake, out, fake.app, 1, 0, "exit_in_pm_start", extra_env=env, flags=("--gpu-metrics", "100")
+    )
+    assert "exits with the PM start under way" in proc.stdout, proc.stdout + proc.stderr
+    assert "static destructors ran" not in proc.stderr, proc.stderr
+    assert "without their final flush" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    with open_trace(out) as t:
+        load_views(t)
+        assert metadata(t, "gpu_metrics_source") == "cupti_pm_sampling"
+        kernels = t.scalar("select count(*) from xpu_gpu_op where name = 'only_kernel'")
+    assert kernels == 1

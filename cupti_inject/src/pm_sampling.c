@@ -48,12 +48,15 @@ void pm_sampling_final(void) {
 void pm_sampling_fork_child(void) {}
 #else
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PM_MAX_DEVICES 64
 /* How often our thread decodes the hardware buffer.  A decode costs about the same whether
@@ -117,6 +120,21 @@ static void log_debug(const char *fmt, unsigned device, const char *what) {
         fprintf(stderr, fmt, what);
         fputc('\n', stderr);
     }
+}
+
+static int has_library(struct dl_phdr_info *info, size_t size, void *name) {
+    (void)size;
+    return info->dlpi_name && strstr(info->dlpi_name, name) != NULL;
+}
+
+/* Debug: how far a device's start has come, and whether the profiler's host library (whose
+ * static destructors the process's exit runs) is loaded yet. */
+static void log_step(unsigned device, const char *step) {
+    if (!debug) return;
+    char what[128];
+    snprintf(what, sizeof what, "%s at %.1f ms, nvperf_host %s", step, xp_now_ns() / 1e6,
+             dl_iterate_phdr(has_library, "nvperf_host") ? "loaded" : "not loaded");
+    log_debug("%s", device, what);
 }
 
 static void release(struct pm_device *d);
@@ -198,6 +216,7 @@ static int start_device(unsigned device, struct pm_device *d) {
     CUcontext ctx = atomic_load(&d->context);
     if (p_cuCtxSetCurrent && ctx) p_cuCtxSetCurrent(ctx);
     CUptiResult r;
+    log_step(device, "start");
     if (!profiler_initialized) {
         PM_PARAMS(CUpti_Profiler_Initialize_Params, ip);
         if ((r = p_cuptiProfilerInitialize(&ip)) != CUPTI_SUCCESS)
@@ -221,6 +240,7 @@ static int start_device(unsigned device, struct pm_device *d) {
     if ((r = p_cuptiPmSamplingGetCounterAvailability(&ap)) != CUPTI_SUCCESS)
         return pm_refuse(device, d, "cuptiPmSamplingGetCounterAvailability", r);
 
+    log_step(device, "availability");
     struct pm_refusal why;
     if (!pm_configure(device, d, pm_metrics, pm_n_metrics, &why))
         return pm_refuse(device, d, why.call, why.status);
@@ -488,6 +508,50 @@ static void resolve(void) {
     if (cuda) p_cuCtxSetCurrent = (CUresult (*)(CUcontext))dlsym(cuda, "cuCtxSetCurrent");
 }
 
+/* Our thread ended (it finishes the start or decode it is in first): once, whoever asks
+ * first, the main thread's exit or the final flush.  0: it did not end in time, or never ran. */
+static int end_thread(void) {
+    static int ended = -1;
+    if (ended >= 0) return ended;
+    if (!thread_running || atomic_load(&cupti_forked)) return ended = 0;
+    struct timespec until; /* a device's start takes ~0.4 s on the H200; a hung one is left */
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 3;
+    int locked = pthread_mutex_timedlock(&pm_lock, &until) == 0;
+    stop_requested = 1;
+    pthread_cond_signal(&pm_cond);
+    if (locked) pthread_mutex_unlock(&pm_lock);
+    ended = pthread_timedjoin_np(thread, NULL, &until) == 0;
+    if (!ended)
+        fprintf(stderr, "xpu-perf: PM sampling thread did not end; last samples not decoded\n");
+    thread_running = 0;
+    return ended;
+}
+
+/* exit() runs the exiting thread's thread_local destructors before any atexit handler.  The
+ * profiler's host library registers static destructors (atexit) while our thread starts a
+ * device, some at their first use: a program that ended during that start (a trivial one,
+ * on the H200 with CUPTI 13: 4 runs of 4, still 2 of 8 with the library loaded early) had
+ * them run under our thread, which died in an uncaught std::out_of_range or a SIGSEGV,
+ * without the final flush.  Ended from the main thread's thread_local destructor, our thread
+ * is out of CUPTI before any of them runs (a program that exits from another thread keeps
+ * the race). */
+extern int __cxa_thread_atexit_impl(void (*dtor)(void *), void *obj, void *dso)
+    __attribute__((weak));
+extern void *__dso_handle;
+
+static void end_thread_at_exit(void *unused) {
+    (void)unused;
+    end_thread();
+}
+
+static void end_thread_when_main_exits(void) {
+    static atomic_int registered;
+    if (!__cxa_thread_atexit_impl || syscall(SYS_gettid) != getpid()) return;
+    if (atomic_exchange(&registered, 1)) return;
+    __cxa_thread_atexit_impl(end_thread_at_exit, NULL, &__dso_handle);
+}
+
 void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
     const char *list = getenv("XPU_PERF_PM_METRICS");
     if (!list || !*list) return;
@@ -531,6 +595,7 @@ void pm_sampling_start(CUpti_SubscriberHandle subscriber) {
         }
     }
     if (pthread_create(&thread, NULL, pm_main, NULL) == 0) thread_running = 1;
+    end_thread_when_main_exits();
 }
 
 void pm_sampling_context_created(const void *data) {
@@ -542,6 +607,8 @@ void pm_sampling_context_created(const void *data) {
     struct pm_device *d = &devices[device];
     if (atomic_load(&d->wanted)) return;
     atomic_store(&d->context, rd->context);
+    log_step(device, "context created");
+    end_thread_when_main_exits();
     atomic_store(&d->wanted, 1);
     pthread_cond_signal(&pm_cond); /* without the lock: our thread may hold it inside CUPTI */
 }
@@ -553,20 +620,7 @@ void pm_sampling_context_created(const void *data) {
  * disabling the PM sampling object finalizes all of CUPTI, and other tools skip Disable at
  * teardown for a double free); the process is ending, and its end frees all of it. */
 void pm_sampling_final(void) {
-    if (!thread_running || atomic_load(&cupti_forked)) return;
-    pthread_mutex_lock(&pm_lock);
-    stop_requested = 1;
-    pthread_cond_signal(&pm_cond);
-    pthread_mutex_unlock(&pm_lock);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 3;
-    if (pthread_timedjoin_np(thread, NULL, &until) != 0) {
-        fprintf(stderr, "xpu-perf: PM sampling thread did not end; last samples not decoded\n");
-        thread_running = 0;
-        return;
-    }
-    thread_running = 0;
+    if (atomic_load(&cupti_forked) || !end_thread()) return;
     pthread_mutex_lock(&pm_lock);
     final_flush = 1;
     uint64_t final_start = xp_now_ns();

@@ -84,6 +84,7 @@ extern int fake_nvtx_domain_range_pop(void *domain);
 extern void fake_profiler_client_run(int launches, int cycles);
 extern void fake_pm_phase(int phase);
 extern uint64_t fake_pm_lost(void);
+extern int fake_pm_host_starting(void);
 
 static int launches = 100;
 
@@ -175,6 +176,15 @@ int main(int argc, char **argv) {
         fake_pm_phase(0);
         sleep_ms(200);
         printf("fake_app: pm samples lost %llu\n", (unsigned long long)fake_pm_lost());
+        return exit_code;
+    }
+    if (argc > 3 && strcmp(argv[3], "exit_in_pm_start") == 0) {
+        /* A trivial program: one kernel, and main returns while the PM sampling thread is
+         * still starting the device (FAKE_PM=exit_race). */
+        fake_launch_kernel("only_kernel", 7, 0);
+        for (int i = 0; i < 5000 && !fake_pm_host_starting(); i++) sleep_ms(1);
+        printf("fake_app: exits with the PM start %s\n",
+               fake_pm_host_starting() ? "under way" : "not begun");
         return exit_code;
     }
     if (argc > 3 && strcmp(argv[3], "memory") == 0) {

@@ -17,6 +17,12 @@
  *                        0.72-0.95 s sample over the program's first GPU phase; its values
  *                        are the phase's at its start
  *   FAKE_PM_NO_NVLINK=1  the chip has no NVLink metrics (ConfigAddMetrics refuses them)
+ *   FAKE_PM=exit_race    as the H200 (CUPTI 13) showed: the profiler's host library registers
+ *                        static destructors (atexit) at its first use, inside the host object's
+ *                        Initialize, and the start goes on for FAKE_PM_START_MS (default 300)
+ *                        ms; the configuration calls that follow abort ("std::out_of_range")
+ *                        once the process's exit has run those destructors
+ *                        (fake_pm_host_starting() says the start is under way)
  * The config image takes at most 16 metrics in one pass; more need two.
  * What the H100 (CUPTI 13) showed, modelled: DecodeData into an image that already holds
  * samples (not initialized again since a decode) fails with CUPTI_ERROR_UNKNOWN; Disable or
@@ -28,6 +34,7 @@
 #include <cupti_profiler_host.h>
 #include <cupti_profiler_target.h>
 #include <cupti_target.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +119,20 @@ static int phase_at(uint64_t t) {
     return phase;
 }
 
+/* ---- the host library's static destructors (FAKE_PM=exit_race) ---- */
+static atomic_int host_starting, host_statics_gone;
+
+static void host_statics_destroyed(void) { atomic_store(&host_statics_gone, 1); }
+
+EXPORT int fake_pm_host_starting(void) { return atomic_load(&host_starting); }
+
+static void host_in_use(const char *call) {
+    if (!atomic_load(&host_statics_gone)) return;
+    fprintf(stderr, "fake nvperf: %s after its static destructors ran: terminate called after "
+                    "throwing an instance of 'std::out_of_range'\n", call);
+    abort();
+}
+
 /* ---- profiler host ---- */
 struct CUpti_Profiler_Host_Object {
     uint32_t n;
@@ -144,6 +165,13 @@ EXPORT CUptiResult cuptiProfilerHostInitialize(CUpti_Profiler_Host_Initialize_Pa
     if (p->profilerType != CUPTI_PROFILER_TYPE_PM_SAMPLING || !p->pChipName ||
         strcmp(p->pChipName, "GH100") != 0)
         return CUPTI_ERROR_INVALID_PARAMETER;
+    if (scenario("exit_race") && !atomic_exchange(&host_starting, 1)) {
+        atexit(host_statics_destroyed);
+        const char *ms = getenv("FAKE_PM_START_MS");
+        long wait_ms = ms && *ms ? atol(ms) : 300;
+        struct timespec t = {wait_ms / 1000, (wait_ms % 1000) * 1000000L};
+        while (nanosleep(&t, &t) != 0) {}
+    }
     p->pHostObject = calloc(1, sizeof *p->pHostObject);
     return p->pHostObject ? CUPTI_SUCCESS : CUPTI_ERROR_OUT_OF_MEMORY;
 }
@@ -155,6 +183,7 @@ EXPORT CUptiResult cuptiProfilerHostDeinitialize(CUpti_Profiler_Host_Deinitializ
 }
 
 EXPORT CUptiResult cuptiProfilerHostConfigAddMetrics(CUpti_Profiler_Host_ConfigAddMetrics_Params *p) {
+    host_in_use(__func__);
     struct CUpti_Profiler_Host_Object *h = p->pHostObject;
     for (size_t i = 0; i < p->numMetrics; i++)
         if (metric_of(p->ppMetricNames[i]) < 0) return CUPTI_ERROR_INVALID_METRIC_NAME;
@@ -165,6 +194,7 @@ EXPORT CUptiResult cuptiProfilerHostConfigAddMetrics(CUpti_Profiler_Host_ConfigA
 
 /* The config image: the count, then the metric ids. */
 EXPORT CUptiResult cuptiProfilerHostGetConfigImageSize(CUpti_Profiler_Host_GetConfigImageSize_Params *p) {
+    host_in_use(__func__);
     p->configImageSize = 4u * (1 + p->pHostObject->n);
     return CUPTI_SUCCESS;
 }
