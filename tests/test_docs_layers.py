@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -176,11 +177,14 @@ def _defines(path: Path, name: str) -> bool:
 
 
 def _tree_names() -> set[str]:
-    skipped = set(_ignored_names(ROOT)) | {".git", ".venv"}
+    """The names of the tree's files and folders, build outputs and the venv left out (not
+    even walked: a venv holds a hundred thousand files)."""
+    ignored = [*_ignored_names(ROOT), ".git"]
     names = set()
-    for path in ROOT.rglob("*"):
-        if not any(part in skipped for part in path.relative_to(ROOT).parts):
-            names.add(path.name)
+    for _, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, p) for p in ignored)]
+        names.update(dirs)
+        names.update(files)
     return names
 
 
@@ -266,6 +270,19 @@ def test_every_path_on_a_layer_page_exists() -> None:
 def test_every_link_resolves() -> None:
     wrong = [w for p in [*PAGES, ARCHITECTURE] for w in broken_links(p, p.read_text())]
     assert not wrong, "\n".join(wrong)
+
+
+# What a newcomer looks for on every page, in this order.
+SECTIONS = ("## Owns", "## May import", "## Data contracts", "## Entry points", "## How to add...")
+
+
+def test_every_page_has_the_sections() -> None:
+    wrong = []
+    for name, text in _pages():
+        found = [line for line in text.splitlines() if line in SECTIONS]
+        if found != list(SECTIONS):
+            wrong.append(f"{name}: {found}")
+    assert not wrong, f"each page has {SECTIONS} in order:\n" + "\n".join(wrong)
 
 
 def test_every_layer_page_is_linked_from_architecture() -> None:
