@@ -553,7 +553,8 @@ void xp_waits_start(int python, struct xp_window_control *windows) {
     long us = env && *env ? strtol(env, NULL, 10) : DEFAULT_THRESHOLD_US;
     if (us <= 0) return;
     wait_batch = malloc(sizeof *wait_batch);
-    int no_table = xp_stack_table_init(&stacks, WAIT_STACK_ID_BIT, 1u << 10, XP_STACK_TABLE_MAX_SLOTS);
+    int no_table =
+        xp_stack_table_init(&stacks, WAIT_STACK_ID_BIT, 1u << 10, XP_STACK_TABLE_MAX_SLOTS);
     if (!wait_batch || no_table) {
         free(wait_batch);
         xp_stack_table_free(&stacks);
