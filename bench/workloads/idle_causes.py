@@ -131,13 +131,24 @@ class SlowDecode:
         return torch.tensor(values[:1024])
 
 
-def run_dataloader(steps: int) -> None:
-    model, opt = mlp()
-    loader = torch.utils.data.DataLoader(SlowDecode(), batch_size=16, num_workers=0)
+def train_from_loader(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    loader: torch.utils.data.DataLoader,
+    steps: int,
+    loss_in_fp32: bool = False,
+) -> None:
+    """A step per batch the loader gives, `steps` of them."""
     for i, batch in enumerate(loader):
         if i == steps:
             break
-        train_step(model, opt, batch.cuda(non_blocking=True))
+        train_step(model, opt, batch.cuda(non_blocking=True), loss_in_fp32)
+
+
+def run_dataloader(steps: int) -> None:
+    model, opt = mlp()
+    loader = torch.utils.data.DataLoader(SlowDecode(), batch_size=16, num_workers=0)
+    train_from_loader(model, opt, loader, steps)
 
 
 def augment_schedule(step: int) -> float:  # CAUSE:preprocess
@@ -207,10 +218,7 @@ class SlowWorkerDecode(SlowDecode):
 def run_loader_workers(steps: int) -> None:
     model, opt = mlp()
     loader = torch.utils.data.DataLoader(SlowWorkerDecode(), batch_size=16, num_workers=2)
-    for i, batch in enumerate(loader):
-        if i == steps:
-            break
-        train_step(model, opt, batch.cuda(non_blocking=True))
+    train_from_loader(model, opt, loader, steps)
 
 
 def tokenize(text: str) -> list[int]:  # CAUSE:infer_preprocess
@@ -321,10 +329,7 @@ class SlowSamples:
 def run_slow_workers(steps: int) -> None:
     model, opt = mlp(2048, dtype=torch.bfloat16)
     loader = torch.utils.data.DataLoader(SlowSamples(), batch_size=32, num_workers=2)
-    for i, batch in enumerate(loader):
-        if i == steps:
-            break
-        train_step(model, opt, batch.cuda(non_blocking=True), loss_in_fp32=True)
+    train_from_loader(model, opt, loader, steps, loss_in_fp32=True)
 
 
 VOCAB = {f"w{i}": i for i in range(30000)}
