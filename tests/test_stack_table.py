@@ -132,3 +132,35 @@ def test_the_record_summary_says_what_had_no_stack() -> None:
         for line in lines
     ), lines
     assert not any("without their stack" in line for line in cpu_summary_lines({"samples": 1}, 99))
+
+
+def test_the_sampler_library_interns_samples_and_waits_apart(tmp_path: Path) -> None:
+    """In the real sampler library: the samples' stacks and the waits' stacks each in their
+    own table (the waits' ids with the top bit), each STACK id written once, and both tables'
+    refusals reported as counters (0 here)."""
+    from collector.inject_build import build_sampler
+
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LD_PRELOAD": str(build_sampler()),
+        "XPU_PERF_CPU_HZ": "999",
+        "XPU_PERF_CPU_OUT_DIR": str(tmp_path),
+        "XPU_PERF_WAIT_THRESHOLD_US": "1",
+    }
+    program = "import time\nfor _ in range(20): time.sleep(0.002)\nsum(range(20_000_000))\n"
+    proc = subprocess.run(
+        ["/usr/bin/python3", "-c", program], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    (path,) = tmp_path.glob("cpu-*.xpstream")
+    stream = read_stream(path)
+    ids = list(stream.table("STACK")["stack_id"])
+    assert len(ids) == len(set(ids))
+    wait_ids = {i for i in stream.table("WAIT")["stack_id"] if i}
+    sample_ids = {i for i in stream.table("CPU_SAMPLE")["stack_id"] if i}
+    assert wait_ids and all(i & 0x80000000 for i in wait_ids)
+    assert sample_ids and not any(i & 0x80000000 for i in sample_ids)
+    assert wait_ids | sample_ids <= set(ids)
+    counters = stream.table("COUNTER")
+    last = dict(zip(counters["name"], counters["value"], strict=True))
+    assert last["cpu_stack_table_full"] == 0 and last["cpu_wait_stack_table_full"] == 0
