@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The answers suite on a GPU machine (device tool, .whl carried): each program of
-# bench/workloads/answers.py under `record`, the traces packed into $OUT/traces.tgz for
+# bench/workloads/idle_causes.py under `record`, the traces packed into $OUT/traces.tgz for
 # bench/answers_report.py to check here.
 #   bash bench/answers_gpu.sh [MODE...]
 set -uo pipefail
@@ -17,7 +17,7 @@ for mode in "${modes[@]}"; do
     echo "== $mode $(date +%T)"
     python3 -m collector.commands.record --no-kernel-stacks \
         -o "/tmp/answers-traces/$mode.perfetto-trace" -- \
-        python3 -m bench.workloads.answers "$mode" 2>&1 | grep -E 'answers |wrote|records:|error' 
+        python3 -m bench.workloads.idle_causes "$mode" 2>&1 | grep -E 'idle_causes |wrote|records:|error'
 done
 tar -C /tmp/answers-traces -czf "$out/traces.tgz" .
 ls -la /tmp/answers-traces

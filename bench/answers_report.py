@@ -1,5 +1,5 @@
 """Checks the answers suite's traces (bench/answers_gpu.sh): for each program, the top finding
-and the line it names against the cause written in bench/workloads/answers.py (`# CAUSE:`),
+and the line it names against the cause written in bench/workloads/idle_causes.py (`# CAUSE:`),
 the detected steps against the loop's count, and the control without an idle finding.
 Prints the table and writes bench/results/answers_h100.json.
 
@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+PROGRAMS = REPO / "bench" / "workloads" / "idle_causes.py"
 sys.path.insert(0, str(REPO))
 
 from exporters.analysis.analyze import analyze  # noqa: E402
@@ -59,12 +60,12 @@ BY_FUNCTION = {
 
 
 def loop_steps() -> dict[str, int]:
-    """STEPS of bench/workloads/answers.py, read without importing torch."""
-    tree = ast.parse((REPO / "bench/workloads/answers.py").read_text())
+    """STEPS of the programs, read without importing torch."""
+    tree = ast.parse(PROGRAMS.read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "STEPS":
             return ast.literal_eval(node.value)
-    raise SystemExit("no STEPS in bench/workloads/answers.py")
+    raise SystemExit(f"no STEPS in {PROGRAMS}")
 
 
 STEPS = loop_steps()
@@ -74,7 +75,7 @@ LOCATED_AT = {"nvtx_steps": "preprocess", "cuda_graph": "preprocess"}
 
 
 def cause_sites() -> dict[str, tuple[int, str]]:
-    src = (REPO / "bench/workloads/answers.py").read_text().splitlines()
+    src = PROGRAMS.read_text().splitlines()
     sites = {}
     for i, line in enumerate(src, 1):
         m = re.search(r"# CAUSE:(\w+)", line)
@@ -108,7 +109,9 @@ def main() -> int:
                 for loc in (top.locations if top else [])
             )
         else:
-            located = any(f"(answers.py:{line})" in loc for loc in (top.locations if top else []))
+            located = any(
+                f"({PROGRAMS.name}:{line})" in loc for loc in (top.locations if top else [])
+            )
         steps_ok = abs(a.steps.count - STEPS[mode]) <= 1
         ok = (
             (top.code if top else None) in (code or "").split("|")
@@ -123,7 +126,7 @@ def main() -> int:
                 "got": [f.code for f in a.findings],
                 "top_share": round(top.share, 3) if top else 0.0,
                 "where": where,
-                "expected_where": f"{func or 'line'} (answers.py:{line})" if code else "",
+                "expected_where": f"{func or 'line'} ({PROGRAMS.name}:{line})" if code else "",
                 "located": located,
                 "steps_true": STEPS[mode],
                 "steps_found": a.steps.count,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 37's programs with indirect causes on a GPU machine (device tool, .whl carried):
-# each mode of bench/workloads/indirect.py and the small GPT-2 training loop under `record`
+# its modes of bench/workloads/idle_causes.py and the small GPT-2 training loop under `record`
 # (defaults: in-process CPU sampler with blocked-call capture), and once more under
 # torch.profiler (Kineto JSON, for HolisticTraceAnalysis's answer, read on the checkout's
 # machine).  With 2 GPUs (kind nvidia-h200-x2): DDP with rank 1 slowed by host work, then by
@@ -17,12 +17,12 @@ exec > >(tee "$work/log_$what.txt") 2>&1
 python3 -m collector.inject_build >/dev/null || echo "inject build failed"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 rec() { timeout 300 python3 -m collector.cli record -o "$work/$1.perfetto-trace" -- "${@:2}" \
-    2>&1 | grep -E 'indirect|gpt2|ddp_steps|wrote|dropped|waits|error|Traceback'; }
+    2>&1 | grep -E 'idle_causes|gpt2|ddp_steps|wrote|dropped|waits|error|Traceback'; }
 if [ "$what" = single ]; then
-    for mode in slow_workers infer_preprocess sync_then_cpu producer_thread file_reads nvtx_steps; do
+    for mode in slow_workers infer_vocab sync_then_cpu producer_lists jsonl_reads nvtx_sync_steps; do
         echo "== $mode $(date +%T)"
-        rec "$mode" python3 -m bench.workloads.indirect "$mode"
-        timeout 300 python3 -m bench.workloads.indirect "$mode" --kineto "$work/$mode.kineto.json" \
+        rec "$mode" python3 -m bench.workloads.idle_causes "$mode"
+        timeout 300 python3 -m bench.workloads.idle_causes "$mode" --kineto "$work/$mode.kineto.json" \
             | tail -1
     done
     echo "== gpt2 $(date +%T)"

@@ -24,11 +24,11 @@ REPO = Path(__file__).resolve().parent.parent
 # function or the straggling rank).
 EXPECTED = {
     "slow_workers": "input pipeline: the DataLoader workers' __getitem__ (SlowSamples)",
-    "infer_preprocess": "host work between requests: tokenize(), not the needed .cpu()",
+    "infer_vocab": "host work between requests: tokenize_vocab(), not the needed .cpu()",
     "sync_then_cpu": "the logging sync, naming next_inputs() that runs after it",
-    "producer_thread": "blocked on the queue fed by produce() (the producer thread)",
-    "file_reads": "host work/reads in the loop: the json.loads line",
-    "nvtx_steps": "25 steps from the NVTX ranges; the logging sync (.item())",
+    "producer_lists": "blocked on the queue fed by produce_lists() (the producer thread)",
+    "jsonl_reads": "host work/reads in the loop: the json.loads line",
+    "nvtx_sync_steps": "25 steps from the NVTX ranges; the logging sync (.item())",
     "gpt2": "launch-bound: the model's own small ops, located at its modules",
     "ddp_host": "straggler rank 1 (host_work), rank 0 waits in NCCL",
     "ddp_gpu": "straggler rank 1 (bigger batch: its GPU compute), rank 0 waits",

@@ -77,11 +77,13 @@ EXPERIMENTS_DEFINE = "-DXPU_PERF_EXPERIMENTS"
 # process_hooks.c: what the preloaded library interposes for the whole process (_exit, kill,
 # raise, set*id): the final flush of both libraries, changes of user (process_hooks.h).
 # cupti_interpose.c: the CUPTI entry points a program's own profiler calls, handed to the
-# injection library (cupti_host.h).  waits.c: the blocking libc calls, timed; those that
-# blocked past the threshold are recorded with their stack (waits.h).
+# injection library (cupti_interpose.h).  waits.c: the blocking libc calls, timed; those that
+# blocked past the threshold are recorded with their stack (waits.h).  stack_table.c: the
+# stack deduplication both the samples and the waits use (stack_table.h).
 SAMPLER_SOURCES = (
     "sampler.c",
     "waits.c",
+    "stack_table.c",
     "process_hooks.c",
     "cupti_interpose.c",
     *SHARED_SOURCES,

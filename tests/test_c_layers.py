@@ -10,6 +10,10 @@ every .c file on disk must be in one of them.
 The test prints, per file, each file it uses, the symbols and the header each symbol's
 declaration comes from (as the preprocessor saw it: a header included through another names
 the innermost one), and, on failure, one cycle per strongly connected set of files.
+
+Each file has its own header with only what it offers: b.c's functions and variables are used
+through b.h, and b.h declares nothing another .c file defines (a header gathering several
+files' entry points fails), and every header of cupti_inject/src is some b.c's b.h.
 """
 
 from __future__ import annotations
@@ -48,13 +52,16 @@ LIBRARIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 @dataclass
 class Unit:
-    """One compiled .c file: the global symbols it defines and needs, and where the
-    declaration of each needed symbol came from."""
+    """One compiled .c file: the global symbols it defines and needs, where the declaration
+    of each needed symbol came from, and what of the library its headers declare."""
 
     name: str
     defines: set[str] = field(default_factory=set)
     needs: set[str] = field(default_factory=set)
     declared_in: dict[str, str] = field(default_factory=dict)
+    # (symbol, header, the file that defines the symbol) for each symbol of the library a
+    # header this file includes mentions at file scope.
+    header_mentions: set[tuple[str, str, str]] = field(default_factory=set)
 
 
 @dataclass
@@ -77,28 +84,31 @@ def _global_symbols(nm: str, obj: Path, which: str) -> set[str]:
     return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
 
 
+_TAG_KEYWORDS = frozenset({"struct", "union", "enum"})
 _LINE_MARKER = re.compile(r'^# \d+ "([^"]+)"(.*)$')
 
 
-def _declarations(
+def _header_mentions(
     cc: str, flags: list[str], source: Path, symbols: Iterable[str]
-) -> dict[str, str]:
-    """For each symbol, the header whose file-scope text declares it, as the preprocessor saw
-    the source (text inside braces, struct fields and inline bodies, is not a declaration; a
-    file a header includes that is not a header itself, the stream's .def, counts as that
-    header's text)."""
+) -> list[tuple[str, str]]:
+    """(symbol, header's path) for each file-scope mention of one of the symbols in a
+    header's text, in order, as the preprocessor saw the source (text inside braces, struct
+    fields and inline bodies, is not a declaration, nor a struct, union or enum tag; a file a
+    header includes that is not a header itself, the stream's .def, counts as that header's
+    text; a header included through another names the innermost one)."""
     text = subprocess.run(
         [cc, *flags, "-E", str(source)], capture_output=True, text=True, check=True
     ).stdout
     wanted = set(symbols)
-    found: dict[str, str] = {}
+    found: list[tuple[str, str]] = []
     word = re.compile(r"[A-Za-z_]\w*|[{}]")
-    files = [source.name]  # the include stack, innermost last
+    files = [str(source)]  # the include stack, innermost last
     depth = 0
+    previous = ""  # `struct xp_window_control` names a type, not the variable
     for line in text.splitlines():
         m = _LINE_MARKER.match(line)
         if m:
-            name, flags_ = Path(m.group(1)).name, m.group(2).split()
+            name, flags_ = m.group(1), m.group(2).split()
             if "1" in flags_:
                 files.append(name)
             elif "2" in flags_:
@@ -108,20 +118,21 @@ def _declarations(
                 files[-1] = name
             continue
         headers = [f for f in files if f.endswith(".h")]
-        if files[-1] == source.name or not headers:
+        if Path(files[-1]).name == source.name or not headers:
             continue  # a declaration in the file itself is not a header's
         for token in word.findall(line):
             if token == "{":
                 depth += 1
             elif token == "}":
                 depth -= 1
-            elif depth == 0 and token in wanted and token not in found:
-                found[token] = headers[-1]
+            elif depth == 0 and token in wanted and previous not in _TAG_KEYWORDS:
+                found.append((token, headers[-1]))
+            previous = token
     return found
 
 
-def _compile(cc: str, nm: str, flags: list[str], name: str, tmp: Path) -> Unit:
-    source = SOURCE_DIR / name
+def _compile(cc: str, nm: str, flags: list[str], source_dir: Path, name: str, tmp: Path) -> Unit:
+    source = source_dir / name
     obj = tmp / f"{name}.o"
     proc = subprocess.run(
         [cc, *flags, "-c", "-o", str(obj), str(source)], capture_output=True, text=True
@@ -151,8 +162,11 @@ def _libc_symbols(nm: str) -> set[str]:
     return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
 
 
-def library_graph(sources: Iterable[str], defines: Iterable[str]) -> Graph:
-    """The use graph among the given sources, compiled as their library is."""
+def library_graph(
+    sources: Iterable[str], defines: Iterable[str], source_dir: Path = SOURCE_DIR
+) -> Graph:
+    """The use graph among the given sources (files of source_dir), compiled as their library
+    is."""
     try:
         cupti = inject_build.find_cupti()
     except BuildError as exc:
@@ -168,7 +182,8 @@ def library_graph(sources: Iterable[str], defines: Iterable[str]) -> Graph:
         ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool,
     ):
         units = {
-            u.name: u for u in pool.map(lambda n: _compile(cc, nm, flags, n, Path(tmp)), names)
+            u.name: u
+            for u in pool.map(lambda n: _compile(cc, nm, flags, source_dir, n, Path(tmp)), names)
         }
     # A libc function a file defines is an interposition (waits.c times the blocking calls
     # the program makes): every caller of pthread_mutex_lock is not a user of that file.
@@ -185,8 +200,22 @@ def library_graph(sources: Iterable[str], defines: Iterable[str]) -> Graph:
             if to is not None and to != unit.name:
                 edges[unit.name].setdefault(to, set()).add(symbol)
     for unit in units.values():
+        # Every mention of a symbol of the library in a header the file includes: what the
+        # file uses is declared by the first; each names its header's owner.
+        mentions = [
+            (symbol, Path(path).name, Path(path).resolve().parent == source_dir.resolve())
+            for symbol, path in _header_mentions(cc, flags, source_dir / unit.name, owner)
+        ]
+        # A file may define what a header of another project declares (CUPTI's
+        # InitializeInjection, NVTX's init table): only the library's own headers are held
+        # to the rule.
+        unit.header_mentions = {
+            (symbol, header, owner[symbol]) for symbol, header, own in mentions if own
+        }
         used = {s for syms in edges[unit.name].values() for s in syms}
-        unit.declared_in = _declarations(cc, flags, SOURCE_DIR / unit.name, used)
+        for symbol, header, _ in mentions:
+            if symbol in used:
+                unit.declared_in.setdefault(symbol, header)
     return Graph(edges, units)
 
 
@@ -287,6 +316,14 @@ def test_every_source_is_checked() -> None:
     assert on_disk <= checked, f"not in any library, so not checked: {sorted(on_disk - checked)}"
 
 
+def test_every_header_is_a_files_own() -> None:
+    """b.h is b.c's: a header without its file would gather other files' declarations."""
+    orphans = sorted(
+        p.name for p in SOURCE_DIR.glob("*.h") if not (SOURCE_DIR / f"{p.stem}.c").exists()
+    )
+    assert not orphans, f"headers of no .c file of cupti_inject/src: {orphans}"
+
+
 @pytest.mark.parametrize("library", sorted(LIBRARIES))
 def test_no_call_cycle_among_files(graphs: dict[str, Graph], library: str) -> None:
     graph = graphs[library]
@@ -328,3 +365,44 @@ def test_each_file_is_used_through_its_own_header(graphs: dict[str, Graph], libr
         if graph.units[name].declared_in.get(symbol) != own_header(to)
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def foreign_declarations(graph: Graph) -> list[str]:
+    """Each header that declares a function or variable another .c file defines (b.h
+    declaring what a.c defines), with the file that includes it: a header offers only what
+    its own .c file defines."""
+    return sorted(
+        {
+            f"{header} declares {symbol}, defined in {owner} (seen through {name})"
+            for name, unit in graph.units.items()
+            for symbol, header, owner in unit.header_mentions
+            if header != own_header(owner)
+        }
+    )
+
+
+@pytest.mark.parametrize("library", sorted(LIBRARIES))
+def test_each_header_declares_only_its_own_file(graphs: dict[str, Graph], library: str) -> None:
+    wrong = foreign_declarations(graphs[library])
+    assert not wrong, f"{library} library:\n" + "\n".join(wrong)
+
+
+def test_the_check_finds_a_foreign_declaration(tmp_path: Path) -> None:
+    """On files known by construction: b.h declares a_helper, which a.c defines, though no
+    other file uses it (the use check alone would pass)."""
+    (tmp_path / "a.h").write_text("int a_fn(void);\n")
+    (tmp_path / "a.c").write_text(
+        '#include "a.h"\n#include "b.h"\n'
+        "int a_fn(void) { return b_fn(); }\nint a_helper(void) { return 2; }\n"
+    )
+    (tmp_path / "b.h").write_text("int b_fn(void);\nint a_helper(void);\nstruct s { int a_fn; };\n")
+    (tmp_path / "b.c").write_text('#include "b.h"\nint b_fn(void) { return 1; }\n')
+    graph = library_graph(["a.c", "b.c"], (f"-I{tmp_path}",), tmp_path)
+    assert graph.edges == {"a.c": {"b.c": {"b_fn"}}, "b.c": {}}
+    assert foreign_declarations(graph) == [
+        "b.h declares a_helper, defined in a.c (seen through a.c)",
+        "b.h declares a_helper, defined in a.c (seen through b.c)",
+    ]
+    (tmp_path / "b.h").write_text("int b_fn(void);\nstruct s { int a_fn; };\n")
+    (tmp_path / "a.h").write_text("int a_fn(void);\nint a_helper(void);\n")
+    assert foreign_declarations(library_graph(["a.c", "b.c"], (), tmp_path)) == []

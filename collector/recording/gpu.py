@@ -62,7 +62,7 @@ class CuptiRecording:
         process hooks: the injection library's final flush when a process ends through
         _exit or a signal it sends itself, or execs (cupti_inject/src/process_hooks.h); it
         also hands the program's own CUPTI calls to the injection library
-        (cupti_inject/src/cupti_host.h).  program_profiler: what to do with those
+        (cupti_inject/src/cupti_interpose.h).  program_profiler: what to do with those
         (collector/recording/program_profiler.py).  pm_sampling_hz: CUPTI PM sampling of
         the GPU counters in the target at this rate (record --gpu-metrics; None: off)."""
         self.library = library

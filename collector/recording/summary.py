@@ -219,6 +219,12 @@ def cpu_summary_lines(
         f"timers_failed={cpu.get('timers_failed', 0)} "
         f"unwritten={cpu.get('unwritten_cpu_samples', 0)}",
     ]
+    stackless = cpu.get("stack_table_full", 0), cpu.get("wait_stack_table_full", 0)
+    if any(stackless):
+        lines.append(
+            f"{stackless[0]} cpu samples and {stackless[1]} blocked calls were kept without "
+            "their stack: their process's stack table was full (its bound of distinct stacks)"
+        )
     unflushed = cpu.get("streams_without_counters", 0)
     if cpu.get("process_ns", 0):
         # Both sides from the same processes' final counters: those of a process killed

@@ -58,6 +58,10 @@ _SUMMED = (
     "cpu_waits_outside_window",  # waits that ended outside every capture window (not kept)
     "cpu_waits_python_faults",  # waits whose Python walk faulted (kept without Python frames)
     "cpu_wait_record_ns",  # time spent recording waits (after the calls returned)
+    # Samples and waits kept without their stack: a new stack found the process's stack
+    # table at its bound (cupti_inject/src/stack_table.h) or no memory to grow it.
+    "cpu_stack_table_full",
+    "cpu_wait_stack_table_full",
 )
 
 

@@ -1,5 +1,5 @@
 /* The program's CUPTI entry points, interposed by the preloaded sampler library (see
- * cupti_host.h for why).  Each one finds who called it: the injection library (its own calls
+ * cupti_interpose.h for why).  Each one finds who called it: the injection library (its own calls
  * go to CUPTI as they are), libcupti itself (the same), or the program, whose call is handed
  * to the host when one is registered.  Without a host (no GPU recording in this process)
  * every call goes to CUPTI unchanged.
@@ -9,7 +9,7 @@
  * libcupti itself.  The types are CUPTI's as plain C: the sampler library is built without
  * the CUPTI headers (CUptiResult is an int enum, handles are pointers, ids 32-bit). */
 #define _GNU_SOURCE
-#include "cupti_host.h"
+#include "cupti_interpose.h"
 
 #include <dlfcn.h>
 #include <link.h>

@@ -12,7 +12,7 @@
  *                         stream directory dir/uid-N is made for it (stream.c opens there when
  *                         the run's directory refuses it).
  * (The CUPTI entry points a profiler of the program calls are interposed by the same library,
- * in cupti_interpose.c: cupti_host.h.) */
+ * in cupti_interpose.c: cupti_interpose.h.) */
 #ifndef XP_PROCESS_HOOKS_H
 #define XP_PROCESS_HOOKS_H
 

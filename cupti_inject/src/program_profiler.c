@@ -1,5 +1,5 @@
 /* The program's own CUPTI client (torch.profiler's Kineto, a tool of its own), seen through the
- * preloaded sampler library's interposed entry points (cupti_host.h), served from this
+ * preloaded sampler library's interposed entry points (cupti_interpose.h), served from this
  * library's CUPTI session.  CUPTI has one subscriber per process, and it is ours: the client
  * gets a subscriber handle of its own (this file's), the callbacks it enables are turned on
  * for our subscriber too and forwarded to it from on_callback, and the activity kinds it
@@ -21,7 +21,7 @@
 
 #include "program_profiler.h"
 #include "config.h"
-#include "cupti_host.h"
+#include "cupti_interpose.h"
 #include "kinds.h"
 #include "program_records.h"
 #include "state.h"

@@ -1,5 +1,5 @@
 /* The program's own CUPTI client (torch.profiler's Kineto), whose calls the preloaded sampler
- * library hands over (cupti_host.h), served from our session (program_profiler.c). */
+ * library hands over (cupti_interpose.h), served from our session (program_profiler.c). */
 #ifndef XP_PROGRAM_PROFILER_H
 #define XP_PROGRAM_PROFILER_H
 

@@ -60,6 +60,7 @@
 #include "modules.h"
 #include "process_hooks.h"
 #include "pyframes.h"
+#include "stack_table.h"
 #include "stream.h"
 #include "strings.h"
 #include "unwind.h"
@@ -437,62 +438,13 @@ started:
 
 /* ---- draining rings into the stream ---- */
 
-/* Stack deduplication: 64-bit content hash -> STACK id, open addressing (scanner only). */
-static uint64_t *stack_hashes;
-static uint32_t *stack_ids;
-static uint32_t stack_cap, stack_used, next_stack_id = 1;
-static struct xp_batch_STACK *stack_batch;
+/* The sampler's stacks (ids from 1; the waits' have the top bit). */
+static struct xp_stack_table stacks;
 static struct xp_batch_CPU_SAMPLE *sample_batch;
-
-static uint64_t hash_slot(const struct sample_slot *s) {
-    uint64_t h = 1469598103934665603ull ^ ((uint64_t)s->n_native << 32 | s->n_python);
-    for (int i = 0; i < s->n_native; i++) h = (h ^ s->pcs[i]) * 0x100000001b3ull;
-    for (int i = 0; i < s->n_python; i++)
-        h = ((h ^ s->python[i].code) * 0x100000001b3ull ^ s->python[i].offset) * 0x100000001b3ull;
-    return h ? h : 1;
-}
-
-static int grow_stack_table(void) {
-    uint32_t ncap = stack_cap ? stack_cap * 2 : 1u << 14;
-    uint64_t *nh = calloc(ncap, sizeof *nh);
-    uint32_t *ni = calloc(ncap, sizeof *ni);
-    if (!nh || !ni) { free(nh); free(ni); return -1; }
-    for (uint32_t i = 0; i < stack_cap; i++) {
-        if (!stack_hashes[i]) continue;
-        uint32_t j = (uint32_t)(stack_hashes[i] >> 20) & (ncap - 1);
-        while (nh[j]) j = (j + 1) & (ncap - 1);
-        nh[j] = stack_hashes[i];
-        ni[j] = stack_ids[i];
-    }
-    free(stack_hashes);
-    free(stack_ids);
-    stack_hashes = nh;
-    stack_ids = ni;
-    stack_cap = ncap;
-    return 0;
-}
 
 static uint32_t stack_id_of(const struct sample_slot *s) {
     if (s->n_native == 0 && s->n_python == 0) return 0;
-    if (stack_used * 2 >= stack_cap && grow_stack_table() != 0) return 0;
-    uint64_t h = hash_slot(s);
-    uint32_t j = (uint32_t)(h >> 20) & (stack_cap - 1);
-    while (stack_hashes[j]) {
-        if (stack_hashes[j] == h) return stack_ids[j];
-        j = (j + 1) & (stack_cap - 1);
-    }
-    uint32_t id = next_stack_id++;
-    stack_hashes[j] = h;
-    stack_ids[j] = id;
-    stack_used++;
-    static uint32_t pyids[MAX_PYTHON];
-    for (int i = 0; i < s->n_python; i++) pyids[i] = xp_py_frame_id_at_line(s->python[i]);
-    stack_batch->rows = 1;
-    stack_batch->stack_id[0] = id;
-    stack_batch->native_pcs[0] = (struct xp_u64list){s->pcs, s->n_native};
-    stack_batch->python_frames[0] = (struct xp_u32list){pyids, s->n_python};
-    xp_emit_STACK(stack_batch);
-    return id;
+    return xp_stack_table_id(&stacks, s->pcs, s->n_native, s->python, s->n_python);
 }
 
 static void drain_thread(struct sampled_thread *t) {
@@ -621,6 +573,7 @@ static void emit_counters(void) {
     xp_emit_counter("cpu_samples", samples_total);
     xp_emit_counter("cpu_samples_with_python", python_samples);
     xp_emit_counter("cpu_samples_ring_full", ring_full_total);
+    xp_emit_counter("cpu_stack_table_full", stacks.full);
     xp_emit_counter("cpu_threads_sampled", threads_sampled);
     xp_emit_counter("cpu_timers_failed", timers_failed);
     xp_emit_counter("cpu_clocks_restarted", clocks_restarted);
@@ -694,10 +647,10 @@ static void xp_sampler_resume(int paused) {
 }
 
 static int start_sampling(void) {
-    stack_batch = malloc(sizeof *stack_batch);
     sample_batch = malloc(sizeof *sample_batch);
-    if (!stack_batch || !sample_batch) return -1;
-    stack_batch->rows = sample_batch->rows = 0;
+    if (xp_stack_table_init(&stacks, 0, 1u << 14, XP_STACK_TABLE_MAX_SLOTS) != 0 || !sample_batch)
+        return -1;
+    sample_batch->rows = 0;
     atomic_store(&scanner_stop, 0);
     int r = pthread_create(&scanner_thread, NULL, scanner_main, NULL);
     scanner_running = r == 0;
@@ -728,12 +681,7 @@ static void fork_child(void) {
     threads = NULL;
     if (tid_threads) memset((void *)tid_threads, 0, TID_SLOTS * sizeof *tid_threads);
     pthread_mutex_init(&drain_lock, NULL);
-    free(stack_hashes);
-    free(stack_ids);
-    stack_hashes = NULL;
-    stack_ids = NULL;
-    stack_cap = stack_used = 0;
-    next_stack_id = 1;
+    xp_stack_table_reset(&stacks);
     samples_total = python_samples = ring_full_total = threads_sampled = timers_failed = 0;
     clocks_restarted = 0;
     perf_clocks = timer_clocks = 0;
@@ -749,7 +697,7 @@ static void fork_child(void) {
     xp_py_fork_child();
     xp_waits_fork_child();
     if (xp_stream_enabled()) {
-        free(stack_batch);
+        xp_stack_table_free(&stacks);
         free(sample_batch);
         start_sampling();
     }

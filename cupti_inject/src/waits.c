@@ -38,6 +38,7 @@
 #include "modules.h"
 #include "process_hooks.h"
 #include "pyframes.h"
+#include "stack_table.h"
 #include "stream.h"
 #include "strings.h"
 #include "unwind.h"
@@ -473,64 +474,11 @@ XP_EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdsle
 /* ---- draining (the sampler's scanner, under its drain lock) ---- */
 
 static struct xp_batch_WAIT *wait_batch;
-static struct xp_batch_STACK *stack_batch;
-/* Stack deduplication of the waits' own: ids with the top bit set, apart from the
- * sampler's (one STACK id space per stream). */
+/* The waits' own stacks: ids with the top bit set, apart from the sampler's (one STACK id
+ * space per stream). */
 #define WAIT_STACK_ID_BIT 0x80000000u
-static uint64_t *stack_hashes;
-static uint32_t *stack_ids;
-static uint32_t stack_cap, stack_used, next_stack_id = 1;
+static struct xp_stack_table stacks;
 static uint32_t call_string[W_CALLS];
-
-static uint64_t hash_slot(const struct wait_slot *s) {
-    uint64_t h = 1469598103934665603ull ^ ((uint64_t)s->n_native << 32 | s->n_python);
-    for (int i = 0; i < s->n_native; i++) h = (h ^ s->pcs[i]) * 0x100000001b3ull;
-    for (int i = 0; i < s->n_python; i++)
-        h = ((h ^ s->python[i].code) * 0x100000001b3ull ^ s->python[i].offset) * 0x100000001b3ull;
-    return h ? h : 1;
-}
-
-static int grow_stack_table(void) {
-    uint32_t ncap = stack_cap ? stack_cap * 2 : 1u << 10;
-    uint64_t *nh = calloc(ncap, sizeof *nh);
-    uint32_t *ni = calloc(ncap, sizeof *ni);
-    if (!nh || !ni) { free(nh); free(ni); return -1; }
-    for (uint32_t i = 0; i < stack_cap; i++) {
-        if (!stack_hashes[i]) continue;
-        uint32_t j = (uint32_t)(stack_hashes[i] >> 20) & (ncap - 1);
-        while (nh[j]) j = (j + 1) & (ncap - 1);
-        nh[j] = stack_hashes[i];
-        ni[j] = stack_ids[i];
-    }
-    free(stack_hashes);
-    free(stack_ids);
-    stack_hashes = nh;
-    stack_ids = ni;
-    stack_cap = ncap;
-    return 0;
-}
-
-static uint32_t stack_id_of(const struct wait_slot *s) {
-    if (stack_used * 2 >= stack_cap && grow_stack_table() != 0) return 0;
-    uint64_t h = hash_slot(s);
-    uint32_t j = (uint32_t)(h >> 20) & (stack_cap - 1);
-    while (stack_hashes[j]) {
-        if (stack_hashes[j] == h) return stack_ids[j];
-        j = (j + 1) & (stack_cap - 1);
-    }
-    uint32_t id = WAIT_STACK_ID_BIT | next_stack_id++;
-    stack_hashes[j] = h;
-    stack_ids[j] = id;
-    stack_used++;
-    static uint32_t pyids[WAIT_PYTHON];
-    for (int i = 0; i < s->n_python; i++) pyids[i] = xp_py_frame_id_at_line(s->python[i]);
-    stack_batch->rows = 1;
-    stack_batch->stack_id[0] = id;
-    stack_batch->native_pcs[0] = (struct xp_u64list){s->pcs, s->n_native};
-    stack_batch->python_frames[0] = (struct xp_u32list){pyids, s->n_python};
-    xp_emit_STACK(stack_batch);
-    return id;
-}
 
 static void drain_block(struct wait_thread *w) {
     uint64_t tail = atomic_load_explicit(&w->tail, memory_order_relaxed);
@@ -545,7 +493,8 @@ static void drain_block(struct wait_thread *w) {
         wait_batch->start[r] = s->start;
         wait_batch->duration[r] = s->duration;
         wait_batch->call_id[r] = call_string[s->call];
-        wait_batch->stack_id[r] = stack_id_of(s);
+        wait_batch->stack_id[r] =
+            xp_stack_table_id(&stacks, s->pcs, s->n_native, s->python, s->n_python);
         wait_batch->unwind_end[r] = s->unwind_end;
         waits_drained++;
         if (wait_batch->rows == XP_BATCH_ROWS) xp_emit_WAIT(wait_batch);
@@ -571,6 +520,7 @@ void xp_waits_emit_counters(void) {
     xp_emit_counter("cpu_wait_threshold_ns", waits_on ? threshold_ns : 0);
     xp_emit_counter("cpu_waits", waits_drained);
     xp_emit_counter("cpu_waits_ring_full", ring_full_total);
+    xp_emit_counter("cpu_wait_stack_table_full", stacks.full);
     xp_emit_counter("cpu_waits_no_memory", atomic_load(&waits_no_block));
     xp_emit_counter("cpu_waits_outside_window", atomic_load(&waits_outside_window));
     xp_emit_counter("cpu_waits_python_faults", atomic_load(&waits_python_faults));
@@ -586,12 +536,7 @@ void xp_waits_fork_child(void) {
         if (w == self_block) w->tid = (pid_t)syscall(SYS_gettid);
         else atomic_store(&w->state, BLOCK_FREE);
     }
-    free(stack_hashes);
-    free(stack_ids);
-    stack_hashes = NULL;
-    stack_ids = NULL;
-    stack_cap = stack_used = 0;
-    next_stack_id = 1;
+    xp_stack_table_reset(&stacks);
     memset(call_string, 0, sizeof call_string);
     ring_full_total = waits_drained = 0;
     atomic_store(&waits_total, 0);
@@ -608,15 +553,15 @@ void xp_waits_start(int python, struct xp_window_control *windows) {
     long us = env && *env ? strtol(env, NULL, 10) : DEFAULT_THRESHOLD_US;
     if (us <= 0) return;
     wait_batch = malloc(sizeof *wait_batch);
-    stack_batch = malloc(sizeof *stack_batch);
-    if (!wait_batch || !stack_batch) {
+    int no_table =
+        xp_stack_table_init(&stacks, WAIT_STACK_ID_BIT, 1u << 10, XP_STACK_TABLE_MAX_SLOTS);
+    if (!wait_batch || no_table) {
         free(wait_batch);
-        free(stack_batch);
+        xp_stack_table_free(&stacks);
         wait_batch = NULL;
-        stack_batch = NULL;
         return;
     }
-    wait_batch->rows = stack_batch->rows = 0;
+    wait_batch->rows = 0;
     threshold_ns = (uint64_t)us * 1000ull;
     walk_python = python;
     window_control = windows;

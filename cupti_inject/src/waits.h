@@ -14,7 +14,8 @@
  * own code (the scanner, the writer, the signal handler's reads) are not waits.
  *
  * Layering: sampler.c starts, drains and forks these (the functions below); waits.c calls
- * only the stream, the unwinder, the Python reader, the module map and the window page. */
+ * only the stream, the stack table, the unwinder, the Python reader, the module map and the
+ * window page. */
 #ifndef XPU_PERF_WAITS_H
 #define XPU_PERF_WAITS_H
 

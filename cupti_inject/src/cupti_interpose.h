@@ -1,4 +1,5 @@
-/* The program's own CUPTI calls, between the two libraries (issue 25).
+/* cupti_interpose.c's header: the program's own CUPTI calls, between the two libraries
+ * (issue 25).
  *
  * CUPTI serves one subscriber per process.  Under `record` that is the injection library, so a
  * profiler of the program itself (torch.profiler's Kineto, a tool of its own) got
@@ -12,8 +13,8 @@
  * The sampler library is built without the CUPTI headers: what crosses here is plain C.  The
  * injection library, loaded RTLD_LOCAL by libcuda, registers the host with
  * xpu_perf_cupti_host(), found with dlsym(RTLD_DEFAULT) as xpu_perf_on_exit is. */
-#ifndef XP_CUPTI_HOST_H
-#define XP_CUPTI_HOST_H
+#ifndef XPU_PERF_CUPTI_INTERPOSE_H
+#define XPU_PERF_CUPTI_INTERPOSE_H
 
 #include <stdatomic.h>
 #include <stdint.h>
