@@ -1,4 +1,4 @@
-"""The program behind the README's bundled recording (bench/data/example_recorded.perfetto-trace.gz):
+"""The program behind the README's bundled recording (bench/data/example_recorded.perfetto-trace):
 a small image classifier trained on images that a Dataset decodes and augments in Python.
 
 Its known problem is the most common real one: the GPU step takes a few milliseconds, but each
