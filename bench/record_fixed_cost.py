@@ -27,6 +27,7 @@ Writes bench/results/record_fixed_cost.json (or --json) and prints a markdown ta
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -63,7 +64,7 @@ def real_python() -> str:
 def variants(is_root: bool) -> dict[str, list[str] | None]:
     """Name -> record's extra options (None: the program bare)."""
     out: dict[str, list[str] | None] = {"bare": None, "record": []}
-    if is_root:
+    if is_root and importlib.util.find_spec("bcc") is not None:
         # The sources a user without root gets (no eBPF); the venv of this VM lives under
         # /root, so another user cannot run it here.
         out["record --no-kernel-stacks"] = ["--no-kernel-stacks"]
@@ -71,7 +72,9 @@ def variants(is_root: bool) -> dict[str, list[str] | None]:
     return out
 
 
-def timed(cmd: list[str], repo: Path = REPO) -> float:
+def timed(cmd: list[str], repo: Path = REPO) -> tuple[float, int]:
+    """The command's wall time and exit status (a recording whose target crashed is timed
+    and counted, not the end of the benchmark)."""
     # The checkout first, then whatever the caller's path holds (the GPU machine's carried
     # dependencies are on it).
     path = [str(repo), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -80,8 +83,8 @@ def timed(cmd: list[str], repo: Path = REPO) -> float:
     proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=env)
     wall = time.monotonic() - start
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return wall
+        print(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-300:]}", file=sys.stderr)
+    return wall, proc.returncode
 
 
 def main() -> int:
@@ -96,10 +99,24 @@ def main() -> int:
         "--compare", action="append", default=[], metavar="NAME=DIR", help="another checkout"
     )
     parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=OPTIONS",
+        help="record with these options (repeatable; replaces the default variants): where "
+        "the fixed cost goes, e.g. 'no metrics=--no-gpu-metrics'",
+    )
+    parser.add_argument(
         "--json", type=Path, default=REPO / "bench" / "results" / "record_fixed_cost.json"
     )
     args = parser.parse_args()
     is_root = os.geteuid() == 0
+    chosen = variants(is_root)
+    if args.variant:
+        chosen = {"bare": None}
+        for item in args.variant:
+            name, _, options = item.partition("=")
+            chosen[name] = shlex.split(options)
     programs = {name: [args.python, *argv] for name, argv in PROGRAMS.items()}
     if args.program:
         programs = {}
@@ -112,25 +129,31 @@ def main() -> int:
         repos[f"{name}: "] = Path(directory).resolve()
     env_python = [sys.executable, "-m", "collector.cli", "record", "-q"]
     walls: dict[tuple[str, str], list[float]] = {}
+    failed: dict[tuple[str, str], int] = {}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="xpu-perf-fixed-cost-") as tmp:
         trace = Path(tmp) / "t.perfetto-trace"
         for _ in range(args.rounds):
             for program, target in programs.items():
                 for prefix, repo in repos.items():
-                    for name, extra in variants(is_root).items():
+                    for name, extra in chosen.items():
                         if extra is None and prefix:
                             continue  # the bare program once per round
                         if extra is None:
                             cmd = target
                         else:
                             cmd = [*env_python, *extra, "-o", str(trace), "--", *target]
-                        walls.setdefault((program, prefix + name), []).append(timed(cmd, repo))
+                        wall, status = timed(cmd, repo)
+                        if extra is None and status != 0:
+                            raise SystemExit(f"the program itself failed ({status}): {target}")
+                        walls.setdefault((program, prefix + name), []).append(wall)
+                        key = (program, prefix + name)
+                        failed[key] = failed.get(key, 0) + (status != 0)
     load_after = os.getloadavg()
     rows = []
     for program in programs:
         bare = statistics.median(walls[(program, "bare")])
-        names = [p + n for p in repos for n in variants(is_root) if not (p and n == "bare")]
+        names = [p + n for p in repos for n in chosen if not (p and n == "bare")]
         for name in names:
             median = statistics.median(walls[(program, name)])
             rows.append(
@@ -140,6 +163,7 @@ def main() -> int:
                     "median_s": round(median, 3),
                     "fixed_cost_s": round(median - bare, 3) if name != "bare" else 0.0,
                     "walls_s": [round(w, 3) for w in walls[(program, name)]],
+                    "runs_failed": failed.get((program, name), 0),
                 }
             )
     result = {
@@ -160,11 +184,14 @@ def main() -> int:
         f"{args.rounds} interleaved rounds, root={is_root}, {os.cpu_count()} CPUs, load average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after"
     )
-    print("| program | variant | median wall (s) | fixed cost (s) |")
-    print("|---|---|---:|---:|")
+    print("| program | variant | median wall (s) | fixed cost (s) | runs failed |")
+    print("|---|---|---:|---:|---:|")
     for row in rows:
         cost = "" if row["variant"] == "bare" else f"{row['fixed_cost_s']:.2f}"
-        print(f"| {row['program']} | {row['variant']} | {row['median_s']:.2f} | {cost} |")
+        print(
+            f"| {row['program']} | {row['variant']} | {row['median_s']:.2f} | {cost} "
+            f"| {row['runs_failed']} of {args.rounds} |"
+        )
     return 0
 
 
