@@ -12,6 +12,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from collector import model
 from collector.gpu_metrics import catalog
 from collector.gpu_metrics.choice import choose
+from collector.gpu_metrics.nvml_readers import GpmReader
 from collector.gpu_metrics.sampler import MAX_FAILED_READS, CounterSampler
 from collector.recording.gpu_metrics import GpuMetricsRecording
 from collector.recording.trace import write_trace
@@ -195,6 +196,14 @@ def test_unsupported_counters_are_named_missing() -> None:
         catalog.NVLINK_TX: "not supported on this GPU",
         catalog.POWER: "not supported on this GPU",
     }
+
+
+def test_gpm_reader_refuses_a_counter_without_a_gpm_metric() -> None:
+    gpu = FakeGpu(phases=PHASES)
+    nvml = FakeNvml([gpu], ManualClock(T0))
+    with pytest.raises(ValueError, match="GPM counters only"):
+        GpmReader(nvml, gpu, (*catalog.GPM_COUNTERS, catalog.DEVICE_COUNTERS[0]))
+    assert gpu.samples_taken == 0  # refused before NVML was asked for a sample
 
 
 def test_counters_taken_mid_run_stop_gpm_and_keep_what_was_read() -> None:
