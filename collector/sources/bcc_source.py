@@ -69,7 +69,7 @@ def comm_str(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def stack_words(data: bytes, offset: int, nbytes: int) -> array:
+def stack_words(data: bytes, offset: int, nbytes: int) -> array[int]:
     """The `nbytes` of u64 addresses at `offset`, leaf first (empty on a stack error)."""
     words = array("Q")
     if nbytes > 0:

@@ -154,7 +154,7 @@ class _Pending:
     times, pids and tids as int64 arrays, names and categories as ids, args' keys and
     values as tuples; the dicts of rows of another layout kept for the object path."""
 
-    def __init__(self, names: _Interned, categories: _Interned) -> None:
+    def __init__(self, names: _Interned[str], categories: _Interned[str]) -> None:
         self.n = 0  # complete events taken, those of another layout included
         self._names, self._categories = names, categories
         self.runs: list[tuple[np.ndarray, ...]] = []  # (ts, dur, pid, tid, name, raw cat)
@@ -330,7 +330,14 @@ def _clean_times_ns(us: Sequence[float | int]) -> np.ndarray:
 
 
 # What kineto_events.py reads for a field left out (None: no time, or the pid/tid None).
-_DEFAULTS = (("name", ""), ("cat", ""), ("ts", None), ("dur", 0), ("pid", None), ("tid", None))
+_DEFAULTS: tuple[tuple[str, JsonValue], ...] = (
+    ("name", ""),
+    ("cat", ""),
+    ("ts", None),
+    ("dur", 0),
+    ("pid", None),
+    ("tid", None),
+)
 
 
 class _FlowEnds:
