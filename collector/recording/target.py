@@ -188,7 +188,7 @@ def dies_with_parent() -> Callable[[], None] | None:
 
 
 def _wait(
-    proc: subprocess.Popen,
+    proc: subprocess.Popen[bytes],
     sized: Sequence[SizedSource],
     interrupt: Interrupt,
     duration: float | None,
@@ -215,7 +215,7 @@ def exit_watch(pid: int) -> int | None:
 
 
 def _wait_loop(
-    proc: subprocess.Popen,
+    proc: subprocess.Popen[bytes],
     sized: Sequence[SizedSource],
     interrupt: Interrupt,
     duration: float | None,
