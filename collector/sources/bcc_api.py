@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Literal, Protocol, overload
 
 # The ctypes scalars the sources key and fill the maps with (bpf/process_tree.h's types).
 CScalar = ctypes.c_int | ctypes.c_uint8 | ctypes.c_uint32
@@ -21,12 +21,20 @@ class CounterSum(Protocol):
     def value(self) -> int: ...
 
 
-class BpfTable(Protocol):
-    """A map of the program (hash, array, per-CPU array, ring buffer)."""
+class BpfMap(Protocol):
+    """A hash or array map the sources fill (`tracked`, `spawner`, `paused`)."""
 
     def __setitem__(self, key: CScalar, value: CScalar) -> None: ...
 
+
+class CounterArray(Protocol):
+    """The per-CPU array of counters (`counters`: bpf/process_tree.h's slots)."""
+
     def sum(self, key: CScalar) -> CounterSum: ...
+
+
+class RingBuffer(Protocol):
+    """The ring buffer the program writes its records to (`events`)."""
 
     def open_ring_buffer(self, callback: RingBufferCallback) -> None: ...
 
@@ -44,7 +52,15 @@ class BpfProgram(Protocol):
     @property
     def funcs(self) -> Mapping[bytes, BpfFunction]: ...
 
-    def __getitem__(self, name: str) -> BpfTable: ...
+    # The maps by name (bpf/process_tree.h, bpf/cpu_sampler.bpf.c), each of its kind.
+    @overload
+    def __getitem__(self, name: Literal["events"]) -> RingBuffer: ...
+
+    @overload
+    def __getitem__(self, name: Literal["counters"]) -> CounterArray: ...
+
+    @overload
+    def __getitem__(self, name: Literal["tracked", "spawner", "paused"]) -> BpfMap: ...
 
     def ring_buffer_poll(self, timeout: int = -1) -> None: ...
 
