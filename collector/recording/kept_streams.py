@@ -38,14 +38,6 @@ if TYPE_CHECKING:  # the readers (numpy) load only for --from-streams: kept_sour
     from collector.sources.cupti import CuptiSource
     from collector.sources.cupti_pm_sampling import PmSampling
 
-MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
-MAX_FREQ_HZ = 1_000_000  # far above any sampling rate record takes
-GPU_STREAMS = "cupti"
-CPU_STREAMS = "cpu"
-GPU_METRICS = "gpu_metrics"  # the counters record read itself (collector/gpu_metrics/kept.py)
-PYTHON_NAMES = "python_names"  # the Python startup hook's (collector/recording/python_names.py)
-
 
 class WindowRecord(TypedDict):
     """A model.CaptureWindow as the manifest holds it (its fields, by name)."""
@@ -65,6 +57,15 @@ def window_record(window: model.CaptureWindow) -> WindowRecord:
         reason=window.reason,
         end_reason=window.end_reason,
     )
+
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+MAX_FREQ_HZ = 1_000_000  # far above any sampling rate record takes
+GPU_STREAMS = "cupti"
+CPU_STREAMS = "cpu"
+GPU_METRICS = "gpu_metrics"  # the counters record read itself (collector/gpu_metrics/kept.py)
+PYTHON_NAMES = "python_names"  # the Python startup hook's (collector/recording/python_names.py)
 
 
 @dataclass
