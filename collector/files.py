@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, Any
+from typing import IO, AnyStr, Generic, Literal, overload
 
 from collector.errors import Terminated, UserError
 
@@ -100,19 +100,37 @@ def _umask() -> int:
     return mask
 
 
-class OutputFile:
+class OutputFile(Generic[AnyStr]):
     """An output written whole or not at all: a temporary file created exclusively beside
     `path`, renamed over it by `commit()` (a context manager commits on a clean exit and
     discards on any exception, KeyboardInterrupt and SystemExit included).  `file_mode`:
     the finished file's permissions (default: what a plain open() would give; a private
-    cache passes 0o600)."""
+    cache passes 0o600).  `mode` "wb" (the default) writes bytes, "w" text in `encoding`."""
+
+    @overload
+    def __init__(
+        self: OutputFile[bytes],
+        path: str | os.PathLike[str],
+        mode: Literal["wb"] = "wb",
+        file_mode: int | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: OutputFile[str],
+        path: str | os.PathLike[str],
+        mode: Literal["w"],
+        file_mode: int | None = None,
+        *,
+        encoding: str,
+    ) -> None: ...
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         mode: str = "wb",
         file_mode: int | None = None,
-        **open_args: Any,
+        encoding: str | None = None,
     ) -> None:
         self.path = Path(path)
         parent = self.path.parent if str(self.path.parent) else Path(".")
@@ -121,7 +139,7 @@ class OutputFile:
         try:
             # mkstemp made it 0600; else what a plain open() would have made
             os.fchmod(fd, 0o666 & ~_umask() if file_mode is None else file_mode)
-            self.file: IO[Any] = os.fdopen(fd, mode, **open_args)
+            self.file: IO[AnyStr] = os.fdopen(fd, mode, encoding=encoding)
         except BaseException:
             os.close(fd)
             self.tmp_path.unlink(missing_ok=True)
@@ -153,7 +171,7 @@ class OutputFile:
         finally:
             self.tmp_path.unlink(missing_ok=True)
 
-    def __enter__(self) -> OutputFile:
+    def __enter__(self) -> OutputFile[AnyStr]:
         return self
 
     def __exit__(

@@ -12,6 +12,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from collector import model
 from collector.gpu_metrics import catalog
 from collector.gpu_metrics.choice import choose
+from collector.gpu_metrics.nvml_api import Nvml
+from collector.gpu_metrics.nvml_readers import GpmReader
 from collector.gpu_metrics.sampler import MAX_FAILED_READS, CounterSampler
 from collector.recording.gpu_metrics import GpuMetricsRecording
 from collector.recording.trace import write_trace
@@ -195,6 +197,25 @@ def test_unsupported_counters_are_named_missing() -> None:
         catalog.NVLINK_TX: "not supported on this GPU",
         catalog.POWER: "not supported on this GPU",
     }
+
+
+def test_gpm_reader_refuses_a_counter_without_a_gpm_metric() -> None:
+    gpu = FakeGpu(phases=PHASES)
+    nvml = FakeNvml([gpu], ManualClock(T0))
+    with pytest.raises(ValueError, match="GPM counters only"):
+        GpmReader(nvml, gpu, (*catalog.GPM_COUNTERS, catalog.DEVICE_COUNTERS[0]))
+    assert gpu.samples_taken == 0  # refused before NVML was asked for a sample
+
+
+def test_nvml_protocol_names_what_pynvml_and_the_double_have() -> None:
+    """nvml_api.Nvml declares the names the readers call: each one is in the real module
+    and in the test double (a name misspelt in the Protocol would type-check and fail on
+    a real GPU)."""
+    pynvml = pytest.importorskip("pynvml")
+    names = [n for n in vars(Nvml) if not n.startswith("_")]
+    assert len(names) >= 20
+    assert [n for n in names if not hasattr(pynvml, n)] == []
+    assert [n for n in names if not hasattr(FakeNvml, n)] == []
 
 
 def test_counters_taken_mid_run_stop_gpm_and_keep_what_was_read() -> None:

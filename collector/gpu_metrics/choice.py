@@ -22,13 +22,12 @@ mapping assumes."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from collector.gpu_metrics import catalog
+from collector.gpu_metrics.nvml_api import DeviceHandle, Nvml
 from collector.gpu_metrics.nvml_readers import GpmReader, InstantReader, error_words
 
 PM_SAMPLING = "cupti_pm_sampling"
@@ -57,7 +56,7 @@ class Choice:
 
     devices: list[DeviceSource] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
-    nvml: Any = None
+    nvml: Nvml | None = None
 
     @property
     def source(self) -> str:
@@ -80,14 +79,16 @@ def source_names(sources: set[str]) -> str:
     return ",".join(names) if names else NONE
 
 
-def load_pynvml() -> Any:
+def load_pynvml() -> Nvml:
     """nvidia-ml-py's module (an ImportError where it is not installed)."""
-    return importlib.import_module("pynvml")
+    import pynvml  # (no types of its own: nvml_api.Nvml declares what is called)
+
+    return pynvml
 
 
 def choose(
     visible_devices: str | None,
-    load: Callable[[], Any] = load_pynvml,
+    load: Callable[[], Nvml] = load_pynvml,
 ) -> Choice:
     """Open NVML and a source per visible GPU.  `visible_devices`: the target's
     CUDA_VISIBLE_DEVICES (None: unset); `load`: the NVML bindings (a test double)."""
@@ -114,7 +115,9 @@ def choose(
     return choice
 
 
-def device_source(nvml: Any, device: int, handle: Any, refused: list[str]) -> DeviceSource:
+def device_source(
+    nvml: Nvml, device: int, handle: DeviceHandle, refused: list[str]
+) -> DeviceSource:
     """GPM where this GPU and this user may have it, else the NVML counters alone."""
     name = _text(nvml.nvmlDeviceGetName(handle))
     reader: GpmReader | None = None
@@ -129,7 +132,7 @@ def device_source(nvml: Any, device: int, handle: Any, refused: list[str]) -> De
     return DeviceSource(device, name, GPM if reader else NVML, reader, instant)
 
 
-def visible_handles(nvml: Any, visible: str | None, refused: list[str]) -> list[Any]:
+def visible_handles(nvml: Nvml, visible: str | None, refused: list[str]) -> list[DeviceHandle]:
     """NVML handles of the target's CUDA devices, in CUDA's order."""
     count = nvml.nvmlDeviceGetCount()
     if visible is None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from collector.gpu_metrics import catalog
 from collector.gpu_metrics.catalog import Counter
+from collector.gpu_metrics.nvml_api import DeviceHandle, Nvml
 
 NVML_SUCCESS = 0
 NAN = math.nan
@@ -56,10 +56,15 @@ class GpmReader:
     over the interval since the previous one (the first sample is taken at construction,
     so a refusal — no permission, counters in use, unsupported GPU — raises here)."""
 
-    def __init__(self, nvml: Any, handle: Any, counters: Sequence[Counter]) -> None:
+    def __init__(self, nvml: Nvml, handle: DeviceHandle, counters: Sequence[Counter]) -> None:
         self.nvml = nvml
         self.handle = handle
         self.counters = tuple(counters)
+        # Their GPM metric ids, checked before NVML is asked for anything (an instant
+        # counter has none: it is InstantReader's).
+        self._metric_ids = [c.gpm_metric for c in self.counters if c.gpm_metric is not None]
+        if len(self._metric_ids) != len(self.counters):
+            raise ValueError("GpmReader reads GPM counters only (catalog.GPM_COUNTERS)")
         self.failures: dict[str, str] = {}  # counter name -> why it had no value at first
         support = nvml.nvmlGpmQueryDeviceSupport(handle)
         if not support.isSupportedDevice:
@@ -82,8 +87,8 @@ class GpmReader:
         request.numMetrics = len(self.counters)
         request.sample1 = self._previous
         request.sample2 = self._current
-        for i, counter in enumerate(self.counters):
-            request.metrics[i].metricId = counter.gpm_metric
+        for i, metric_id in enumerate(self._metric_ids):
+            request.metrics[i].metricId = metric_id
         # The current sample starts the next interval, whatever the metrics say.
         self._previous, self._current = self._current, self._previous
         nvml.nvmlGpmMetricsGet(request)
@@ -108,7 +113,7 @@ class InstantReader:
     and (where GPM does not run) NVML's own utilisation.  A counter whose first read
     fails with 'not supported' is read no more."""
 
-    def __init__(self, nvml: Any, handle: Any, utilization: bool) -> None:
+    def __init__(self, nvml: Nvml, handle: DeviceHandle, utilization: bool) -> None:
         self.nvml = nvml
         self.handle = handle
         self.counters = catalog.DEVICE_COUNTERS + (
@@ -146,7 +151,12 @@ class InstantReader:
             self._read(values, (catalog.GPU_UTILIZATION, catalog.MEMORY_UTILIZATION), utilization)
         return [values.get(c.name, NAN) for c in self.counters]
 
-    def _read(self, values: dict[str, float], names: tuple[str, ...], read: Any) -> None:
+    def _read(
+        self,
+        values: dict[str, float],
+        names: tuple[str, ...],
+        read: Callable[[], tuple[float, ...]],
+    ) -> None:
         if names[0] in self._dropped:
             return
         try:

@@ -16,7 +16,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from collector import model
 from collector.gpu_metrics import catalog
@@ -29,6 +29,7 @@ from collector.gpu_metrics.choice import (
     load_pynvml,
     source_names,
 )
+from collector.gpu_metrics.nvml_api import Nvml
 from collector.gpu_metrics.sampler import CounterSampler, DeviceColumns
 from collector.recording.source import FinishedRun
 from collector.window_control import WindowState
@@ -70,7 +71,7 @@ class GpuMetricsRecording:
     def __init__(
         self,
         rate_hz: float = DEFAULT_RATE_HZ,
-        load_nvml: Callable[[], Any] = load_pynvml,
+        load_nvml: Callable[[], Nvml] = load_pynvml,
         visible_devices: str | None = None,
         directory: Path | None = None,
         pm_sampling: Callable[[], PmSampling | None] | None = None,

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, TypedDict, TypeGuard
 
 from collector import model
 from collector.errors import UserError
@@ -37,6 +37,27 @@ if TYPE_CHECKING:  # the readers (numpy) load only for --from-streams: kept_sour
     from collector.sources.cpu_stream import InprocessCpuSource
     from collector.sources.cupti import CuptiSource
     from collector.sources.cupti_pm_sampling import PmSampling
+
+
+class WindowRecord(TypedDict):
+    """A model.CaptureWindow as the manifest holds it (its fields, by name)."""
+
+    pid: int
+    start: int
+    end: int
+    reason: str
+    end_reason: str
+
+
+def window_record(window: model.CaptureWindow) -> WindowRecord:
+    return WindowRecord(
+        pid=window.pid,
+        start=window.start,
+        end=window.end,
+        reason=window.reason,
+        end_reason=window.end_reason,
+    )
+
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -67,7 +88,7 @@ class Manifest:
     # Known at the end only (written there, if the disk lets it): the --max-size cut,
     # the windows record opened for the tree, the toggles.
     metadata: dict[str, int] = field(default_factory=dict)
-    windows: list[dict[str, Any]] = field(default_factory=list)
+    windows: list[WindowRecord] = field(default_factory=list)
     version: int = MANIFEST_VERSION
 
 
@@ -114,7 +135,7 @@ class StreamsDir:
         try:
             manifest = load_manifest(self.path)
             manifest.metadata.update(metadata)
-            manifest.windows = [asdict(w) for w in windows]
+            manifest.windows = [window_record(w) for w in windows]
             replace(self.path / MANIFEST, _manifest_bytes(manifest))
         except (OSError, UserError):
             pass
@@ -166,7 +187,7 @@ def load_manifest(directory: Path) -> Manifest:
     return Manifest(**raw)
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -175,7 +196,7 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def manifest_problem(raw: Mapping[str, Any]) -> str | None:
+def manifest_problem(raw: Mapping[str, object]) -> str | None:
     """What makes `raw` not a manifest record wrote (None: nothing); every field is checked,
     so that nothing downstream prints or writes a value of the wrong kind."""
     known = {f.name for f in fields(Manifest)}
@@ -226,20 +247,21 @@ class KeptSource(FinishedRun):
         self.name = name
         self.directory = directory
         self._source: CuptiSource | InprocessCpuSource | None = None
+        self._gpu: CuptiSource | None = None  # the same reader, for the GPU streams
 
     def events(self) -> Iterable[model.Event]:
         from collector.sources.cpu_stream import InprocessCpuSource
         from collector.sources.cupti import CuptiSource
 
         if self.name == GPU_STREAMS:
-            self._source = CuptiSource(self.directory)
+            self._source = self._gpu = CuptiSource(self.directory)
         else:
             self._source = InprocessCpuSource(self.directory)
         yield from self._source.events()
 
     def _cupti(self) -> CuptiSource | None:
         """The GPU streams' reader, once events() ran (None for the CPU streams)."""
-        return cast("CuptiSource", self._source) if self.name == GPU_STREAMS else None
+        return self._gpu
 
     def stats(self) -> Mapping[str, int]:
         return dict(self._source.counts) if self._source else {}

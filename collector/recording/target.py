@@ -17,7 +17,7 @@ from collector.errors import Terminated, UserError
 from collector.recording.credentials import target_credentials
 from collector.recording.size_limit import SizeLimit
 from collector.recording.source import RecordSource, SizedSource, WindowFollower
-from collector.recording.windows import TreeWindows
+from collector.recording.windows import SignalHandler, TreeWindows
 
 # After Ctrl-C the target gets SIGINT, then SIGTERM, then SIGKILL, this far apart.
 STOP_GRACE_S = 2.0
@@ -42,7 +42,7 @@ class Interrupt:
         self.forwarded = 0  # signals passed on to the target
         self.target_running = False
         self.stop_signal: int | None = None  # one that asks record to stop
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, SignalHandler] = {}
 
     def __call__(self, signum: int, _frame: object) -> None:
         if self.target_running:
@@ -56,7 +56,7 @@ class Interrupt:
 
     def restore(self) -> None:
         for s, handler in self._previous.items():
-            signal.signal(s, handler)  # type: ignore[arg-type]
+            signal.signal(s, handler)
         self._previous = {}
 
     def target_ended(self) -> None:
@@ -188,7 +188,7 @@ def dies_with_parent() -> Callable[[], None] | None:
 
 
 def _wait(
-    proc: subprocess.Popen,
+    proc: subprocess.Popen[bytes],
     sized: Sequence[SizedSource],
     interrupt: Interrupt,
     duration: float | None,
@@ -215,7 +215,7 @@ def exit_watch(pid: int) -> int | None:
 
 
 def _wait_loop(
-    proc: subprocess.Popen,
+    proc: subprocess.Popen[bytes],
     sized: Sequence[SizedSource],
     interrupt: Interrupt,
     duration: float | None,

@@ -14,14 +14,21 @@ import argparse
 import signal
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import TypeAlias
 
 from collector import model
 from collector.errors import UserError
 from collector.recording.credentials import share_with_target
 from collector.window_control import WindowControl
+
+# What signal.signal() returns and takes: the handler a signal had before, to restore it.
+SignalHandler: TypeAlias = (
+    "Callable[[int, FrameType | None], object] | int | signal.Handlers | None"
+)
 
 PROFILER_API = "cudaProfilerApi"
 SIGNAL = "signal"
@@ -152,7 +159,7 @@ class TreeWindows:
         self._open_reason = ""
         self._open_at: int | None = None  # --delay: CLOCK_MONOTONIC ns of the opening
         self._close_at: int | None = None
-        self._previous_handler: object = None
+        self._previous_handler: SignalHandler = None
         if plan.toggle_signal is not None:
             # From now, not from the target's start: record says where to send it before
             # it builds and starts its sources, and a signal then must not kill it.  Python
@@ -213,7 +220,7 @@ class TreeWindows:
 
     def close(self) -> None:
         if self.plan.toggle_signal is not None:
-            signal.signal(self.plan.toggle_signal, self._previous_handler)  # type: ignore[arg-type]
+            signal.signal(self.plan.toggle_signal, self._previous_handler)
         self.control.close()
         for p in self._directory.iterdir():
             p.unlink()

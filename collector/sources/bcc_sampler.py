@@ -18,13 +18,13 @@ import time
 from collections.abc import Iterator, Sequence
 
 from collector.model import CaptureWindow, CpuSample, Event, Frame, Stack
+from collector.sources.bcc_api import BpfProgram
 from collector.sources.bcc_process_tree import ProcessTree, descendants, kernel_cpu_ns
 from collector.sources.bcc_source import (
     EV_SAMPLE,
     MAX_FRAMES,
     BccSource,
     BccUnavailable,
-    Bpf,
     comm_str,
     stack_words,
 )
@@ -87,7 +87,7 @@ class BccCpuSampler(BccSource):
 
         # A fixed period rather than sample_freq: the kernel never re-tunes it, so every
         # sample stands for the same 1/freq s of CPU time.
-        self.bpf.attach_perf_event(
+        self.loaded.attach_perf_event(
             ev_type=PerfType.SOFTWARE,
             ev_config=PerfSWConfig.CPU_CLOCK,
             fn_name=b"on_cpu_clock",
@@ -99,7 +99,7 @@ class BccCpuSampler(BccSource):
     def detach(self) -> None:
         from bcc import PerfSWConfig, PerfType
 
-        self.bpf.detach_perf_event(PerfType.SOFTWARE, PerfSWConfig.CPU_CLOCK)
+        self.loaded.detach_perf_event(PerfType.SOFTWARE, PerfSWConfig.CPU_CLOCK)
 
     def on_data_record(self, kind: int, data: bytes) -> None:
         if kind != EV_SAMPLE:
@@ -263,7 +263,7 @@ class BccKernelModeSampler(BccCpuSampler):
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, self._compiler_tid, 19)
 
-    def release(self, bpf: Bpf) -> None:
+    def release(self, bpf: BpfProgram) -> None:
         # Closing its perf events and tracepoints takes ~0.2 s, nothing record waits for:
         # the trace is written meanwhile (the kernel closes what is left if record exits
         # first).  bcc's own cleanup at exit would run it a second time, and fail loudly.

@@ -24,9 +24,9 @@ from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeAlias
 
 from collector.model import Event
+from collector.sources.bcc_api import BpfProgram
 from collector.sources.bcc_process_tree import ProcessRegistry, ProcessTree, descendants
 
 BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
@@ -50,10 +50,6 @@ class BccUnavailable(Exception):
     """bcc cannot be imported or cannot load programs here; the message says why."""
 
 
-# bcc's BPF object (a program loaded in the kernel, its maps by name): bcc ships no types.
-Bpf: TypeAlias = Any
-
-
 def load_bpf_module() -> ModuleType:
     try:
         import bcc  # Debian's python3-bpfcc, linked into the venv by scripts/setup_bcc.sh
@@ -73,7 +69,7 @@ def comm_str(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def stack_words(data: bytes, offset: int, nbytes: int) -> array:
+def stack_words(data: bytes, offset: int, nbytes: int) -> array[int]:
     """The `nbytes` of u64 addresses at `offset`, leaf first (empty on a stack error)."""
     words = array("Q")
     if nbytes > 0:
@@ -91,7 +87,7 @@ class BccSource:
     poll_ms = 100  # the drain thread's ring-buffer wait: periodic() runs about this often
 
     def __init__(self) -> None:
-        self.bpf: Bpf = None
+        self.bpf: BpfProgram | None = None  # from start() (or follow()) to stop()
         self.registry = ProcessRegistry()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -111,7 +107,7 @@ class BccSource:
         self.bpf = self.compile()
         self.follow(tree)
 
-    def compile(self) -> Bpf:
+    def compile(self) -> BpfProgram:
         """The program compiled and loaded (bcc's BPF object).  Its tracepoints that follow
         forks and exits are attached here already, following nothing until `follow`."""
         bcc = load_bpf_module()
@@ -127,24 +123,31 @@ class BccSource:
         except Exception as exc:  # bcc raises bare Exception on compile errors
             raise BccUnavailable(f"bcc could not compile bpf/{self.program}: {exc}") from exc
 
+    @property
+    def loaded(self) -> BpfProgram:
+        """The program, while it is loaded (a RuntimeError before start() and after stop())."""
+        if self.bpf is None:
+            raise RuntimeError(f"bpf/{self.program} is not loaded")
+        return self.bpf
+
     def follow(self, tree: ProcessTree) -> None:
         """Follow `tree` with the compiled program, attach its probes, start draining.  The
         fork tracepoint is on before the live descendants are listed: a process forked
         before the listing is in it, one forked after has a followed parent."""
-        tracked = self.bpf["tracked"]
+        tracked = self.loaded["tracked"]
         for pid in descendants(tree.pids) if tree.pids else ():
             tracked[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
         if tree.spawner is not None:
-            self.bpf["spawner"][ctypes.c_int(0)] = ctypes.c_uint32(tree.spawner)
+            self.loaded["spawner"][ctypes.c_int(0)] = ctypes.c_uint32(tree.spawner)
         self.attach()
-        self.bpf["events"].open_ring_buffer(self._on_record)
+        self.loaded["events"].open_ring_buffer(self._on_record)
         self._thread = threading.Thread(target=self._drain, name=f"bcc-{self.program}", daemon=True)
         self._thread.start()
 
     def target_started(self, pid: int) -> None:
         """The target is running as `pid`: follow it, stop following the recorder's forks."""
-        self.bpf["tracked"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
-        self.bpf["spawner"][ctypes.c_int(0)] = ctypes.c_uint32(0)
+        self.loaded["tracked"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+        self.loaded["spawner"][ctypes.c_int(0)] = ctypes.c_uint32(0)
 
     def stop(self) -> None:
         if self.bpf is None:
@@ -162,7 +165,7 @@ class BccSource:
         bpf, self.bpf = self.bpf, None
         self.release(bpf)
 
-    def release(self, bpf: Bpf) -> None:
+    def release(self, bpf: BpfProgram) -> None:
         """Detach and close everything of the program (after the final drain)."""
         bpf.cleanup()
 
@@ -170,7 +173,7 @@ class BccSource:
         """Time the kernel spent in this source's BPF programs, from their fdinfo.  Zero
         unless the kernel.bpf_stats_enabled sysctl is on (the overhead benchmark sets it)."""
         run_ns = runs = 0
-        for func in self.bpf.funcs.values():
+        for func in self.loaded.funcs.values():
             try:
                 info = Path(f"/proc/self/fdinfo/{func.fd}").read_text()
             except OSError:
@@ -185,7 +188,7 @@ class BccSource:
 
     def _drain(self) -> None:
         while not self._stop.is_set():
-            self.bpf.ring_buffer_poll(self.poll_ms)
+            self.loaded.ring_buffer_poll(self.poll_ms)
             self.periodic()
 
     # --- subclass hooks ----------------------------------------------------------------

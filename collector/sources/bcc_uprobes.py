@@ -122,7 +122,7 @@ class BccLaunchUprobes(BccSource):
             return
         fn = "on_launch_marker" if slot == 0 else f"on_launch_api_{slot}"
         try:
-            self.bpf.attach_uprobe(
+            self.loaded.attach_uprobe(
                 name=path.encode(), sym=probe.symbol.encode(), fn_name=fn.encode()
             )
         except Exception as exc:  # bcc raises bare Exception when the symbol is absent

@@ -5,7 +5,8 @@ builds rows a table at a time with numpy, never one Python object per slice."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import Generic, TypedDict, TypeVar
 
 import numpy as np
 
@@ -22,14 +23,19 @@ def find_rows(table: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return np.where(ordered[position] == keys, order[position], -1)
 
 
-class Interned:
+_H = TypeVar("_H", bound=Hashable)
+# An arg set as the rows hold it: its (key, value) items, hashable.
+ArgItems = tuple[tuple[str, model.ArgValue], ...]
+
+
+class Interned(Generic[_H]):
     """Distinct values in first-seen order; index_of() gives each value's index."""
 
     def __init__(self) -> None:
-        self.values: list = []
-        self._index: dict = {}
+        self.values: list[_H] = []
+        self._index: dict[_H, int] = {}
 
-    def index_of(self, values: Sequence) -> np.ndarray:
+    def index_of(self, values: Sequence[_H]) -> np.ndarray:
         out = np.empty(len(values), np.int64)
         for i, value in enumerate(values):
             index = self._index.get(value)
@@ -40,15 +46,30 @@ class Interned:
         return out
 
 
+class CommonColumns(TypedDict):
+    """The SliceColumns fields both kinds of rows have."""
+
+    ts: np.ndarray
+    dur: np.ndarray
+    track: np.ndarray
+    name: np.ndarray
+    names: list[str]
+    category: np.ndarray
+    categories: list[str]
+    args: np.ndarray
+    arg_sets: list[dict[str, model.ArgValue]]
+    correlation_id: np.ndarray
+
+
 class Rows:
     """Slices gathered as column pieces, then joined into one SliceColumns."""
 
     COLUMNS: tuple[str, ...] = ("ts", "dur", "track", "name", "category", "args", "correlation_id")
 
     def __init__(self) -> None:
-        self.names = Interned()
-        self.categories = Interned()
-        self.arg_sets = Interned()
+        self.names = Interned[str]()
+        self.categories = Interned[str]()
+        self.arg_sets = Interned[ArgItems]()
         self.pieces: dict[str, list[np.ndarray]] = {k: [] for k in self.COLUMNS}
         self.rows = 0
 
@@ -61,7 +82,7 @@ class Rows:
             self.pieces[key].append(np.broadcast_to(piece, (n,)) if piece.ndim == 0 else piece)
         self.rows += n
 
-    def override_args(self, rows: np.ndarray, sets: Sequence[tuple]) -> None:
+    def override_args(self, rows: np.ndarray, sets: Sequence[ArgItems]) -> None:
         """Other args for some of the rows so far (`sets[i]` for row `rows[i]`, as items):
         an allocation's size and address on its API call."""
         if not len(rows):
@@ -81,9 +102,9 @@ class Rows:
                 self.pieces[key] = [self.column(key)[rows]]
         self.rows = int(rows.sum())
 
-    def common_columns(self) -> dict:
+    def common_columns(self) -> CommonColumns:
         """The SliceColumns fields both kinds of rows have."""
-        return dict(
+        return CommonColumns(
             ts=self.column("ts"),
             dur=self.column("dur"),
             track=self.column("track"),

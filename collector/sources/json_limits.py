@@ -19,7 +19,7 @@ invalid JSON is the parser's to report; after a bracket that closes nothing it s
 from __future__ import annotations
 
 import re
-from typing import IO
+from typing import Protocol
 
 MAX_DEPTH = 1024
 MAX_EVENT_BYTES = 1 << 22  # 4 MiB
@@ -127,11 +127,17 @@ class JsonGuard:
         raise LimitExceeded(f"{what} (at byte {at:,} of the JSON text)")
 
 
+class ByteReader(Protocol):
+    """A binary stream (a file, plain or gunzipped, or bytes in memory)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class GuardedReader:
     """A binary stream whose bytes pass a JsonGuard as they are read (what ijson reads
     through: it never holds more than the limits allow)."""
 
-    def __init__(self, stream: IO[bytes], guard: JsonGuard | None = None) -> None:
+    def __init__(self, stream: ByteReader, guard: JsonGuard | None = None) -> None:
         self._stream = stream
         self.guard = guard or JsonGuard()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import re
 import sys
 import zlib
@@ -18,11 +19,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import TypeGuard
 
 import ijson
 
 from collector.sources.json_limits import MAX_DEPTH, GuardedReader, LimitExceeded
+from collector.sources.json_value import JsonObject, JsonValue
 from collector.sources.kineto_json import trace_event_runs
 
 _DICT_ONLY = {dict}
@@ -70,13 +72,22 @@ class Head:
     host: str | None = None
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open_file(path: Path) -> tuple[io.BufferedIOBase, io.BufferedReader]:
+    """The file's bytes (gunzipped where it is gzip) and the file under them."""
     raw = path.open("rb")
     magic = raw.read(2)
     raw.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
-    return raw
+        return gzip.GzipFile(fileobj=raw), raw
+    return raw, raw
+
+
+def _open(path: Path) -> io.BufferedIOBase:
+    return _open_file(path)[0]
+
+
+def _objects_only(items: list[JsonValue]) -> TypeGuard[list[JsonObject]]:
+    return set(map(type, items)) == _DICT_ONLY
 
 
 NOT_AN_OBJECT = "'traceEvents' items that are no object (an event is a JSON object)"
@@ -84,25 +95,21 @@ NOT_AN_OBJECT = "'traceEvents' items that are no object (an event is a JSON obje
 
 def event_runs(
     path: Path, progress: Callable[[int], None] | None = None, stats: ConvertStats | None = None
-) -> Iterator[list[dict[str, Any]]]:
+) -> Iterator[list[JsonObject]]:
     """`traceEvents` items that are objects, a list at a time (kineto_json's runs), with
     the file's faults as KinetoFormatError; the other items counted into `stats` (input
     events, skipped)."""
 
-    def open_file() -> tuple[IO[bytes], IO[bytes]]:
-        stream = _open(path)
-        raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else stream
-        return stream, raw
-
     try:
-        for run in trace_event_runs(open_file, progress):
-            if set(map(type, run)) != _DICT_ONLY:
-                objects = [event for event in run if type(event) is dict]
-                if stats is not None and len(objects) < len(run):
-                    stats.events_in += len(run) - len(objects)
-                    stats.skipped[NOT_AN_OBJECT] += len(run) - len(objects)
-                run = objects
-            yield run
+        for items in trace_event_runs(lambda: _open_file(path), progress):
+            if _objects_only(items):
+                yield items
+                continue
+            objects = [item for item in items if type(item) is dict]
+            if stats is not None and len(objects) < len(items):
+                stats.events_in += len(items) - len(objects)
+                stats.skipped[NOT_AN_OBJECT] += len(items) - len(objects)
+            yield objects
     except (ijson.JSONError, ijson.IncompleteJSONError) as exc:
         raise KinetoFormatError(f"{path}: not valid JSON ({_short(exc)})") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
@@ -189,7 +196,7 @@ def read_head(path: Path) -> Head:
     names = links.device_names
     stream = _open(path)
     try:
-        current: dict[str, Any] = {}
+        current: dict[str, object] = {}
         # (Through the limits: ijson's prefixes grow with the depth.)
         for prefix, event, value in ijson.parse(GuardedReader(stream), use_float=True):
             if prefix == "traceEvents":
@@ -199,8 +206,9 @@ def read_head(path: Path) -> Head:
             elif prefix == "deviceProperties.item.name":
                 current["name"] = value
             elif prefix == "deviceProperties.item" and event == "end_map":
-                if isinstance(current.get("id"), int) and current.get("name"):
-                    names[int(current["id"])] = str(current["name"])
+                ident, name = current.get("id"), current.get("name")
+                if isinstance(ident, int) and name:
+                    names[int(ident)] = str(name)
                 current = {}
             elif prefix == "distributedInfo.rank" and _is_count(value):
                 links.rank = int(value)
@@ -223,7 +231,7 @@ def read_head(path: Path) -> Head:
     return links
 
 
-def _is_count(value: object) -> bool:
+def _is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 

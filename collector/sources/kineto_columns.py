@@ -26,17 +26,18 @@ distinct names, at most ARG_SETS_KEPT arg sets past a flush.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from itertools import compress, repeat
 from operator import eq, itemgetter, not_, or_
 from pathlib import Path
-from typing import Any
+from typing import Generic, NamedTuple, TypeGuard, TypeVar
 
 import numpy as np
 import orjson
 
 from collector import model
 from collector.sources import kineto, kineto_events, kineto_ids
+from collector.sources.json_value import JsonObject, JsonValue
 from collector.sources.kineto import ConvertStats, Head
 from collector.sources.kineto_events import (
     API_CATEGORIES,
@@ -63,7 +64,7 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NUMBERS = frozenset((int, float))
 _STR = frozenset((str,))
 _INT = frozenset((int,))
-_STR_ONLY, _INT_ONLY = {str}, {int}
+_INT_ONLY = {int}
 _FLOW_PHASES = frozenset(("s", "f"))
 _FLOW_FIELDS = ("ph", "cat", "id", "pid", "tid", "ts")
 # GPU op args carried by the contract's own fields (track, correlation id).
@@ -76,18 +77,20 @@ _FEW_VALUES = 64
 # An entry of a head column: the (key, value) args one event's value becomes (none for
 # a null, three for a kernel's grid or block).
 Entry = tuple[tuple[str, model.ArgValue], ...]
+_V = TypeVar("_V")
 
 
-class _Interned:
+class _Interned(Generic[_V]):
     """Values -> dense ids, in first-seen order (names, categories, arg sets); `clean`:
-    what a value is kept as (kineto_ids.clean_name for names)."""
+    what a value is kept as (kineto_ids.clean_name for names).  A value is its own key
+    unless add() is given one (an arg set, a dict, is keyed by its items)."""
 
-    def __init__(self, clean: Callable[[Any], Any] | None = None) -> None:
-        self.index: dict[Any, int] = {}
-        self.values: list[Any] = []
+    def __init__(self, clean: Callable[[_V], _V] | None = None) -> None:
+        self.index: dict[Hashable, int] = {}
+        self.values: list[_V] = []
         self._clean = clean
 
-    def add(self, value: Any, key: Any = None) -> int:
+    def add(self, value: _V, key: Hashable = None) -> int:
         key = value if key is None else key
         ident = self.index.get(key)
         if ident is None:
@@ -95,7 +98,7 @@ class _Interned:
             self.values.append(value)
         return ident
 
-    def ids(self, items: Sequence[Any]) -> np.ndarray:
+    def ids(self, items: Sequence[_V]) -> np.ndarray:
         """The id of every item (hashable, distinct values equal only if the same)."""
         index = self.index
         # One lookup per item where all are known (after the first runs: names repeat).
@@ -151,33 +154,33 @@ class _Pending:
     times, pids and tids as int64 arrays, names and categories as ids, args' keys and
     values as tuples; the dicts of rows of another layout kept for the object path."""
 
-    def __init__(self, names: _Interned, categories: _Interned) -> None:
+    def __init__(self, names: _Interned[str], categories: _Interned[str]) -> None:
         self.n = 0  # complete events taken, those of another layout included
         self._names, self._categories = names, categories
         self.runs: list[tuple[np.ndarray, ...]] = []  # (ts, dur, pid, tid, name, raw cat)
         self.arg_keys: list[tuple[str, ...]] = []
-        self.arg_values: list[tuple[Any, ...]] = []
+        self.arg_values: list[tuple[JsonValue, ...]] = []
         # Rows of another layout: (their index here, their dict), for the object path.
-        self.others: list[tuple[int, dict[str, Any]]] = []
+        self.others: list[tuple[int, JsonObject]] = []
 
     def __len__(self) -> int:
         return self.n
 
-    def extend(self, events: list[dict[str, Any]]) -> None:
+    def extend(self, events: list[JsonObject]) -> None:
         if not events:
             return
         try:
-            fields = [list(map(get, events)) for get in _GETTERS]
+            fields: list[list[JsonValue]] = [list(map(get, events)) for get in _GETTERS]
             args = list(map(_GET_ARGS, events))
             keys = list(map(tuple, args))
             values = list(map(tuple, map(dict.values, args)))
-            clean = _common_layout(fields)
+            layout = _common_layout(*fields)
         except (KeyError, TypeError):  # fields left out, args no object, a list as a name
-            clean = False
-        if not clean:
+            layout = None
+        if layout is None:
             self._extend_slowly(events)
             return
-        names, cats, ts, dur, pids, tids = fields
+        names, cats, ts, dur, pids, tids = layout
         self.runs.append(
             (
                 _clean_times_ns(ts),
@@ -192,11 +195,12 @@ class _Pending:
         self.arg_values += values
         self.n += len(events)
 
-    def _extend_slowly(self, events: list[dict[str, Any]]) -> None:
+    def _extend_slowly(self, events: list[JsonObject]) -> None:
         """A run not all of the common layout: its rows checked one field at a time as
         kineto_events.py reads them; those of another layout left to kineto_events.ObjectEvents."""
-        fields: tuple[list[Any], ...] = tuple([] for _ in _DEFAULTS)
-        keys, values = [], []
+        fields: tuple[list[JsonValue], ...] = tuple([] for _ in _DEFAULTS)
+        keys: list[tuple[str, ...]] = []
+        values: list[tuple[JsonValue, ...]] = []
         for e in events:
             for column, (key, default) in zip(fields, _DEFAULTS, strict=True):
                 column.append(e.get(key, default))
@@ -206,23 +210,13 @@ class _Pending:
             keys.append(tuple(args))
             values.append(tuple(args.values()))
         n = len(events)
-        names, cats, ts, dur, pids, tids = fields
-        _number_text_ids(pids)
-        _number_text_ids(tids)
+        raw_names, raw_cats, raw_ts, raw_dur, raw_pids, raw_tids = fields
+        _number_text_ids(raw_pids)
+        _number_text_ids(raw_tids)
         ok = np.ones(n, bool)
-        for column, types, filler in (
-            (names, _STR, ""),
-            (cats, _STR, ""),
-            (ts, _NUMBERS, 0),
-            (dur, _NUMBERS, 0),
-            (pids, _INT, 0),
-            (tids, _INT, 0),
-        ):
-            if not types.issuperset(map(type, column)):
-                good = np.fromiter(map(types.__contains__, map(type, column)), bool, n)
-                ok &= good
-                for i in np.flatnonzero(~good).tolist():
-                    column[i] = filler
+        names, cats = _strs_or_blank(raw_names, ok), _strs_or_blank(raw_cats, ok)
+        ts, dur = _numbers_or_zero(raw_ts, ok), _numbers_or_zero(raw_dur, ok)
+        pids, tids = _ints_or_zero(raw_pids, ok), _ints_or_zero(raw_tids, ok)
         ts_ns, dur_ns = _times_ns(ts, ok), _times_ns(dur, ok)
         pid, tid = _int32s(pids, ok), _int32s(tids, ok)
         self.others += ((self.n + i, events[i]) for i in np.flatnonzero(~ok).tolist())
@@ -243,20 +237,40 @@ class _Pending:
         self.arg_values += compress(values, ok)
 
 
-def _common_layout(fields: list[list[Any]]) -> bool:
-    """Whether a run's fields are all of the layout the columns take whole (str names
-    and categories, finite times of [0, _TIME_LIMIT) us, int32 pids and tids): a few
-    C-level passes while the run is in the caches."""
-    names, cats, ts, dur, pids, tids = fields
-    return (
-        _STR.issuperset(map(type, names))
-        and _STR.issuperset(map(type, cats))
-        and _NUMBERS.issuperset(map(type, ts))
-        and _NUMBERS.issuperset(map(type, dur))
-        and _INT.issuperset(map(type, pids))
-        and _INT.issuperset(map(type, tids))
+class _Layout(NamedTuple):
+    """A run's fields, of the layout the columns take whole (_common_layout)."""
+
+    names: Sequence[str]
+    cats: Sequence[str]
+    ts: Sequence[int | float]
+    dur: Sequence[int | float]
+    pids: Sequence[int]
+    tids: Sequence[int]
+
+
+def _common_layout(
+    names: list[JsonValue],
+    cats: list[JsonValue],
+    ts: list[JsonValue],
+    dur: list[JsonValue],
+    pids: list[JsonValue],
+    tids: list[JsonValue],
+) -> _Layout | None:
+    """A run's fields if they are all of the layout the columns take whole (str names
+    and categories, finite times of [0, _TIME_LIMIT) us, int32 pids and tids), else
+    None: a few C-level passes while the run is in the caches."""
+    if not (
+        _strs(names)
+        and _strs(cats)
+        and _numbers(ts)
+        and _numbers(dur)
+        and _ints(pids)
+        and _ints(tids)
+    ):
+        return None
+    in_range = (
         # (A NaN passes min and max, not a finite sum.)
-        and min(ts) >= 0
+        min(ts) >= 0
         and max(ts) < _TIME_LIMIT
         and math.isfinite(sum(ts))
         and min(dur) >= 0
@@ -267,16 +281,63 @@ def _common_layout(fields: list[list[Any]]) -> bool:
         and min(tids) >= _INT32_MIN
         and max(tids) < _INT32_END
     )
+    return _Layout(names, cats, ts, dur, pids, tids) if in_range else None
 
 
-def _clean_times_ns(us: list[float | int]) -> np.ndarray:
+# Whether every value of a field is of the type the columns take (one C-level pass).
+def _strs(values: Sequence[JsonValue]) -> TypeGuard[Sequence[str]]:
+    return _STR.issuperset(map(type, values))
+
+
+def _numbers(values: Sequence[JsonValue]) -> TypeGuard[Sequence[int | float]]:
+    return _NUMBERS.issuperset(map(type, values))
+
+
+def _ints(values: Sequence[JsonValue]) -> TypeGuard[Sequence[int]]:
+    return _INT.issuperset(map(type, values))
+
+
+def _of_types(values: Sequence[JsonValue], types: frozenset[type]) -> np.ndarray:
+    return np.fromiter(map(types.__contains__, map(type, values)), bool, len(values))
+
+
+# A field's values, with a filler where one is of another type (its row's `ok` cleared).
+def _strs_or_blank(values: list[JsonValue], ok: np.ndarray) -> Sequence[str]:
+    if _strs(values):
+        return values
+    ok &= _of_types(values, _STR)
+    return [v if type(v) is str else "" for v in values]
+
+
+def _numbers_or_zero(values: list[JsonValue], ok: np.ndarray) -> Sequence[int | float]:
+    if _numbers(values):
+        return values
+    ok &= _of_types(values, _NUMBERS)
+    return [v if type(v) is int or type(v) is float else 0 for v in values]
+
+
+def _ints_or_zero(values: list[JsonValue], ok: np.ndarray) -> Sequence[int]:
+    if _ints(values):
+        return values
+    ok &= _of_types(values, _INT)
+    return [v if type(v) is int else 0 for v in values]
+
+
+def _clean_times_ns(us: Sequence[float | int]) -> np.ndarray:
     """Times of the common layout (ints and floats in [0, _TIME_LIMIT)) as int64 ns: the
     values of _times_ns (below the limit a float product is exact for ints too)."""
     return np.rint(np.array(us, np.float64) * 1000.0).astype(np.int64)
 
 
 # What kineto_events.py reads for a field left out (None: no time, or the pid/tid None).
-_DEFAULTS = (("name", ""), ("cat", ""), ("ts", None), ("dur", 0), ("pid", None), ("tid", None))
+_DEFAULTS: tuple[tuple[str, JsonValue], ...] = (
+    ("name", ""),
+    ("cat", ""),
+    ("ts", None),
+    ("dur", 0),
+    ("pid", None),
+    ("tid", None),
+)
 
 
 class _FlowEnds:
@@ -286,9 +347,9 @@ class _FlowEnds:
 
     def __init__(self, stats: ConvertStats) -> None:
         self.stats = stats
-        self.new: tuple[list[Any], ...] = tuple([] for _ in _FLOW_FIELDS)
-        self.categories = _Interned()
-        self.texts = _Interned()  # ids that are no int
+        self.new: tuple[list[JsonValue], ...] = tuple([] for _ in _FLOW_FIELDS)
+        self.categories = _Interned[str]()
+        self.texts = _Interned[int | str | None]()  # ids that are no int
         self.api_to_device: list[bool] = []  # by category: its id is a correlation id
         self.flow_categories = np.zeros(0, object)
         self.row = np.zeros(0, np.int64)
@@ -308,7 +369,7 @@ class _FlowEnds:
         self.made = np.zeros(0, bool)
         self.to_itself = np.zeros(0, bool)
 
-    def extend(self, events: list[dict[str, Any]]) -> None:
+    def extend(self, events: list[JsonObject]) -> None:
         """Flow events of a run, their fields taken while the run is in the caches."""
         for column, key in zip(self.new, _FLOW_FIELDS, strict=True):
             column += map(dict.get, events, repeat(key))
@@ -327,14 +388,13 @@ class _FlowEnds:
 
     def take_new(self) -> None:
         """The flow events read since the last flush, as columns."""
-        phases, cats, idents, pids, tids, times = self.new
+        phases, raw_cats, idents, pids, tids, times = self.new
         self.new = tuple([] for _ in _FLOW_FIELDS)
         n = len(phases)
         if not n:
             return
         is_start = np.array(phases, object) == "s"
-        if set(map(type, cats)) != _STR_ONLY:
-            cats = [c if type(c) is str else "" for c in cats]
+        cats = raw_cats if _strs(raw_cats) else [c if type(c) is str else "" for c in raw_cats]
         category = self.categories.ids(cats)
         for name in self.categories.values[len(self.api_to_device) :]:
             self.api_to_device.append(name in API_TO_DEVICE_FLOWS)
@@ -344,18 +404,8 @@ class _FlowEnds:
         fields = []
         for column in (pids, tids):
             _number_text_ids(column)
-            if set(map(type, column)) != _INT_ONLY:
-                good = np.fromiter(map(_INT.__contains__, map(type, column)), bool, n)
-                ok &= good
-                for i in np.flatnonzero(~good).tolist():
-                    column[i] = 0
-            fields.append(_int32s(column, ok))
-        if not _NUMBERS.issuperset(map(type, times)):
-            good = np.fromiter(map(_NUMBERS.__contains__, map(type, times)), bool, n)
-            ok &= good
-            for i in np.flatnonzero(~good).tolist():
-                times[i] = 0
-        ts = _times_ns(times, ok)
+            fields.append(_int32s(_ints_or_zero(column, ok), ok))
+        ts = _times_ns(_numbers_or_zero(times, ok), ok)
         is_int = np.ones(n, bool)
         try:
             if set(map(type, idents)) != _INT_ONLY:
@@ -519,13 +569,13 @@ class _Columns:
     def __init__(self, stats: ConvertStats) -> None:
         self.stats = stats
         self.names = _Interned(kineto_ids.clean_name)
-        self.categories = _Interned()
-        self.arg_sets = _Interned()
+        self.categories = _Interned[str]()
+        self.arg_sets = _Interned[dict[str, model.ArgValue]]()
         self.chunks: list[_Chunk] = []
-        self.raw_categories = _Interned()  # the input's `cat` strings
+        self.raw_categories = _Interned[str]()  # the input's `cat` strings
         self._kind_of: list[int] = []  # raw category id -> kind
         self._gpu_category: dict[tuple[int, int], int] = {}  # (raw cat, name) -> category
-        self.objects: list[tuple[int, dict[str, Any]]] = []  # left to the object path
+        self.objects: list[tuple[int, JsonObject]] = []  # left to the object path
         self.device_pids: set[int] = set()  # pids of device ops (their labels name nothing)
         self.held_from = 0  # complete events before the last chunk
         self.flow_ends = _FlowEnds(stats)
@@ -601,12 +651,12 @@ class _Columns:
         self,
         c: _Chunk,
         keys: list[tuple[str, ...]],
-        values: list[tuple[Any, ...]],
+        values: list[tuple[JsonValue, ...]],
         raw: np.ndarray,
     ) -> None:
         """Split the rows by shape (kind, raw category for API calls, arg keys) and turn
         each shape's args into columns."""
-        shapes = _Interned()
+        shapes = _Interned[tuple[str, ...]]()
         shape = shapes.ids(keys)
         # API calls of each category apart: their arg kineto_category names it.
         group = (shape << 16 | np.where(c.kind == _API, raw, 0)) << 2 | c.kind
@@ -617,7 +667,9 @@ class _Columns:
             kind = int(c.kind[first])
             row_list = rows.tolist()
             tuples = [values[first]] if len(row_list) == 1 else itemgetter(*row_list)(values)
-            columns = list(zip(*tuples, strict=True)) if keys[first] else []
+            columns: list[tuple[JsonValue, ...]] = (
+                list(zip(*tuples, strict=True)) if keys[first] else []
+            )
             extra: Entry = ()
             if kind == _API:
                 extra = (("kineto_category", self.raw_categories.values[int(raw[first])]),)
@@ -629,7 +681,7 @@ class _Columns:
         rows: np.ndarray,
         kind: int,
         keys: tuple[str, ...],
-        columns: list[tuple[Any, ...]],
+        columns: list[tuple[JsonValue, ...]],
         extra: Entry,
     ) -> None:
         """The rows of one shape (`columns`: the values of each of its arg `keys`): int
@@ -652,7 +704,7 @@ class _Columns:
                     continue
             name = kineto_events.GPU_ARG_NAMES.get(key, key) if kind == _GPU else key
             # (A column is checked whole only where its first value is an int: ids.)
-            if type(column[0]) is int and set(map(type, column)) == _INT:
+            if type(column[0]) is int and _ints(column):
                 try:
                     ints = np.array(column, np.int64)
                 except OverflowError:  # past int64: a text arg, as the encoder writes it
@@ -720,17 +772,19 @@ class _Columns:
             sets.append(self.arg_sets.add(dict(items), set_key))
         c.args[rows] = np.array(sets, np.int64)[group]
 
-    def _entry(self, name: str, value: Any, gpu: bool) -> Entry:
+    def _entry(self, name: str, value: JsonValue, gpu: bool) -> Entry:
         """The args one arg value is written as: none for a null, the value for a
         scalar, the compact JSON text of a list or dict (a kernel's grid and block:
         three ints)."""
         if value is None:
             return ()
-        if type(value) in (list, dict):
+        if isinstance(value, (list, dict)):
             return _structured(name, value, gpu)
         return ((name, value),)
 
-    def _gpu_own(self, c: _Chunk, rows: np.ndarray, key: str, column: tuple[Any, ...]) -> None:
+    def _gpu_own(
+        self, c: _Chunk, rows: np.ndarray, key: str, column: tuple[JsonValue, ...]
+    ) -> None:
         """A device op's device, stream or correlation arg, into its column (the pid or
         tid stay where the arg is no valid id, as kineto_events.gpu_op)."""
         if key == "correlation":
@@ -758,7 +812,7 @@ class _Columns:
             c.stream[rows] = np.where((stream == -1) | (stream == 0xFFFFFFFF), 0xFFFFFFFF, stream)
 
     @staticmethod
-    def _correlations(column: tuple[Any, ...]) -> np.ndarray | None:
+    def _correlations(column: tuple[JsonValue, ...]) -> np.ndarray | None:
         """The column as correlation ids where every value is one (an int in uint32)."""
         if set(map(type, column)) != {int}:
             return None
@@ -771,7 +825,7 @@ class _Columns:
         return ids
 
 
-def _times_ns(values: list[Any], ok: np.ndarray) -> np.ndarray:
+def _times_ns(values: Sequence[int | float], ok: np.ndarray) -> np.ndarray:
     """Kineto times (us: floats, or ints for epoch-based times) as int64 ns, the values
     kineto_ids.time_ns gives; `ok` cleared where one is no time (negative, too large)."""
     if set(map(type, values)) == _INT:
@@ -792,7 +846,7 @@ def _times_ns(values: list[Any], ok: np.ndarray) -> np.ndarray:
     return np.array([t if t is not None and t >= 0 else 0 for t in ns], np.int64)
 
 
-def _number_text_ids(column: list[Any]) -> None:
+def _number_text_ids(column: list[JsonValue]) -> None:
     """Text pids or tids that spell a number (kineto_ids.text_id) as that number, in place."""
     if _STR.isdisjoint(map(type, column)):
         return
@@ -801,7 +855,7 @@ def _number_text_ids(column: list[Any]) -> None:
             column[i] = number
 
 
-def _int32s(values: list[int], ok: np.ndarray) -> np.ndarray:
+def _int32s(values: Sequence[int], ok: np.ndarray) -> np.ndarray:
     """`values` (ints) as int64, `ok` cleared where one is no int32."""
     try:
         out = np.array(values, np.int64)
@@ -813,7 +867,7 @@ def _int32s(values: list[int], ok: np.ndarray) -> np.ndarray:
     return out
 
 
-def _few_values(column: tuple[int, ...]) -> bool:
+def _few_values(column: Sequence[int]) -> bool:
     """Whether an int column has at most _FEW_VALUES distinct values, and at most one per
     _FEW_ROWS rows (its first 256 values first: ids are told at once)."""
     most = min(len(column) // _FEW_ROWS, _FEW_VALUES)
@@ -825,20 +879,12 @@ def _few_values(column: tuple[int, ...]) -> bool:
     )
 
 
-def _structured(name: str, value: Any, gpu: bool) -> Entry:
+def _structured(name: str, value: list[JsonValue] | JsonObject, gpu: bool) -> Entry:
     """The args of a list or dict value: a kernel's grid and block as three ints
     (kineto_events.gpu_args), anything else its compact JSON text."""
-    if (
-        gpu
-        and name in _XYZ
-        and isinstance(value, list)
-        and len(value) == 3
-        and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            for v in value
-        )
-    ):
-        x, y, z = (int(v) for v in value)
+    xyz = kineto_events.grid_xyz(value) if gpu and name in _XYZ else None
+    if xyz is not None:
+        x, y, z = xyz
         return ((f"{name}_x", x), (f"{name}_y", y), (f"{name}_z", z))
     return ((name, kineto_events.json_text(value)),)
 
@@ -869,7 +915,7 @@ def _convert_columns(
     # The other events, keyed by their place among the complete ones (the object path's
     # synthetic ids, for text pids and tids, are numbered in input order): 2k for one
     # after k complete events, 2k + 1 for the complete event k (_Columns.add).
-    others: list[tuple[int, dict[str, Any]]] = []
+    others: list[tuple[int, JsonObject]] = []
     object_path = kineto_events.ObjectEvents(head, stats, columns.device_pids)
     for device, device_name in sorted(head.device_names.items()):
         yield model.GpuDevice(device, device_name)

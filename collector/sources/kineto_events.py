@@ -15,11 +15,11 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import orjson
 
 from collector import model
+from collector.sources.json_value import JsonObject, JsonValue
 from collector.sources.kineto import ConvertStats, Head
 from collector.sources.kineto_ids import (
     CORRELATIONS,
@@ -94,7 +94,7 @@ _ID_ARGS = ("External id", "Python id", "Python parent id")
 _GPU_ID_ARGS = ("external_id",)
 _GPU_LABEL = re.compile(r"^\s*((GPU|MTIA|XPU|HPU) \d+|stream \d+)\s*$", re.IGNORECASE)
 _NO_STREAM = 0xFFFFFFFF
-_SCALARS = frozenset((int, float, str, bool))  # arg values kept as they are
+_SCALARS = (int, float, str)  # arg values kept as they are (bool too: an int)
 
 
 def device_category(cat: str, name: str) -> str:
@@ -121,7 +121,7 @@ _JSON_TEXTS: dict[bytes | str, str] = {}
 _JSON_TEXTS_MAX = 1 << 16
 
 
-def json_text(value: Any) -> str:
+def json_text(value: JsonValue) -> str:
     try:
         key: bytes | str = orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError
@@ -134,22 +134,28 @@ def json_text(value: Any) -> str:
     return text
 
 
-def gpu_args(args: dict[str, Any]) -> dict[str, model.ArgValue]:
+def grid_xyz(value: JsonValue) -> tuple[int, int, int] | None:
+    """A kernel's grid or block as its three ints, where `value` is a list of three finite
+    numbers (else None)."""
+    if not isinstance(value, list) or len(value) != 3:
+        return None
+    xyz = []
+    for v in value:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            return None
+        xyz.append(int(v))
+    return xyz[0], xyz[1], xyz[2]
+
+
+def gpu_args(args: JsonObject) -> dict[str, model.ArgValue]:
     out: dict[str, model.ArgValue] = {}
     for key, value in args.items():
         if key in ("device", "stream", "correlation") or key in DROPPED_ARGS:
             continue  # carried by the contract's own args, or bookkeeping
         name = GPU_ARG_NAMES.get(key, key)
-        if (
-            key in ("grid", "block")
-            and isinstance(value, list)
-            and len(value) == 3
-            and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                for v in value
-            )
-        ):
-            out[f"{name}_x"], out[f"{name}_y"], out[f"{name}_z"] = (int(v) for v in value)
+        xyz = grid_xyz(value) if key in ("grid", "block") else None
+        if xyz is not None:
+            out[f"{name}_x"], out[f"{name}_y"], out[f"{name}_z"] = xyz
         elif isinstance(value, (int, float, str, bool)):
             out[name] = value
         elif value is not None:
@@ -165,13 +171,13 @@ def _ids_last(args: dict[str, model.ArgValue], keys: tuple[str, ...]) -> None:
             args[key] = args.pop(key)
 
 
-def cpu_args(args: Any) -> dict[str, model.ArgValue]:
+def cpu_args(args: JsonValue) -> dict[str, model.ArgValue]:
     if not isinstance(args, dict):
         return {}
-    # Scalars as they are (JSON gives these exact types, never subclasses), lists and
-    # dicts as JSON text, nulls left out; one comprehension (cheaper than a loop's stores).
+    # Scalars as they are (bool is an int), lists and dicts as JSON text, nulls left out;
+    # one comprehension (cheaper than a loop's stores).
     out: dict[str, model.ArgValue] = {
-        key: value if type(value) in _SCALARS else json_text(value)
+        key: value if isinstance(value, _SCALARS) else json_text(value)
         for key, value in args.items()
         if value is not None
     }
@@ -184,8 +190,8 @@ def cpu_args(args: Any) -> dict[str, model.ArgValue]:
 
 
 def complete_event(
-    ev: dict[str, Any], ids: Ids, stats: ConvertStats
-) -> tuple[int, int, str, dict[str, Any], int, int] | None:
+    ev: JsonObject, ids: Ids, stats: ConvertStats
+) -> tuple[int, int, str, JsonObject, int, int] | None:
     """A complete event's (ts, dur, name, args, pid, tid) as the trace takes them (times
     in ns, names as text, args an object, text pids and tids numbered); None, counted by
     reason, where its ts or duration is no time."""
@@ -221,7 +227,7 @@ class Metadata:
 
     __slots__ = ("device_pids", "head", "label", "name", "pid", "tid")
 
-    def __init__(self, ev: dict[str, Any], ids: Ids, head: Head, device_pids: set[int]) -> None:
+    def __init__(self, ev: JsonObject, ids: Ids, head: Head, device_pids: set[int]) -> None:
         self.name = ev.get("name")
         args = ev.get("args")
         self.label = args.get("name") if isinstance(args, dict) else None
@@ -239,7 +245,7 @@ def cpu_slice(
     dur: int,
     name: str,
     cat: str,
-    args: dict[str, Any],
+    args: JsonObject,
     stats: ConvertStats,
 ) -> tuple[model.CpuSlice, int | None]:
     """A complete event on a CPU thread: a slice of its own category, or an accelerator API
@@ -258,12 +264,12 @@ def cpu_slice(
 
 
 def gpu_op(
-    ev: dict[str, Any],
+    ev: JsonObject,
     cat: str,
     ts: int,
     dur: int,
     name: str,
-    args: dict[str, Any],
+    args: JsonObject,
     stats: ConvertStats,
     ids: Ids,
 ) -> model.GpuOp:
@@ -321,7 +327,7 @@ class ObjectEvents:
         self.ids = Ids()
         self.named: set[tuple[int, int]] = set()
 
-    def events(self, events: list[dict[str, Any]]) -> Iterator[model.Event]:
+    def events(self, events: list[JsonObject]) -> Iterator[model.Event]:
         head, stats, device_pids, ids, named = (
             self.head, self.stats, self.device_pids, self.ids, self.named
         )  # fmt: skip

@@ -35,7 +35,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import Protocol
 
 import ijson
 import orjson
@@ -43,13 +43,28 @@ import orjson
 from collector.sources.json_limits import (
     MAX_EVENT_BYTES,
     MAX_MEMBERS,
+    ByteReader,
     GuardedReader,
     JsonGuard,
 )
+from collector.sources.json_value import JsonValue
+
+
+class ByteStream(ByteReader, Protocol):
+    """The stream parsed: a binary file, plain or gunzipped."""
+
+    def close(self) -> None: ...
+
+
+class FilePosition(Protocol):
+    """The file under the stream: its position is the progress."""
+
+    def tell(self) -> int: ...
+
 
 # (the stream to parse, the file under it: its position is the progress, in the bytes
 # stored, compressed or not)
-Opener = Callable[[], tuple[IO[bytes], IO[bytes]]]
+Opener = Callable[[], tuple[ByteStream, FilePosition]]
 
 # Bytes of events per orjson parse: 64 KiB parses at 1.2 us an event on the bench input,
 # 256 KiB at 1.4 us, 1 MiB at 1.7 us (the objects of a smaller run stay in the caches).
@@ -79,7 +94,9 @@ class _ArrayMayEnd(Exception):
     something only ijson can read."""
 
 
-def trace_events(open_file: Opener, progress: Callable[[int], None] | None = None) -> Iterator[Any]:
+def trace_events(
+    open_file: Opener, progress: Callable[[int], None] | None = None
+) -> Iterator[JsonValue]:
     """The items of the top-level `traceEvents` array, in order (see the module doc).
 
     Raises what ijson raises for a file it cannot read (ijson.JSONError and
@@ -92,12 +109,12 @@ def trace_events(open_file: Opener, progress: Callable[[int], None] | None = Non
 
 def trace_event_runs(
     open_file: Opener, progress: Callable[[int], None] | None = None
-) -> Iterator[list[Any]]:
+) -> Iterator[list[JsonValue]]:
     """trace_events()'s items a list at a time (a run of orjson's, or up to _IJSON_RUN
     items of ijson's), for a consumer that works on many at once."""
     reported = 0
 
-    def advance(raw: IO[bytes]) -> None:
+    def advance(raw: FilePosition) -> None:
         nonlocal reported
         pos = raw.tell()
         if progress is not None and pos > reported:
@@ -119,7 +136,7 @@ def trace_event_runs(
         stream.close()
     stream, raw = open_file()
     try:
-        run: list[Any] = []
+        run: list[JsonValue] = []
         try:
             # ijson reads what passed the limits: its prefixes, strings and objects
             # stay bounded.
@@ -146,14 +163,14 @@ def trace_event_runs(
 class _FastReader:
     """The array's runs of items, parsed by orjson; _NotSure where ijson must decide."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: ByteStream) -> None:
         self._stream = stream
         self._buf = b""
         self._pos = 0  # where the unread events start in _buf
         self._base = 0  # where _buf starts in the text
         self._eof = False
 
-    def runs(self) -> Iterator[list[Any]]:
+    def runs(self) -> Iterator[list[JsonValue]]:
         head = self._head()
         while True:
             if len(self._buf) - self._pos < 2 * _RUN:
@@ -231,7 +248,7 @@ class _FastReader:
         _check_document(head + b"null}")
         return head
 
-    def _last(self, head: bytes) -> list[Any]:
+    def _last(self, head: bytes) -> list[JsonValue]:
         """The events after the last boundary, and the document's tail, checked."""
         if len(self._buf) - self._pos > _MAX_RUN:
             raise _NotSure
@@ -262,7 +279,7 @@ def _check_run(buf: bytes, pos: int, end: int, offset: int) -> None:
         JsonGuard(offset, depth=2).feed(buf[pos:end])
 
 
-def _parse_run(text: memoryview) -> list[Any] | None:
+def _parse_run(text: memoryview) -> list[JsonValue] | None:
     """The items of `text`, elements of the array from one of its elements on, if it ends
     at an element boundary (else None); _ArrayMayEnd where it fails inside, _NotSure where
     only ijson can say."""
@@ -274,9 +291,9 @@ def _parse_run(text: memoryview) -> list[Any] | None:
         return None
 
 
-def _loads(array: bytes) -> list[Any]:
+def _loads(array: bytes) -> list[JsonValue]:
     """The items of the JSON array `array` (orjson.JSONDecodeError if it is none)."""
-    items = orjson.loads(array)
+    items: JsonValue = orjson.loads(array)
     if type(items) is not list:
         raise _NotSure
     if _LONG_NUMBER in array.translate(_DIGITS):
@@ -298,18 +315,13 @@ _NUL = b"\\u0000"
 NUL_TEXT = "\\u0000"
 
 
-def nul_escaped(value: Any) -> Any:
-    """`value` with every NUL in its strings (keys too) as NUL_TEXT (a walk, no recursion:
-    values nest up to json_limits.MAX_DEPTH levels)."""
-    if type(value) is str:
-        return value.replace("\0", NUL_TEXT)
-    if type(value) not in (list, dict):
-        return value
-    root: list[Any] = [value]
-    stack: list[Any] = [root]
+def nul_escaped(items: list[JsonValue]) -> list[JsonValue]:
+    """`items`, with every NUL in their strings (keys too) as NUL_TEXT, in place (a walk,
+    no recursion: values nest up to json_limits.MAX_DEPTH levels)."""
+    stack: list[list[JsonValue] | dict[str, JsonValue]] = [items]
     while stack:
         container = stack.pop()
-        if type(container) is dict:
+        if isinstance(container, dict):
             entries = list(container.items())
             container.clear()
             for key, item in entries:
@@ -318,7 +330,7 @@ def nul_escaped(value: Any) -> Any:
                 if type(item) is str:
                     if "\0" in item:
                         item = item.replace("\0", NUL_TEXT)
-                elif type(item) in (list, dict):
+                elif isinstance(item, (list, dict)):
                     stack.append(item)
                 container[key] = item
         else:
@@ -326,12 +338,12 @@ def nul_escaped(value: Any) -> Any:
                 if type(item) is str:
                     if "\0" in item:
                         container[i] = item.replace("\0", NUL_TEXT)
-                elif type(item) in (list, dict):
+                elif isinstance(item, (list, dict)):
                     stack.append(item)
-    return root[0]
+    return items
 
 
-def _ijson_nul_escaped(run: list[Any]) -> list[Any]:
+def _ijson_nul_escaped(run: list[JsonValue]) -> list[JsonValue]:
     """nul_escaped() where a run of ijson's items has a NUL (orjson's text of the run
     tells; a run orjson cannot write is walked)."""
     try:
