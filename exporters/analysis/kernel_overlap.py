@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from exporters.analysis.busy import KINDS, NO_DEVICE, covered, dense_codes, gpu_busy
+from collector.arrays import unique_with_inverse
+from exporters.analysis.busy import KINDS, NO_DEVICE, covered, gpu_busy
 from exporters.perfetto.engine.trace_processor import Trace, table_sql
 
 OTHER = ("nccl", "memcpy", "memset")
@@ -28,7 +29,7 @@ def create(trace: Trace) -> None:
         mine = kind == KINDS.index(other)
         # each other island against its device's compute islands
         ns = covered(found, device[mine] * n + compute, found.ts[mine], found.end_ts[mine])
-        per_device, at = dense_codes(device[mine])
+        per_device, at = unique_with_inverse(device[mine])
         sums = np.zeros(per_device.size, dtype=np.int64)
         np.add.at(sums, at, ns)
         # ops under no device track are no device's (SQL's NULL = NULL matched nothing)

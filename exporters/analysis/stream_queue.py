@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from exporters.analysis.busy import dense_codes, gpu_busy, track_names
+from collector.arrays import unique_with_inverse
+from exporters.analysis.busy import gpu_busy, track_names
 from exporters.perfetto.engine.trace_processor import Trace, table_sql
 
 COLUMNS = ("device_track_id", "device", "stream", "max_depth", "mean_depth_at_launch", "launches")
@@ -52,7 +53,7 @@ def create(trace: Trace) -> None:
     out once for all the analyses (busy.py)."""
     ops = gpu_busy(trace).ops
     mine = np.flatnonzero(ops.launched)
-    devices, device_code = dense_codes(ops.device[mine])
+    devices, device_code = unique_with_inverse(ops.device[mine])
     n_streams = max(1, len(ops.stream_names))
     depths = depth_per_stream(
         device_code * n_streams + ops.stream[mine], ops.api_ts[mine], ops.end_ts[mine]

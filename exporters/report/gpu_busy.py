@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from collector.arrays import unique_with_inverse
 from exporters.analysis.busy import (
     ANY,
     Islands,
-    dense_codes,
     gpu_busy,
     islands,
     running_reach,
@@ -41,9 +41,9 @@ def stream_islands(trace: Trace) -> StreamIslands:
     if ops.ts.size == 0:
         return StreamIslands([], [], [], [], busy.device_islands())
     streams, stream_code = np.array(ops.stream_names, dtype=object), ops.stream
-    devices, device_code = dense_codes(ops.device)
+    devices, device_code = unique_with_inverse(ops.device)
     # Series 0..len(devices)-1: the devices; then one per (device, stream) that has ops.
-    keys, series = dense_codes(device_code * len(streams) + stream_code)
+    keys, series = unique_with_inverse(device_code * len(streams) + stream_code)
     counts = np.bincount(series, minlength=len(keys))
     per_stream = islands(running_reach(series, ops.ts, ops.end_ts, ops.by_time))
     per_device = busy.device_islands(ANY)
