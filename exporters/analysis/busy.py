@@ -13,12 +13,12 @@ step and overlap sums) by the modules that use them."""
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from collector.arrays import first_seen_codes, stable_argsort_by_rank
+from exporters.analysis.session import session_of
 from exporters.perfetto.engine.trace_processor import ArrayTable, Trace, table_sql
 
 # Kinds of work, as the analysis names them; 'any' is every op of a device.
@@ -217,19 +217,17 @@ def track_names(trace: Trace, ids: list[int]) -> dict[int, str | None]:
     return {r["id"]: r["name"] for r in rows}
 
 
-_LOADED: weakref.WeakKeyDictionary[Trace, GpuBusy] = weakref.WeakKeyDictionary()
-
-
 def gpu_busy(trace: Trace) -> GpuBusy:
-    """The busy islands of the trace's analysed ops (span.sql loaded), once per trace."""
-    found = _LOADED.get(trace)
-    if found is None:
+    """The busy islands of the trace's analysed ops (span.sql loaded), computed once per
+    trace and kept in its analysis session."""
+    session = session_of(trace)
+    if session.gpu_busy is None:
         regions = [
             (int(r["ts"]), int(r["end_ts"]))
             for r in trace.query("select ts, end_ts from xpu_analysis_region order by ts")
         ]
-        found = _LOADED[trace] = compute(_read(trace), regions)
-    return found
+        session.gpu_busy = compute(_read(trace), regions)
+    return session.gpu_busy
 
 
 def _device(value: int) -> int | None:

@@ -213,6 +213,11 @@ def object_array(values: Sequence[object]) -> np.ndarray:
 class Trace:
     """An opened trace.  `query` returns rows as dicts; errors are `QueryError`."""
 
+    # What the readers derive from this trace once (exporters/analysis/session.py's
+    # AnalysisSession), kept with it so it goes when the trace does; None until an analysis
+    # starts it.  The engine never reads it (a class default: CachedTrace skips __init__).
+    analysis_session: object | None = None
+
     def __init__(self, tp: TraceProcessor) -> None:
         self._tp = tp
 

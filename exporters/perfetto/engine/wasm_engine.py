@@ -105,6 +105,7 @@ def module_key(data: bytes) -> str:
     return hashlib.sha256(data + wasmtime_version.encode()).hexdigest()[:24]
 
 
+# A bounded memo keyed by the file's identity (size, mtime, inode): a changed file, a new key.
 @functools.lru_cache(maxsize=4)
 def _file_module_key(path: Path, size: int, mtime_ns: int, inode: int) -> str:
     return module_key(path.read_bytes())
