@@ -147,7 +147,7 @@ _GET_ARGS = itemgetter("args")
 class _Pending:
     """Complete events taken apart a run at a time, while the run's objects are still in
     the CPU caches (a pass over events parsed a chunk ago costs several times more: they
-    have left them, and freeing them then cost the 1M main thread ~1 s more): per run,
+    have left them, and freeing them then costs more too): per run,
     times, pids and tids as int64 arrays, names and categories as ids, args' keys and
     values as tuples; the dicts of rows of another layout kept for the object path."""
 

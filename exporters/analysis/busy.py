@@ -5,11 +5,10 @@ islands: ops sorted by start, an island opens at an op that starts after every e
 of its group ended (the running maximum of their ends) and ends at that running maximum
 just before the next opening.
 
-The engine's SQL did this with window functions: ~1.5 us a row in SQLite compiled to
-wasm, 0.6 s of a 1M-slice report for the running maxima, the islands and what was summed
-over them.  The ops are read out once (`xpu_analysis_op`, ~0.04 s for 62k) and merged here
-in milliseconds; what SQL needs back is written as small tables (the gap openings, the
-step and overlap sums) by the modules that use them."""
+The engine's SQL did this with window functions, row by row in SQLite compiled to wasm.
+The ops are read out once (`xpu_analysis_op`) and merged here; what SQL needs back is
+written as small tables (the gap openings, the step and overlap sums) by the modules that
+use them."""
 
 from __future__ import annotations
 

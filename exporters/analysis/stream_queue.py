@@ -1,9 +1,8 @@
 """Queue depth per stream (`xpu_stream_queue`): the ops launched onto a stream and not yet
 finished, seen at each launch; per stream its maximum and its mean over the launches.
 
-A running sum over every launch and every end, in numpy, over the ops busy.py reads out:
-as a window function in the engine's SQL it took 0.22 s for the 48k launches of a
-1M-slice trace (SQLite in wasm, ~1.5 us a row per window), here milliseconds.  The table
+A running sum over every launch and every end, in numpy, over the ops busy.py reads out,
+rather than a window function in the engine's SQL (row by row in SQLite in wasm).  The table
 is made from the few rows it has (one per stream), for `query` and the report as before."""
 
 from __future__ import annotations
