@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collector.arrays import unique_with_inverse
+from collector.arrays import group_rows_by_keys
 from exporters.analysis.busy import gpu_busy, track_names
 from exporters.perfetto.engine.trace_processor import Trace, table_sql
 
@@ -52,18 +52,18 @@ def create(trace: Trace) -> None:
     out once for all the analyses (busy.py)."""
     ops = gpu_busy(trace).ops
     mine = np.flatnonzero(ops.launched)
-    devices, device_code = unique_with_inverse(ops.device[mine])
-    n_streams = max(1, len(ops.stream_names))
-    depths = depth_per_stream(
-        device_code * n_streams + ops.stream[mine], ops.api_ts[mine], ops.end_ts[mine]
-    )
-    names = track_names(trace, devices.tolist())
+    device, stream_code = ops.device[mine], ops.stream[mine]
+    # One code per (device, stream) launched onto.
+    series, firsts = group_rows_by_keys(device, stream_code)
+    depths = depth_per_stream(series, ops.api_ts[mine], ops.end_ts[mine])
+    names = track_names(trace, np.unique(device).tolist())
     rows = []
     for code, max_depth, mean, launches in depths:
-        device = int(devices[code // n_streams])
-        if device in names:  # an op track under no device track names no device
-            stream = ops.stream_names[code % n_streams]
-            rows.append((device, names[device], stream, max_depth, mean, launches))
+        first = int(firsts[code])
+        device_id = int(device[first])
+        if device_id in names:  # an op track under no device track names no device
+            stream = ops.stream_names[int(stream_code[first])]
+            rows.append((device_id, names[device_id], stream, max_depth, mean, launches))
     # by device and stream, as a GROUP BY would (a stream track without a name first)
     rows.sort(key=lambda r: (r[0], r[2] is not None, r[2] or ""))
     trace.execute(table_sql("xpu_stream_queue", COLUMNS, rows))
