@@ -35,6 +35,7 @@ def _strip_balanced(text: str, open_ch: str, close_ch: str) -> str:
 _DEVICE_STUB = "__device_stub__"
 
 
+# A bounded memo of a pure function of the name (no state kept per trace).
 @lru_cache(maxsize=65536)
 def short_name(name: str) -> str:
     if not name or name.startswith(_KEEP_PREFIXES) or is_python_frame(name):

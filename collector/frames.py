@@ -104,12 +104,14 @@ def python_file(name: str, module: str = "") -> str:
     return basename(found.group("file")) if found else ""
 
 
+# A bounded memo of a pure function of the frame's strings (no state kept per trace).
 @lru_cache(maxsize=65536)
 def is_import_machinery_frame(name: str, module: str = "") -> bool:
     """A frame of CPython's import system (`_find_and_load (<frozen importlib._bootstrap>)`)."""
     return python_file(name, module) in _IMPORT_FILES
 
 
+# A bounded memo of a pure function of the frame's strings (no state kept per trace).
 @lru_cache(maxsize=65536)
 def is_runner_frame(name: str, module: str = "") -> bool:
     """A frame of `python -m`'s runner (`_run_module_as_main (<frozen runpy>)`)."""
@@ -137,6 +139,7 @@ def is_interpreter_module(module: str) -> bool:
     return bool(module) and bool(_INTERPRETER_MODULE.match(basename(module)))
 
 
+# A bounded memo of a pure function of the frame's strings (no state kept per trace).
 @lru_cache(maxsize=65536)
 def is_interpreter_frame(name: str, module: str = "") -> bool:
     """A frame of CPython itself (not of the Python code it runs, nor of an extension):

@@ -3,7 +3,7 @@
 `convert` keeps two chunks of events in columns and the objects of what they leave, and
 the writer a window of slices (its reorder window): every one of them survives the young
 collections and is traversed by each of them before it is freed by its reference count,
-which cost 15-20% of a conversion's CPU time (docs/benchmarks.md, "Big traces").  The
+a large share of a conversion's CPU time (docs/benchmarks.md, "Big traces").  The
 objects of the stream form no cycles, so reference counting frees them; the collector
 still runs every COLLECT_EVERY objects of the stream, so that a cycle made elsewhere
 cannot pile up.

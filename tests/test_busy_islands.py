@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from exporters.analysis.analyze import load_for_query
-from exporters.analysis.busy import dense_codes, running_reach, time_order
+from exporters.analysis.busy import running_reach, time_order
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 
@@ -121,20 +121,6 @@ def test_islands_merge_overlaps(tmp_path: Path, seed: int) -> None:
             ts <= op["ts"] and op["end_ts"] <= end
             for ts, end in by_key[(op["device_track_id"], "any")]
         )
-
-
-@pytest.mark.parametrize("spread", [3, 40_000, 1 << 40])
-def test_dense_codes_are_numpys_unique(spread: int) -> None:
-    """dense_codes: np.unique's values and inverse, for keys close together (the table),
-    past 16 bits of codes, and sparse (the sort), with NO_DEVICE's -1 among them."""
-    rng = np.random.default_rng(spread)
-    values = np.r_[rng.integers(-1, spread, 5000), -1].astype(np.int64)
-    want_values, want_index = np.unique(values, return_inverse=True)
-    got_values, got_index = dense_codes(values)
-    assert got_values.tolist() == want_values.tolist()
-    assert got_index.tolist() == want_index.tolist()
-    empty_values, empty_index = dense_codes(np.zeros(0, np.int64))
-    assert empty_values.size == empty_index.size == 0
 
 
 @pytest.mark.parametrize("groups", [1, 7, 40_000])

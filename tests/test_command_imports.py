@@ -40,13 +40,12 @@ FORBIDDEN = {
     "flamegraph": _QUERY_ENGINE + _RECORDER + _CONVERTER + _WRITER,
     "view": _QUERY_ENGINE + _RECORDER + _CONVERTER + _WRITER + _READER,
 }
-# Command modules one command may load besides its own: the query commands share the
-# `--trace-processor` flag (query), the output helpers (output) and the frame flags
-# `--full-names` / `--all-frames` (frame_flags).
+# Command modules one command may load besides its own: the flags several commands take
+# (flags), the output helpers (output) and query's table printer (`report --ranks`).
 SHARED_COMMANDS = {
     "collector.commands.query",
     "collector.commands.output",
-    "collector.commands.frame_flags",
+    "collector.commands.flags",
 }
 
 

@@ -42,6 +42,7 @@ PACKAGES = ("collector", "exporters")
 LAYERS: dict[str, str] = {
     "collector": "core",  # the package itself: __version__
     "collector.model": "core",
+    "collector.arrays": "core",
     "collector.frames": "core",
     "collector.frame_names": "core",
     "collector.files": "core",

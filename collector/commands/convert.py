@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
+from collector.commands.flags import add_output_flag, add_quiet_flag
 from collector.errors import UserError
 from collector.files import check_input, check_output
 from collector.gc_pause import collected_now_and_then
@@ -39,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "native Perfetto trace, keeping every event (overlapping events go to sibling lanes).",
     )
     p.add_argument("input", type=Path, help="Kineto trace: .json or .json.gz")
-    p.add_argument("-o", "--output", type=Path, help="output (default: INPUT with .perfetto-trace)")
+    add_output_flag(p, "output (default: INPUT with .perfetto-trace)")
     p.add_argument(
         "--compression-level",
         type=compression_level,
@@ -50,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "deflate work)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    add_quiet_flag(p)
     p.set_defaults(func=main)
 
 

@@ -6,19 +6,27 @@ import argparse
 import sys
 from pathlib import Path
 
-from collector.commands.frame_flags import add_frame_flags
+from collector.commands.flags import (
+    add_cache_flag,
+    add_frame_flags,
+    add_output_flag,
+    add_span_flag,
+    add_stack_flags,
+    add_trace_processor_flag,
+    add_window_flag,
+    apply_cache_flag,
+)
 from collector.commands.output import write_output
-from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
 from collector.files import check_output
-from exporters.analysis.idle_stacks import MODES, fold_mode
-from exporters.folded.folded import UNITS, FoldedError
+from exporters.analysis.idle_stacks import fold_mode
+from exporters.folded.folded import FoldedError
 from exporters.perfetto.engine.cached_trace import open_cached
 from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.engine.views import WindowError
 from exporters.report import units
 from exporters.report.flamegraph import render_svg
-from exporters.report.scope import SPAN_HELP, SPANS, describe_weights, stack_span
+from exporters.report.scope import SPAN_HELP, describe_weights, stack_span
 
 _WHAT = {
     "merge": "GPU time by launch context + CPU time by sampled stack",
@@ -36,26 +44,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "a self-contained SVG: click a frame to zoom, 'Search' to highlight frames.",
     )
     p.add_argument("trace", type=Path, help=".perfetto-trace file")
-    p.add_argument("-o", "--output", type=Path, required=True, help="output .svg file")
-    p.add_argument("--mode", choices=MODES, default="merge", help="default: merge")
-    p.add_argument(
-        "--unit",
-        choices=UNITS,
-        default="ns",
-        help="weight unit (default: ns; 'samples' for CPU samples without a recorded frequency)",
-    )
+    add_output_flag(p, "output .svg file", required=True)
+    add_stack_flags(p)
     p.add_argument("--title", help="title (default: the trace file name and mode)")
     p.add_argument("--width", type=int, default=1200, help="width in px (default: 1200)")
-    p.add_argument("--span", choices=SPANS, default="steps", help=SPAN_HELP)
+    add_span_flag(p, SPAN_HELP)
     add_frame_flags(p)
-    p.add_argument(
-        "--window",
-        type=int,
-        metavar="N",
-        help="only capture window N of each process (1 = the first; a trace recorded with "
-        "--capture-range ... --capture-range-end repeat holds several): its API calls, CPU "
-        "samples and the GPU ops launched inside it",
-    )
+    add_window_flag(p)
     add_trace_processor_flag(p)
     add_cache_flag(p)
     p.set_defaults(func=main)

@@ -6,17 +6,25 @@ import argparse
 import sys
 from pathlib import Path
 
-from collector.commands.frame_flags import add_frame_flags
+from collector.commands.flags import (
+    add_cache_flag,
+    add_frame_flags,
+    add_output_flag,
+    add_span_flag,
+    add_stack_flags,
+    add_trace_processor_flag,
+    add_window_flag,
+    apply_cache_flag,
+)
 from collector.commands.output import write_output
-from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
 from collector.files import check_output
-from exporters.analysis.idle_stacks import MODES, fold_mode
-from exporters.folded.folded import UNITS, FoldedError
+from exporters.analysis.idle_stacks import fold_mode
+from exporters.folded.folded import FoldedError
 from exporters.perfetto.engine.cached_trace import open_cached
 from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.engine.views import WindowError
-from exporters.report.scope import SPAN_HELP, SPANS, describe_weights, stack_span
+from exporters.report.scope import SPAN_HELP, describe_weights, stack_span
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -29,25 +37,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "weighted by GPU idle time.",
     )
     p.add_argument("trace", type=Path, help=".perfetto-trace file")
-    p.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
-    p.add_argument("--mode", choices=MODES, default="merge")
-    p.add_argument("--unit", choices=UNITS, default="ns", help="weight unit (default: ns)")
+    add_output_flag(p, "output file (default: stdout)")
+    add_stack_flags(p)
     p.add_argument(
         "--freq",
         type=float,
         help="with --unit samples: samples per second used to turn time into samples "
         "(default: the recorded sampling frequency, else 99)",
     )
-    p.add_argument("--span", choices=SPANS, default="steps", help=SPAN_HELP)
+    add_span_flag(p, SPAN_HELP)
     add_frame_flags(p)
-    p.add_argument(
-        "--window",
-        type=int,
-        metavar="N",
-        help="only capture window N of each process (1 = the first; a trace recorded with "
-        "--capture-range ... --capture-range-end repeat holds several): its API calls, CPU "
-        "samples and the GPU ops launched inside it",
-    )
+    add_window_flag(p)
     add_trace_processor_flag(p)
     add_cache_flag(p)
     p.set_defaults(func=main)

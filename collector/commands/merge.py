@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
-from collector.commands.query import add_trace_processor_flag
+from collector.commands.flags import add_output_flag, add_quiet_flag, add_trace_processor_flag
 from collector.errors import UserError
 from collector.visible_text import printable
 
@@ -34,7 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "not grow with their number or size.",
     )
     p.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="input traces")
-    p.add_argument("-o", "--output", type=Path, required=True, help="the merged trace")
+    add_output_flag(p, "the merged trace", required=True)
     p.add_argument(
         "--align",
         choices=ALIGN_MODES,
@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="clock: by each trace's REALTIME clock snapshot (default); nccl: then line up "
         "the ends of the same NCCL collectives across inputs; none: keep every input's times",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    add_quiet_flag(p)
     add_trace_processor_flag(p)
     p.set_defaults(func=main)
 

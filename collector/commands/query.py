@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -15,38 +14,16 @@ from rich.console import Console
 from rich.table import Table
 
 from collector import visible_text
+from collector.commands.flags import (
+    add_cache_flag,
+    add_format_flag,
+    add_trace_processor_flag,
+    apply_cache_flag,
+)
 from collector.errors import UserError
-from exporters.perfetto.engine import cache_settings
 from exporters.perfetto.engine.cached_trace import open_cached
-from exporters.perfetto.engine.result_cache import ENV_DISABLE
 from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
 from exporters.perfetto.engine.views import load_views
-
-
-def add_trace_processor_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--trace-processor",
-        metavar="PATH",
-        help="use this native trace_processor_shell (or set XPU_PERF_TRACE_PROCESSOR); "
-        "default: the embedded engine",
-    )
-
-
-def add_cache_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="load the trace and run every query again instead of answering from the "
-        "results and the engine snapshot kept from an earlier look "
-        "(~/.cache/xpu-perf/results and engine; or set XPU_PERF_NO_CACHE=1)",
-    )
-
-
-def apply_cache_flag(args: argparse.Namespace) -> None:
-    """--no-cache, for this process and the batch's workers (they inherit the variable)."""
-    if args.no_cache:
-        os.environ[ENV_DISABLE] = "1"
-    cache_settings.check()  # a bad XPU_PERF_*CACHE* value: one line before any work
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -68,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=".perfetto-trace files, directories of them or globs, then the SQL (or use -f)",
     )
     p.add_argument("-f", "--file", type=Path, help="read the SQL from this file")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    add_format_flag(p, "table (terminal, the default), csv or json")
     p.add_argument(
         "-j",
         "--jobs",

@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from collector.commands.flags import add_output_flag, add_quiet_flag
 from collector.errors import UserError
 from collector.recording.disk_space import StreamsDisk
 from collector.recording.gpu_metrics import add_gpu_metrics_arguments
@@ -34,6 +35,7 @@ from collector.recording.target import Interrupt, run_target
 from collector.recording.windows import CAPTURE_RANGE_HELP, TreeWindows
 
 FINISH = "collector.recording.finish"
+DEFAULT_OUTPUT = Path("xpu-perf.perfetto-trace")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Run CMD under xpu-perf and write a Perfetto trace. GPU recording (CUPTI "
         "injection) needs no root; the target's exit code is passed through.",
     )
-    p.add_argument("-o", "--output", type=Path, default=Path("xpu-perf.perfetto-trace"))
+    add_output_flag(
+        p, "the trace to write (default: xpu-perf.perfetto-trace)", default=DEFAULT_OUTPUT
+    )
     p.add_argument("--no-cpu", action="store_true", help="no CPU sampling (GPU recording only)")
     p.add_argument("--no-gpu", action="store_true", help="no GPU recording (CPU sampling only)")
     add_gpu_metrics_arguments(p)
@@ -118,7 +122,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="run nothing: write the trace (-o) from the streams a recording kept in DIR "
         "because its trace could not be written (record says where)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    add_quiet_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=main)
 

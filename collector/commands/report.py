@@ -8,9 +8,18 @@ import sys
 from pathlib import Path
 
 from collector.cli_text import FINDINGS_IN_WORDS
-from collector.commands.frame_flags import add_frame_flags
+from collector.commands.flags import (
+    add_cache_flag,
+    add_format_flag,
+    add_frame_flags,
+    add_output_flag,
+    add_span_flag,
+    add_steps_flag,
+    add_trace_processor_flag,
+    add_window_flag,
+    apply_cache_flag,
+)
 from collector.commands.output import check_outputs, write_output
-from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
 from exporters.analysis.annotate import Mark, add_marks, annotation_marks
 from exporters.analysis.tables import Scope, StepsError
@@ -19,7 +28,6 @@ from exporters.perfetto.engine.cached_trace import open_cached
 from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
 from exporters.report.html_page import render_html
 from exporters.report.queries import DEFAULT_BINS, DEFAULT_TOP, collect
-from exporters.report.scope import SPANS
 from exporters.report.terminal import KEY_ROWS, print_report
 
 
@@ -49,27 +57,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "not hidden by compute, step times, and the slowest rank; of one (merged) trace, or "
         "of several traces queried in parallel (one table, a `trace` column first)",
     )
-    p.add_argument(
-        "--steps",
-        metavar="NAME",
-        default=None,
-        help="the step slices (NVTX ranges or any slice on a thread), a name or GLOB pattern "
+    add_steps_flag(
+        p,
+        "the step slices (NVTX ranges or any slice on a thread), a name or GLOB pattern "
         "(an error where none match; default: 'ProfilerStep#*', else a range that repeats on "
         "the launching process, else repeated CUDA graph launches, else the repeating "
         "sequence of launches)",
     )
-    p.add_argument(
-        "--format",
-        choices=("table", "csv", "json"),
-        default="table",
-        help="table (terminal); json: findings, steps, span and idle by cause for scripts "
+    add_format_flag(
+        p,
+        "table (terminal); json: findings, steps, span and idle by cause for scripts "
         "and CI (with --ranks also csv: the per-rank table, numbers in ns, unrounded)",
     )
-    p.add_argument(
-        "--span",
-        choices=SPANS,
-        default="steps",
-        help="what the report covers: steps (default): the findings, top functions and the "
+    add_span_flag(
+        p,
+        "what the report covers: steps (default): the findings, top functions and the "
         "flamegraph look at the steady state, from each process's second step, the GPU busy "
         "tables at the active span; active: the same, the flamegraph over the active span "
         "(first GPU op to the end of the last: imports and set-up before it are not GPU "
@@ -82,7 +84,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="also write a copy of the trace with a track of steps and a track of classified "
         "GPU idle gaps, for the Perfetto UI",
     )
-    p.add_argument("-o", "--output", type=Path, help="also write this HTML page")
+    add_output_flag(p, "also write this HTML page")
     p.add_argument(
         "--all",
         "--verbose",
@@ -111,14 +113,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also the heaviest whole CPU stacks (default: CPU time by function only)",
     )
-    p.add_argument(
-        "--window",
-        type=int,
-        metavar="N",
-        help="only capture window N of each process (1 = the first; a trace recorded with "
-        "--capture-range ... --capture-range-end repeat holds several): its API calls, CPU "
-        "samples and the GPU ops launched inside it",
-    )
+    add_window_flag(p)
     add_trace_processor_flag(p)
     add_cache_flag(p)
     p.set_defaults(func=main)

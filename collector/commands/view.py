@@ -11,9 +11,10 @@ import tempfile
 import webbrowser
 from pathlib import Path
 
+from collector.commands.flags import add_span_flag, add_steps_flag
 from collector.errors import UserError
 from collector.visible_text import printable, printable_lines
-from exporters.report.ui_opening import SPANS, Opening, find_opening
+from exporters.report.ui_opening import Opening, find_opening
 from exporters.report.ui_server import DEFAULT_PORT, ServeError, serve_ui
 
 
@@ -34,19 +35,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"port on 127.0.0.1 (default: {DEFAULT_PORT}; 0 picks a free one)",
     )
     p.add_argument("--no-open", action="store_true", help="print the URL, do not open a browser")
-    p.add_argument(
-        "--span",
-        choices=SPANS,
-        default="steps",
-        help="the time the UI opens on: the steps the report's findings cover (default: from "
+    add_span_flag(
+        p,
+        "the time the UI opens on: the steps the report's findings cover (default: from "
         "each process's second step on; the active span where fewer than 3 steps are found), "
         "the active span (first GPU op to the end of the last), or the whole run",
     )
-    p.add_argument(
-        "--steps",
-        metavar="NAME",
-        default=None,
-        help="the step slices, a name or GLOB pattern, as for report (default: 'ProfilerStep#*', "
+    add_steps_flag(
+        p,
+        "the step slices, a name or GLOB pattern, as for report (default: 'ProfilerStep#*', "
         "else detected)",
     )
     p.set_defaults(func=main)

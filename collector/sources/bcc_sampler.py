@@ -264,7 +264,7 @@ class BccKernelModeSampler(BccCpuSampler):
                 os.setpriority(os.PRIO_PROCESS, self._compiler_tid, 19)
 
     def release(self, bpf: BpfProgram) -> None:
-        # Closing its perf events and tracepoints takes ~0.2 s, nothing record waits for:
+        # Closing its perf events and tracepoints takes a while, nothing record waits for:
         # the trace is written meanwhile (the kernel closes what is left if record exits
         # first).  bcc's own cleanup at exit would run it a second time, and fail loudly.
         atexit.unregister(bpf.cleanup)

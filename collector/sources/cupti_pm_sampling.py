@@ -142,8 +142,8 @@ class PmSampling:
     def coverage(self, interval_ns: int) -> list[PmCoverage]:
         """Per device where sampling ran: how much of the GPU's working time no sample
         covers (before the first, after the last, in gaps) and how much only samples far
-        longer than the interval cover (their values are means over all of such a sample:
-        on the H200 the first sample ran 0.7-0.95 s at 10 and 100 Hz)."""
+        longer than the interval cover (their values are means over all of such a sample;
+        a device's first sample can run far past the interval)."""
         out = []
         for device in sorted(self.started):
             work = _union(self._work.get(device, []))

@@ -8,7 +8,7 @@ builds anything from them: time and memory stay bounded whatever the file holds.
   of any string in it; also of any string outside the events.  Strings this long or
   longer are no profiler's, and a parser holds a string whole.
 - MAX_MEMBERS: members of an object (an event's args) or elements of an array inside an
-  event.  Each arg is a record of the trace; 100,000 of them took 5.6 s and 480 MB.
+  event.  Each arg is a record of the trace, so their number bounds time and memory.
 
 A file past a limit is refused in one line (LimitExceeded: what, and where, as a byte
 offset of the JSON text).  The check (JsonGuard) is a streaming scan of the text's

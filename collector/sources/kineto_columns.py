@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 
 from collector import model
+from collector.arrays import group_rows_by_keys, rows_by_keys
 from collector.sources import kineto, kineto_events, kineto_ids
 from collector.sources.json_value import JsonObject, JsonValue
 from collector.sources.kineto import ConvertStats, Head
@@ -45,7 +46,6 @@ from collector.sources.kineto_events import (
     DROPPED_ARGS,
     GPU_CATEGORIES,
 )
-from exporters.perfetto.batch_writer import group_rows
 
 # Complete events a chunk of columns holds (two chunks are held: the reference's window).
 CHUNK = 1 << 16
@@ -150,7 +150,7 @@ _GET_ARGS = itemgetter("args")
 class _Pending:
     """Complete events taken apart a run at a time, while the run's objects are still in
     the CPU caches (a pass over events parsed a chunk ago costs several times more: they
-    have left them, and freeing them then cost the 1M main thread ~1 s more): per run,
+    have left them, and freeing them then costs more too): per run,
     times, pids and tids as int64 arrays, names and categories as ids, args' keys and
     values as tuples; the dicts of rows of another layout kept for the object path."""
 
@@ -471,7 +471,7 @@ class _FlowEnds:
         # The first row at each end's key, among the rows at an end's time.
         candidates = np.flatnonzero(np.isin(ts, self.ts))
         k = len(candidates)
-        group, _ = group_rows(
+        group, _ = group_rows_by_keys(
             np.concatenate((pid[candidates], self.pid)),
             np.concatenate((tid[candidates], self.tid)),
             np.concatenate((ts[candidates], self.ts)),
@@ -482,7 +482,7 @@ class _FlowEnds:
         row[row == n] = _NONE
         self.row = row
         # Pairs: each end's pair, its start (one a pair: _drop_repeated_starts).
-        pair, firsts = group_rows(self.category, self.ident)
+        pair, firsts = group_rows_by_keys(self.category, self.ident)
         starts = np.flatnonzero(self.is_start)
         start_of_pair = np.full(len(firsts), -1, np.int64)
         start_of_pair[pair[starts]] = starts
@@ -511,7 +511,7 @@ class _FlowEnds:
         starts = np.flatnonzero(self.is_start)
         if len(starts) < 2:
             return
-        pair, _ = group_rows(self.category[starts], self.ident[starts])
+        pair, _ = group_rows_by_keys(self.category[starts], self.ident[starts])
         _, first = np.unique(pair, return_index=True)
         repeated = np.ones(len(starts), bool)
         repeated[first] = False
@@ -632,18 +632,18 @@ class _Columns:
             out[api] = self.categories.add(model.CAT_CUDA_API)
         gpu = np.flatnonzero(c.kind == _GPU)
         if len(gpu):
-            pairs = raw[gpu] << 32 | c.name[gpu]
-            distinct, inverse = np.unique(pairs, return_inverse=True)
+            # One lookup per distinct (raw category, name), in their sorted order.
+            raw_gpu, name_gpu = raw[gpu], c.name[gpu]
+            pair, firsts = group_rows_by_keys(raw_gpu, name_gpu)
             mapped = []
-            for pair in distinct.tolist():
-                key = (pair >> 32, pair & 0xFFFFFFFF)
+            for key in zip(raw_gpu[firsts].tolist(), name_gpu[firsts].tolist(), strict=True):
                 category = self._gpu_category.get(key)
                 if category is None:
                     category = self._gpu_category[key] = self.categories.add(
                         kineto_events.device_category(raw_values[key[0]], self.names.values[key[1]])
                     )
                 mapped.append(category)
-            out[gpu] = np.array(mapped, np.int64)[inverse]
+            out[gpu] = np.array(mapped, np.int64)[pair]
         return out
 
     # -- args -----------------------------------------------------------------------------
@@ -659,10 +659,7 @@ class _Columns:
         shapes = _Interned[tuple[str, ...]]()
         shape = shapes.ids(keys)
         # API calls of each category apart: their arg kineto_category names it.
-        group = (shape << 16 | np.where(c.kind == _API, raw, 0)) << 2 | c.kind
-        order = np.argsort(group, kind="stable")
-        bounds = np.flatnonzero(np.diff(group[order])) + 1
-        for rows in np.split(order, bounds):
+        for rows in rows_by_keys(shape, np.where(c.kind == _API, raw, 0), c.kind):
             first = int(rows[0])
             kind = int(c.kind[first])
             row_list = rows.tolist()
@@ -756,7 +753,7 @@ class _Columns:
                 present[rows] = True
         few = joined
         if few:
-            group, firsts = group_rows(text_id)
+            group, firsts = group_rows_by_keys(text_id)
             first_rows = firsts.tolist()
         else:
             group, first_rows = text_id, firsts_of_text

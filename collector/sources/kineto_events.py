@@ -112,8 +112,8 @@ def process_info(pid: int, label: str, links: Head) -> model.ProcessInfo:
 
 
 # Compact JSON text of list/dict arg values (input shapes, types, strides), cached by the
-# value's orjson text (C, ~5x cheaper than repr(), itself several times cheaper than
-# json.dumps(), whose Python-level encoder is set up per call): the same few shapes repeat
+# value's orjson text (C, cheaper than repr(), itself cheaper than json.dumps(), whose
+# Python-level encoder is set up per call): the same few shapes repeat
 # on every step.  orjson's text tells apart what JSON does (1 / 1.0 / true, nested types,
 # key order), so equal keys give equal text; a value orjson cannot write (an integer past
 # 64 bits, a lone surrogate) is keyed by its repr(), a str, never equal to a bytes key.

@@ -1,11 +1,10 @@
 """The items of a Kineto trace's `traceEvents` array, read three times faster than ijson.
 
 What `trace_events` yields is what `ijson.items(file, "traceEvents.item", use_float=True)`
-yields (ijson's C backend, the parser convert was built on: ~50 MB/s, 4.3 us an event of
-bench/scale_input.py), with the same errors, in bounded memory.  The fast way: orjson
-parses the events a run of ~64 KiB at a time, `"[" + run + "]"` (runs of whole events:
-1.2-1.4 us an event here, their objects still in the CPU caches; one parse of the whole
-file holds it all and is slower than ijson).
+yields (ijson's C backend, the parser convert was built on), with the same errors, in
+bounded memory.  The fast way: orjson parses the events a run of ~64 KiB at a time,
+`"[" + run + "]"` (runs of whole events, their objects still in the CPU caches; one parse
+of the whole file holds it all and is slower than ijson).
 
 Where a run ends is found without a second parser: a candidate is an object's `}` followed
 by a comma and the next object's `{` (`_BOUNDARY`), and the parse of the run up to it
@@ -66,8 +65,8 @@ class FilePosition(Protocol):
 # stored, compressed or not)
 Opener = Callable[[], tuple[ByteStream, FilePosition]]
 
-# Bytes of events per orjson parse: 64 KiB parses at 1.2 us an event on the bench input,
-# 256 KiB at 1.4 us, 1 MiB at 1.7 us (the objects of a smaller run stay in the caches).
+# Bytes of events per orjson parse: smaller runs parse faster an event, up to a point (the
+# objects of a smaller run stay in the CPU caches; docs/benchmarks.md has the sizes tried).
 _RUN = 1 << 16
 # Bytes read at a time (each read moves the unparsed rest of the buffer once).
 _READ = 1 << 20
@@ -78,7 +77,7 @@ _MAX_RUN = MAX_EVENT_BYTES
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 # Digits to "0", everything else to " ": 19 zeros in a row are a number (or a digit
-# string) orjson may read otherwise than ijson.  A translate and a find cost ~1 ms a MB.
+# string) orjson may read otherwise than ijson.  A translate and a find: C speed per byte.
 _DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _LONG_NUMBER = b"0" * 19
 _PROGRESS_EVERY = 4096

@@ -59,7 +59,7 @@ uint32_t capture_stack(struct thread_state *ts) {
     });
     (void)c0, (void)c1, (void)c2;
     if (n - skip <= 0 && np == 0) return 0;
-    /* Four independent lanes: one serial multiply chain over ~45 values cost ~100 ns. */
+    /* Four independent lanes: one serial multiply chain waits on each multiply in turn. */
     uint64_t lane[4] = {0x12345678ull, 0x9abcdef0ull, 0x0fedcba9ull, 0x87654321ull};
     int k = 0;
     for (int i = skip; i < n; i++, k = (k + 1) & 3) lane[k] = mix(lane[k], pcs[i]);

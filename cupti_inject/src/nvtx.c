@@ -1,9 +1,8 @@
 /* NVTX: NVTX_INJECTION64_PATH points at this library too.  InitializeInjectionNvtx2 hands
  * NVTX to the libcupti this library is linked with, so NVTX ranges and markers become CUPTI
  * MARKER records (parsed in activity.c).  NVTX calls it at the process's first NVTX call, so
- * the MARKER kind is turned on only in processes that use NVTX: enabled up front it cost ~5%
- * on the launch-bound step, which has no NVTX ranges.  With a window mode, markers follow the
- * windows. */
+ * the MARKER kind is turned on only in processes that use NVTX: enabled up front it costs
+ * programs that have no NVTX ranges too.  With a window mode, markers follow the windows. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 

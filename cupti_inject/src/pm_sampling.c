@@ -60,12 +60,9 @@ void pm_sampling_fork_child(void) {}
 
 #define PM_MAX_DEVICES 64
 /* How often our thread decodes the hardware buffer.  A decode costs about the same whether
- * it holds one sample or ten (H200, CUPTI 13, launch-bound step: DecodeData ~0.9 ms, image
- * init ~0.3 ms, then 0.05-0.1 ms a sample evaluated), so fewer decodes cost the program
- * less: its rounds took 1.37% of the time sampled at 10 Hz with a decode every 100 ms,
- * 0.98% every 200 ms.  Not longer: every second at 10 Hz lost samples in a GPU-saturating
- * GEMM phase (21 gaps among 55 samples, tensor active 65% where shorter periods read
- * 91-92%; each decode took ~70 ms there), every 200 ms lost none (91 of 91).
+ * it holds one sample or ten (its fixed part dominates), so fewer decodes cost the program
+ * less; but decodes too far apart lose samples in a GPU-saturating phase, where a decode
+ * itself takes long (docs/benchmarks.md has the periods tried on the H200).
  * XPU_PERF_PM_DECODE_MS changes it. */
 #define PM_DECODE_MS 200
 #define PM_DECODE_FAILURES 10
@@ -104,7 +101,7 @@ static int64_t clock_offset;
 static uint64_t n_samples, n_dropped, n_gaps, n_overflows, n_started, n_refused, n_values_failed;
 static uint64_t n_short;        /* fragments and the last sample of a full image: left out */
 /* What PM sampling costs the program, said in the summary: the wall time our thread spent
- * starting devices (once, ~0.5 s on the H200, while the program sets CUDA up) and then
+ * starting devices (once, while the program sets CUDA up) and then
  * decoding (busy_ns: CUPTI calls that may take driver locks the program's launches need),
  * its CPU time, and the time from the first device started to the final flush,
  * which the busy time is a share of. */

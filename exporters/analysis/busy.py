@@ -5,20 +5,19 @@ islands: ops sorted by start, an island opens at an op that starts after every e
 of its group ended (the running maximum of their ends) and ends at that running maximum
 just before the next opening.
 
-The engine's SQL did this with window functions: ~1.5 us a row in SQLite compiled to
-wasm, 0.6 s of a 1M-slice report for the running maxima, the islands and what was summed
-over them.  The ops are read out once (`xpu_analysis_op`, ~0.04 s for 62k) and merged here
-in milliseconds; what SQL needs back is written as small tables (the gap openings, the
-step and overlap sums) by the modules that use them."""
+The engine's SQL did this with window functions, row by row in SQLite compiled to wasm.
+The ops are read out once (`xpu_analysis_op`) and merged here; what SQL needs back is
+written as small tables (the gap openings, the step and overlap sums) by the modules that
+use them."""
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from collector.arrays import first_seen_codes, stable_argsort_by_rank
+from exporters.analysis.session import session_of
 from exporters.perfetto.engine.trace_processor import ArrayTable, Trace, table_sql
 
 # Kinds of work, as the analysis names them; 'any' is every op of a device.
@@ -52,22 +51,6 @@ class Reach:
     opening: np.ndarray  # bool: the op opens an island
 
 
-def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(values, return_inverse=True) of int64 values: the distinct values, sorted,
-    and each value's index among them.  Keys here (devices, streams, kinds) are few and
-    close together, so a table over their range does it without a sort: 1.3 ms for 530k
-    ops against np.unique's 28 ms."""
-    if values.size == 0:
-        return values.astype(np.int64), np.zeros(0, dtype=np.int64)
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 4 * values.size + (1 << 16):  # sparse: the sort is cheaper than the table
-        return np.unique(values, return_inverse=True)
-    present = np.zeros(hi - lo + 1, dtype=bool)
-    present[values - lo] = True
-    index = np.cumsum(present, dtype=np.int64) - 1
-    return np.flatnonzero(present) + lo, index[values - lo]
-
-
 def time_order(ts: np.ndarray, end_ts: np.ndarray) -> np.ndarray:
     """The ops' order by (ts, end_ts), ties in input order: what running_reach sorts each
     grouping's ops within a group by (computed once for all of them)."""
@@ -81,12 +64,8 @@ def running_reach(
     if by_time is None:
         by_time = time_order(ts, end_ts)
     # Sorted by (group, ts, end_ts), ties in input order, as np.lexsort((end_ts, ts, group))
-    # would: a stable sort by group of the ops in time order; by group code, whose sort
-    # is a radix sort where the codes fit 16 bits (7 ms for 530k ops against 19 ms).
-    _, code = dense_codes(group[by_time])
-    if code.size and int(code.max()) < (1 << 15):
-        code = code.astype(np.int16)
-    order = by_time[np.argsort(code, kind="stable")]
+    # would: a stable sort by group of the ops in time order (the groups are few).
+    order = by_time[stable_argsort_by_rank(group[by_time])]
     g, s, e = group[order], ts[order], end_ts[order]
     first = np.ones(g.size, dtype=bool)
     first[1:] = g[1:] != g[:-1]
@@ -183,14 +162,6 @@ class GpuOps:
     by_time: np.ndarray  # time_order(ts, end_ts)
 
 
-def codes(values: np.ndarray) -> tuple[list[Any], np.ndarray]:
-    """The distinct values in order of first appearance, and each value's index among them
-    (a dict: 20 ms for 300k names, numpy's unique of Python strings 0.3 s)."""
-    seen: dict[Any, int] = {}
-    index = [seen.setdefault(v, len(seen)) for v in values.tolist()]
-    return list(seen), np.array(index, dtype=np.int64)
-
-
 @dataclass(frozen=True)
 class GpuBusy:
     ops: GpuOps
@@ -207,7 +178,8 @@ class GpuBusy:
 
 def _read(trace: Trace) -> GpuOps:
     cols = trace.query_arrays(OPS_SQL)
-    names, stream = codes(cols["stream"])
+    names: list[str]
+    names, stream = first_seen_codes(cols["stream"])
     ts = np.asarray(cols["ts"], dtype=np.int64)
     end_ts = np.asarray(cols["end_ts"], dtype=np.int64)
     return GpuOps(
@@ -244,19 +216,17 @@ def track_names(trace: Trace, ids: list[int]) -> dict[int, str | None]:
     return {r["id"]: r["name"] for r in rows}
 
 
-_LOADED: weakref.WeakKeyDictionary[Trace, GpuBusy] = weakref.WeakKeyDictionary()
-
-
 def gpu_busy(trace: Trace) -> GpuBusy:
-    """The busy islands of the trace's analysed ops (span.sql loaded), once per trace."""
-    found = _LOADED.get(trace)
-    if found is None:
+    """The busy islands of the trace's analysed ops (span.sql loaded), computed once per
+    trace and kept in its analysis session."""
+    session = session_of(trace)
+    if session.gpu_busy is None:
         regions = [
             (int(r["ts"]), int(r["end_ts"]))
             for r in trace.query("select ts, end_ts from xpu_analysis_region order by ts")
         ]
-        found = _LOADED[trace] = compute(_read(trace), regions)
-    return found
+        session.gpu_busy = compute(_read(trace), regions)
+    return session.gpu_busy
 
 
 def _device(value: int) -> int | None:

@@ -57,8 +57,8 @@ CREATE PERFETTO INDEX _xpu_gap_id ON _xpu_gap(id);
 
 -- Calls that block the host until the GPU is done: syncs and copies (a copy to or from
 -- pageable memory, or a synchronous cudaMemcpy, returns only when the copy ran).
--- Each name pattern is its own scan: trace_processor filters the slices by one GLOB itself
--- (a few ms over 1M slices), where GLOBs joined by OR are SQLite's, row by row (0.15-0.5 s).
+-- Each name pattern is its own scan: trace_processor filters the slices by one GLOB itself,
+-- where GLOBs joined by OR are SQLite's, row by row.
 CREATE PERFETTO TABLE _xpu_block_call AS
 WITH named AS (
   SELECT id FROM slice WHERE name GLOB '*ynchronize*'

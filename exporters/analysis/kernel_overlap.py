@@ -3,15 +3,16 @@ and sets: the sum over (compute island, other island) pairs of their common time
 busy islands inside the analysed regions (busy.py).  The islands of one device and kind
 never overlap each other, so each other island's common time with the compute islands is
 what the compute islands cover inside it: a lookup in the device's sorted compute islands.
-(A pairwise range join took 7 of report's 9 s on a 100k-slice trace; trace_processor's
-interval intersect 0.17 s on 1M slices, with the islands as tables; this milliseconds.
-tests/test_kernel_overlap.py holds it to the pairwise definition.)"""
+(Not a pairwise range join, nor trace_processor's interval intersect over the islands as
+tables: both cost far more.  tests/test_kernel_overlap.py holds it to the pairwise
+definition.)"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from exporters.analysis.busy import KINDS, NO_DEVICE, covered, dense_codes, gpu_busy
+from collector.arrays import unique_with_inverse
+from exporters.analysis.busy import KINDS, NO_DEVICE, covered, gpu_busy
 from exporters.perfetto.engine.trace_processor import Trace, table_sql
 
 OTHER = ("nccl", "memcpy", "memset")
@@ -28,7 +29,7 @@ def create(trace: Trace) -> None:
         mine = kind == KINDS.index(other)
         # each other island against its device's compute islands
         ns = covered(found, device[mine] * n + compute, found.ts[mine], found.end_ts[mine])
-        per_device, at = dense_codes(device[mine])
+        per_device, at = unique_with_inverse(device[mine])
         sums = np.zeros(per_device.size, dtype=np.int64)
         np.add.at(sums, at, ns)
         # ops under no device track are no device's (SQL's NULL = NULL matched nothing)

@@ -1,8 +1,8 @@
 -- Launch statistics: every GPU op with the API call that launched it.  Needs span.sql.
 -- latency_ns: from the call's start to the op's start on the GPU; shorter_than_call: the
 -- op ran for less time than its launch call took on the CPU (the CPU cannot keep up with
--- a stream of such ops).  A view: a copy of the ops as a table cost more (0.05 s at 1M
--- slices) than the engine's filter at each of its few uses.
+-- a stream of such ops).  A view: a copy of the ops as a table cost more than the
+-- engine's filter at each of its few uses.
 CREATE PERFETTO VIEW xpu_launch AS
 SELECT id AS op_id, name, category, ts, dur, end_ts, device_track_id, stream, api_id,
        api_name, api_ts, api_dur, utid, ts - api_ts AS latency_ns,

@@ -24,8 +24,8 @@ class Step:
 
 # The most steps the summary holds one by one.  The statistics cover every step, counted
 # in SQL; beyond this many (a trace of tens of thousands of detected steps), the list keeps
-# the slowest, in step order: building all 50k of them in Python from a 6.7 MB answer was
-# most of a second look at an 8.5M-slice trace.  xpu_step_busy holds them all.
+# the slowest, in step order: building every one of them in Python from a large answer
+# was most of a second look at a big trace.  xpu_step_busy holds them all.
 STEP_ROWS = 10_000
 
 

@@ -1,16 +1,16 @@
 """Queue depth per stream (`xpu_stream_queue`): the ops launched onto a stream and not yet
 finished, seen at each launch; per stream its maximum and its mean over the launches.
 
-A running sum over every launch and every end, in numpy, over the ops busy.py reads out:
-as a window function in the engine's SQL it took 0.22 s for the 48k launches of a
-1M-slice trace (SQLite in wasm, ~1.5 us a row per window), here milliseconds.  The table
+A running sum over every launch and every end, in numpy, over the ops busy.py reads out,
+rather than a window function in the engine's SQL (row by row in SQLite in wasm).  The table
 is made from the few rows it has (one per stream), for `query` and the report as before."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from exporters.analysis.busy import dense_codes, gpu_busy, track_names
+from collector.arrays import group_rows_by_keys
+from exporters.analysis.busy import gpu_busy, track_names
 from exporters.perfetto.engine.trace_processor import Trace, table_sql
 
 COLUMNS = ("device_track_id", "device", "stream", "max_depth", "mean_depth_at_launch", "launches")
@@ -52,18 +52,18 @@ def create(trace: Trace) -> None:
     out once for all the analyses (busy.py)."""
     ops = gpu_busy(trace).ops
     mine = np.flatnonzero(ops.launched)
-    devices, device_code = dense_codes(ops.device[mine])
-    n_streams = max(1, len(ops.stream_names))
-    depths = depth_per_stream(
-        device_code * n_streams + ops.stream[mine], ops.api_ts[mine], ops.end_ts[mine]
-    )
-    names = track_names(trace, devices.tolist())
+    device, stream_code = ops.device[mine], ops.stream[mine]
+    # One code per (device, stream) launched onto.
+    series, firsts = group_rows_by_keys(device, stream_code)
+    depths = depth_per_stream(series, ops.api_ts[mine], ops.end_ts[mine])
+    names = track_names(trace, np.unique(device).tolist())
     rows = []
     for code, max_depth, mean, launches in depths:
-        device = int(devices[code // n_streams])
-        if device in names:  # an op track under no device track names no device
-            stream = ops.stream_names[code % n_streams]
-            rows.append((device, names[device], stream, max_depth, mean, launches))
+        first = int(firsts[code])
+        device_id = int(device[first])
+        if device_id in names:  # an op track under no device track names no device
+            stream = ops.stream_names[int(stream_code[first])]
+            rows.append((device_id, names[device_id], stream, max_depth, mean, launches))
     # by device and stream, as a GROUP BY would (a stream track without a name first)
     rows.sort(key=lambda r: (r[0], r[2] is not None, r[2] or ""))
     trace.execute(table_sql("xpu_stream_queue", COLUMNS, rows))

@@ -24,6 +24,7 @@ from itertools import pairwise
 import numpy as np
 
 from collector import model
+from collector.arrays import group_rows_by_keys
 from exporters.perfetto import launch_stacks, wire
 from exporters.perfetto.columnar import (
     ByteTable,
@@ -56,22 +57,6 @@ _BATCH_HEAD = "batch head"  # first in the key of a cached columnar head
 
 def _int64(column: model.Column) -> np.ndarray:
     return np.asarray(column, dtype=np.int64)
-
-
-def group_rows(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(group of each row, first row of each group) for rows equal in all `keys`."""
-    order = np.lexsort(keys[::-1])
-    new = np.ones(len(order), bool)
-    if len(order) > 1:
-        same = np.ones(len(order) - 1, bool)
-        for key in keys:
-            sorted_key = key[order]
-            same &= sorted_key[1:] == sorted_key[:-1]
-        new[1:] = ~same
-    group_sorted = np.cumsum(new) - 1
-    groups = np.empty(len(order), np.int64)
-    groups[order] = group_sorted
-    return groups, order[new]
 
 
 def _lookup(mapping: dict[int, int], keys: np.ndarray) -> np.ndarray:
@@ -282,7 +267,7 @@ def _heads(prod: ProducerState, part: _Slices) -> tuple[list[bytes], np.ndarray]
     keys = [part.uuid, part.name, part.category, part.args]
     if part.stack is not None:
         keys.append(part.stack)
-    group, firsts = group_rows(*keys)
+    group, firsts = group_rows_by_keys(*keys)
     heads = []
     cache = prod.begin_cache
     for row in firsts.tolist():

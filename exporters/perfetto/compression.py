@@ -16,16 +16,15 @@ import deflate
 from exporters.perfetto import wire
 
 # Uncompressed bytes per `compressed_packets` chunk.  Each track's packets of a chunk go
-# in together (see Sequence.track_clock), so longer chunks deflate better (4 MiB: 1.4%
-# smaller than 1 MiB on the convert inputs), but they are slower to write (the chunk's
-# pieces have left the CPU caches by the time they are joined and deflated): the longer
-# ones only for levels above the default, where size comes first.
+# in together (see Sequence.track_clock), so longer chunks deflate better, but they are
+# slower to write (the chunk's pieces have left the CPU caches by the time they are joined
+# and deflated): the longer ones only for levels above the default, where size comes first.
 CHUNK_BYTES = 1 << 20
 LARGE_CHUNK_BYTES = 1 << 22
 # Deflate levels (libdeflate, 1..12; 0 writes the packets uncompressed).  The default,
-# what `record` and `convert` write: level 6 costs ~0.6 us per GPU op.  Level 10 makes a
-# converted trace 2-7% smaller for ~12x the deflate CPU (a 2-core convert's wait for its
-# last chunks, docs/benchmarks.md): `convert --compression-level 10` where size comes first.
+# what `record` and `convert` write.  Higher levels make a converted trace a little
+# smaller for many times the deflate CPU (docs/benchmarks.md):
+# `convert --compression-level 10` where size comes first.
 DEFAULT_COMPRESSION_LEVEL = 6
 MAX_COMPRESSION_LEVEL = 12
 
@@ -70,8 +69,8 @@ class Deflater:
     def finish(self, raise_error: bool = True) -> None:
         """Wait until every chunk is in the file; re-raise a failure of the thread.  The
         chunks still queued are deflated by this thread too, beside the deflate thread:
-        the caller has nothing else to do, and at convert's level the last chunks' deflate
-        was ~0.9 s of a 1M-slice conversion's wall time, after its parse."""
+        the caller has nothing else to do, and the last chunks' deflate is wall time
+        after the parse."""
         if self._queue is not None:
             while raise_error:  # (an abort drops the file: nothing to help with)
                 try:
@@ -88,8 +87,8 @@ class Deflater:
 
     def _deflate(self, chunk: bytes) -> bytes:
         if self._level > 0:
-            # libdeflate, not zlib: the same zlib stream (what trace_processor inflates)
-            # 3-4x faster at level 6, and 4-5% smaller than zlib can make at level 10+.
+            # libdeflate, not zlib: the same zlib stream (what trace_processor inflates),
+            # faster at level 6 and smaller than zlib can make at its highest levels.
             # (It releases the GIL: the two threads deflate at once.)
             chunk = wire.frame(
                 wire.len_field(wire.PACKET_COMPRESSED, deflate.zlib_compress(chunk, self._level))

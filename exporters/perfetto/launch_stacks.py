@@ -114,6 +114,7 @@ def write_wait_stack(
     trace.counts["wait_stacks"] += 1
 
 
+# A bounded memo of a pure function of the (immutable) stack: no state kept per trace.
 @lru_cache(maxsize=16384)
 def stack_text(stack: model.Stack) -> str:
     """The launch stack as the API slice's arg shows it: innermost frame first."""

@@ -40,7 +40,7 @@ MIN_LABEL_CHARS = 4
 # Frames narrower than this (px, unzoomed; GPU ones too) are not SVG elements but rows of a compact
 # data block, made into elements by the script when a zoom widens them: a long, deep
 # profile has tens of thousands of such slivers, and parsing and laying out one <g> per
-# sliver took a browser 4-7 s (bench/flamegraph_open.py).
+# sliver took a browser seconds (bench/flamegraph_open.py measures it).
 DOM_MIN_PX = 1.0
 _GRAPH_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
@@ -212,7 +212,7 @@ def sliver_rows(slivers: list[PlacedFrame]) -> dict[str, list]:
     """The frames too narrow to be elements, by column: names with their fill once, then
     per frame its name index, start, value and depth.  By column, the tree's repeats (a
     chain of frames with one value, depths counting up) sit side by side, which is what
-    lets deflate shrink them (60k stacks 300 deep: 99 MB of JSON to 3 MB)."""
+    lets deflate shrink them."""
     names: dict[str, int] = {}
     columns: dict[str, list] = {"name": [], "start": [], "value": [], "depth": []}
     for f in slivers:
@@ -226,8 +226,8 @@ def sliver_rows(slivers: list[PlacedFrame]) -> dict[str, list]:
 def _sliver_data(slivers: list[PlacedFrame]) -> str:
     """The sliver columns as deflated (zlib) JSON in base64, in a script element the
     browser does not run (SVG and HTML skip a script of another type).  The browser parses
-    a long, deep profile's millions of slivers as one short text instead of ~100 MB (2.8 s
-    to open it as plain JSON, bench/flamegraph_open.py); the script inflates them
+    a long, deep profile's millions of slivers as one short text instead of a long JSON
+    one (bench/flamegraph_open.py); the script inflates them
     (DecompressionStream) only when a zoom or a search needs them."""
     text = json.dumps(sliver_rows(slivers), separators=(",", ":"))
     packed = base64.b64encode(zlib.compress(text.encode(), 6)).decode("ascii")

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from collector.arrays import group_rows_by_keys, unique_with_inverse
 from exporters.analysis.busy import (
     ANY,
     Islands,
-    dense_codes,
     gpu_busy,
     islands,
     running_reach,
@@ -41,10 +41,11 @@ def stream_islands(trace: Trace) -> StreamIslands:
     if ops.ts.size == 0:
         return StreamIslands([], [], [], [], busy.device_islands())
     streams, stream_code = np.array(ops.stream_names, dtype=object), ops.stream
-    devices, device_code = dense_codes(ops.device)
-    # Series 0..len(devices)-1: the devices; then one per (device, stream) that has ops.
-    keys, series = dense_codes(device_code * len(streams) + stream_code)
-    counts = np.bincount(series, minlength=len(keys))
+    devices, device_code = unique_with_inverse(ops.device)
+    # Series 0..len(devices)-1: the devices; then one per (device, stream) that has ops,
+    # in (device, stream) order.
+    series, firsts = group_rows_by_keys(device_code, stream_code)
+    counts = np.bincount(series, minlength=len(firsts))
     per_stream = islands(running_reach(series, ops.ts, ops.end_ts, ops.by_time))
     per_device = busy.device_islands(ANY)
     device_ops = np.bincount(device_code, minlength=len(devices))
@@ -53,12 +54,12 @@ def stream_islands(trace: Trace) -> StreamIslands:
         np.r_[per_device.ts, per_stream.ts],
         np.r_[per_device.end_ts, per_stream.end_ts],
     )
-    device = devices.tolist() + devices[keys // len(streams)].tolist()
+    device = devices.tolist() + devices[device_code[firsts]].tolist()
     names = track_names(trace, device)
     return StreamIslands(
         device=device,
         device_name=[names.get(d) or "GPU ?" for d in device],
-        stream=[DEVICE] * len(devices) + [str(s) for s in streams[keys % len(streams)]],
+        stream=[DEVICE] * len(devices) + [str(s) for s in streams[stream_code[firsts]]],
         ops=device_ops.tolist() + counts.tolist(),
         found=found,
     )

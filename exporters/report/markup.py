@@ -20,7 +20,7 @@ __all__ = ["escape", "escape_text", "visible"]
 def escape(text: str, quote: bool = True) -> str:
     """html.escape's contract (&, < and >, and quotes with `quote`, as entities: an
     attribute value or element text), unshowable characters visible.  html.escape, not
-    xml.sax's, whose import pulls in urllib and http.client: 9 ms of every report's start."""
+    xml.sax's, whose import pulls in urllib and http.client at every report's start."""
     return _html_escape(visible(text), quote=quote)
 
 

@@ -7,14 +7,13 @@ bounds, the request buffer's address, the reply callback's slot in the function 
 the same in every instance of the same module, and is checked.  So the heap right after a
 load, put into a fresh instance, answers exactly like the loaded one: a look that needs the
 engine (a statement the result store cannot answer) restores it in a fraction of a second
-instead of loading the trace (1M slices: ~0.06 s against ~7 s; 5M: ~0.13 s against ~33 s).
+instead of loading the trace.
 
 On a local file system the snapshot's pages are mapped over the heap, copy on write
 (`_maps_safely`): nothing is copied up front, the checksum reads each page once from the
-page cache, and the engine's writes go to private copies.  Copying 2 GB into the heap
-(5M slices) took ~1.9 s; mapping and checking it, ~0.13 s.  Elsewhere (NFS, FUSE, cluster
-file systems, where another host may replace the file under the mapping) the pages are
-read into it.
+page cache, and the engine's writes go to private copies: far cheaper than copying a big
+heap in.  Elsewhere (NFS, FUSE, cluster file systems, where another host may replace the
+file under the mapping) the pages are read into it.
 
 Taken right after the load, before the command's views and tables: a restored engine is
 the same as a freshly loaded one, whatever the first command made (cached_trace.py runs the
@@ -33,11 +32,11 @@ open to others, of the size its header says, and the restored heap must match th
 of the heap it was taken from (read through the mapping when mapped).  Anything else is
 refused with one line on stderr and the trace is loaded.
 
-Compact enough: all-zero 64 KiB pages are skipped (a 627 MB heap at 1M slices keeps 479 MB);
-the rest is written raw, since deflate (level 1: 98 MB) added 1.5 s to the first look and
-0.4 s to the restore (docs/benchmarks.md, "Big traces").  The directory holds at most
-`XPU_PERF_ENGINE_CACHE_MB` (default 4096; 0: no snapshots), the least recently used go
-first; `--no-cache` / `XPU_PERF_NO_CACHE=1` bypass it with the result store.
+Compact enough: all-zero 64 KiB pages are skipped; the rest is written raw, since deflate
+added more to the first look and to the restore than it saved (docs/benchmarks.md, "Big
+traces").  The directory holds at most `XPU_PERF_ENGINE_CACHE_MB` (default 4096; 0: no
+snapshots), the least recently used go first; `--no-cache` / `XPU_PERF_NO_CACHE=1` bypass
+it with the result store.
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ _CRC = struct.Struct("<I")
 _ALIGN = 4096  # the pages start here in the file
 # Each run lies in the file at an offset congruent to its place in the heap modulo 2 MiB
 # (the heap starts 2 MiB aligned): mapped so, the kernel maps the page cache's large folios
-# whole, and reading a 2 GB heap through the mapping took 0.07 s instead of 0.15 s.
+# whole, and reading the heap through the mapping is faster.
 _FOLIO_ALIGN = 2 * 1024**2
 _PART = 32 * 1024**2  # what one reader or writer thread copies at a time
 # A snapshot is not written where it would leave less than this free on the file system.
@@ -86,7 +85,7 @@ _KEEP_FREE = 1024**3
 _STALE_TMP_S = 3600
 _PRIVATE = stat.S_IRWXG | stat.S_IRWXO
 # A trace that loads faster than this keeps no snapshot: restoring saves little there, and
-# every small trace looked at (the test suite's, a few thousand slices) would keep ~20 MB.
+# every small trace looked at (the test suite's, a few thousand slices) would keep a heap.
 MIN_LOAD_S = 0.5
 
 
@@ -120,7 +119,7 @@ def _restored_crc32(heap: memoryview, runs: list[tuple[int, int]]) -> int:
     """The CRC-32 of a heap restored from `runs` (the rest zeros, as `clear_heap` left it):
     the runs' pages read where they are (mapped, each once from the page cache), the zero
     pages between them counted from a buffer of zeros instead of faulted in one 4 KiB
-    page at a time (5M slices: 310 MB of them took ~0.14 s of a 0.2 s check)."""
+    page at a time."""
     import deflate
 
     crc = 0
@@ -138,7 +137,7 @@ _ZERO_PAGE = bytes(PAGE)
 
 def _runs(heap: memoryview) -> list[tuple[int, int]]:
     """The heap's pages that are not all zeros, as (first page, pages) runs."""
-    import numpy as np  # 0.03 s for a 627 MB heap, a loop over its pages 0.3 s
+    import numpy as np  # the pages tested at once, not in a Python loop
 
     words = np.frombuffer(heap, dtype=np.uint64).reshape(-1, PAGE // 8)
     runs: list[tuple[int, int]] = []
@@ -401,8 +400,7 @@ def _parts(runs: list[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
 
 def _read_pages(fd: int, heap: memoryview, runs: list[tuple[int, int]]) -> None:
     """The snapshot's pages into the heap, a few parts at once: each reader faults its part
-    in and copies into it, which the kernel does on both cores (0.15 s instead of 0.27 s
-    for a 627 MB heap)."""
+    in and copies into it, which the kernel does on several cores at once."""
     from exporters.perfetto.engine.wasm_engine import prefault
 
     def read(part: tuple[int, int, int]) -> None:

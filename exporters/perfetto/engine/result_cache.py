@@ -54,7 +54,7 @@ ENV_DISABLE = cache_settings.ENV_DISABLE
 FORMAT = 2  # bump when what a file holds changes
 _MAGIC = b"XPUANS\0\2"  # an answer kept as columns starts so
 _DIGEST_BYTES = 32
-FULL_HASH_BYTES = 64 * 1024 * 1024  # BLAKE2b reads ~1 GB/s here: <0.1 s for the whole file
+FULL_HASH_BYTES = 64 * 1024 * 1024  # a file this small is hashed whole: a small cost
 _EDGE_BYTES = 1024 * 1024
 # A result larger than this many cells is not kept: `query "select * from slice"` on a big
 # trace would cost more to write than it saves, and fills the disk.

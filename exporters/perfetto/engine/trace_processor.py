@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 # The perfetto package (and numpy, which it imports) is imported where a trace is loaded,
 # not here: a second look answered from the result cache (cached_trace.py) loads nothing,
-# and importing it was ~0.2 s of such a look.
+# and importing it would be most of such a look.
 
 ENV_SHELL = "XPU_PERF_TRACE_PROCESSOR"
 # Traces are fed to the engine in chunks of this size (the engine's request buffer
@@ -114,8 +114,8 @@ def _one_line(text: str) -> str:
 def _row_tuples(result: Any, columns: list[str]) -> list[tuple[Any, ...]]:
     """The result's rows as tuples, taken a column at a time from the cells the perfetto
     package decoded (a numpy object array, row after row): its own iterator makes an object
-    per row and sets each cell as an attribute, 0.08 s for 48k rows of 3 columns against
-    0.007 s so.  The same cell objects either way."""
+    per row and sets each cell as an attribute, much slower.  The same cell objects either
+    way."""
     cells = getattr(result, "cells", None)
     n = len(columns)
     if n == 0:
@@ -149,9 +149,9 @@ def _values_table(
 
 def table_sql(name: str, columns: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> str:
     """CREATE PERFETTO TABLE `name` of these rows (values as SQL literals): for the small
-    tables Python works out (per stream, per device); the engine parses ~0.5 us a cell."""
+    tables Python works out (per stream, per device): the engine parses every cell."""
     select = [f"column{i + 1} AS {c}" for i, c in enumerate(columns)]
-    # A column at a time, integers by str(): 0.4 s for 90k cells row by row.
+    # A column at a time, integers by str(): row by row was much slower.
     literals: list[Iterator[str]] = [
         map(str, col) if all(type(v) is int for v in col) else map(sql_literal, col)
         for col in zip(*rows, strict=True)
@@ -170,7 +170,7 @@ class ArrayTable:
 
     def digest(self) -> str:
         """What names these rows (the result cache chains it instead of the SQL text, which
-        a second look would have to build: 0.3 s for the gap openings at 5M slices)."""
+        a second look would have to build from the arrays)."""
         h = hashlib.blake2b(digest_size=20)
         h.update(repr((self.name, list(self.columns), sorted(self.null_if.items()))).encode())
         for values in self.columns.values():
@@ -213,6 +213,11 @@ def object_array(values: Sequence[object]) -> np.ndarray:
 class Trace:
     """An opened trace.  `query` returns rows as dicts; errors are `QueryError`."""
 
+    # What the readers derive from this trace once (exporters/analysis/session.py's
+    # AnalysisSession), kept with it so it goes when the trace does; None until an analysis
+    # starts it.  The engine never reads it (a class default: CachedTrace skips __init__).
+    analysis_session: object | None = None
+
     def __init__(self, tp: TraceProcessor) -> None:
         self._tp = tp
 
@@ -244,7 +249,7 @@ class Trace:
     def query_arrays(self, sql: str) -> dict[str, np.ndarray]:
         """The result's columns as numpy arrays: int64 where every cell is an integer, else
         the decoded cells (objects).  For work over many rows that numpy does in a fraction
-        of the engine's time (a binning of 80k intervals: 0.2 s of SQL in the wasm engine)."""
+        of the engine's time (binning intervals, merging busy islands)."""
         import numpy as np
 
         result = self._result(sql)
@@ -260,7 +265,7 @@ class Trace:
         self.query(script)
 
     def create_table(self, table: ArrayTable) -> None:
-        """Write a table of Python's rows into the engine (parsed at ~0.5 us a cell)."""
+        """Write a table of Python's rows into the engine (it parses every cell)."""
         self.execute(table.sql())
 
     def scalar(self, sql: str) -> Any:

@@ -23,7 +23,7 @@ def load_views(trace: Trace, window: int | None = None, gpu_op_table: bool = Fal
     process).  A trace's views are loaded once: a second call must ask for the same scope.
     gpu_op_table: xpu_gpu_op made a table (the same rows) instead of a view, for a reader
     that asks it many times (report: each look at the view joins the slices with the
-    flows again; once is a look's cost, ~0.05 s at 1M slices)."""
+    flows again; once is a look's cost)."""
     if window is not None and window < 1:
         raise WindowError("--window counts from 1")
     number = window or 0
