@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from collector import model
-from collector.recording.source import FinishedRun, WindowFollower
+from collector.recording.source import FinishedRun, RecordSource, WindowFollower
 from collector.recording.trace import write_trace
 from collector.recording.windows import DELAY, CapturePlan, TreeWindows
 from collector.window_control import WindowState
@@ -85,7 +85,7 @@ class Follower(FinishedRun):
         return {"samples_outside_window": self._outside}
 
 
-def recorded(tmp_path: Path, sources: Sequence[FinishedRun]) -> dict[str, object]:
+def recorded(tmp_path: Path, sources: Sequence[RecordSource]) -> dict[str, object]:
     """write_trace under --delay, with record's tree window [0, 1000 ms]; what the trace
     holds: its window slices (ms from T0), the follower's samples and outside count."""
     assert any(isinstance(s, WindowFollower) for s in sources)
@@ -94,7 +94,7 @@ def recorded(tmp_path: Path, sources: Sequence[FinishedRun]) -> dict[str, object
     try:
         tree.windows.append(model.CaptureWindow(TREE_PID, T0, T0 + 1000 * MS, DELAY, "duration"))
         out = tmp_path / "windows.perfetto-trace"
-        write_trace(out, sources, ["test"], capture=plan, tree=tree)  # type: ignore[arg-type]
+        write_trace(out, sources, ["test"], capture=plan, tree=tree)
     finally:
         tree.close()
     with open_trace(out) as t:
@@ -122,7 +122,8 @@ def test_followers_keep_the_library_windows_the_trace_writes(
 ) -> None:
     """The library's window [0, 600 ms] is the one written (not the tree's [0, 1000 ms]):
     the sample at 800 ms is outside it, dropped and counted, whichever source comes first."""
-    gpu, follower = GpuStreams((0, 600)), Follower()
+    gpu: RecordSource = GpuStreams((0, 600))
+    follower: RecordSource = Follower()
     got = recorded(tmp_path, [follower, gpu] if follower_first else [gpu, follower])
     assert got["windows"] == [(0, 600)]
     assert got["window_count"] == 1
