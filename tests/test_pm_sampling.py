@@ -232,12 +232,10 @@ def test_samples_outside_the_capture_window_are_dropped(fake: FakeCupti, tmp_pat
             )
         ]
     assert outside > 0 and times
-    # The spans kept to are record's window and the library's, which end a few ms apart.
-    margin = 50_000_000
+    # Kept to exactly the window written (the library's), not to record's own timing of
+    # it, which ends tens of ms apart on a loaded machine.
     outliers = [
-        (ts - window["ts"]) / 1e6
-        for ts in times
-        if not window["ts"] - margin <= ts <= window["end_ts"] + margin
+        (ts - window["ts"]) / 1e6 for ts in times if not window["ts"] <= ts <= window["end_ts"]
     ]
     assert not outliers, (window, outliers)
 

@@ -57,8 +57,8 @@ class WindowedSource(Protocol):
 class WindowFollower(Protocol):
     """A source that samples only inside the recording's capture windows, following the
     control page from record's side while the target runs (the eBPF samplers: their BPF
-    program is paused), then keeping only the samples inside the windows (the pause follows
-    the page within a drain round)."""
+    program is paused), then keeping only the samples inside the windows the trace writes
+    (the pause follows the page within a drain round; write_trace says which windows)."""
 
     def follow_windows(self, windows: WindowState) -> None: ...
     def keep_only(self, windows: Sequence[model.CaptureWindow]) -> None: ...

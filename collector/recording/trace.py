@@ -47,11 +47,18 @@ def write_trace(
     (SQL: args key `debug.<source>_<counter>` of the `xpu_perf_metadata` slice).  `capture`:
     the window mode, written with the window count as metadata `capture_range` and
     `windows`; the windows of the injection library, else (no GPU recording, or no process
-    used CUDA) those `tree` opened, as slices.  `kept`: the manifest of a recording written
-    later from its kept streams (its host, and what record knew at the end).  Every source's
-    process and thread names go through TrackNames (what the Python startup hook reported,
-    the processes' roles).  `check_stop`: called between events, raises to stop the
-    writing (record asked to stop: the partial file goes, the streams are kept)."""
+    used CUDA) those `tree` opened, as slices.  The samplers that follow the windows
+    (WindowFollower) keep exactly the windows written: record and the library time the same
+    --delay or signal window apart (by tens of ms on a loaded machine), and a sample kept to
+    the tree's window past the library's would lie outside every window the trace shows.
+    So with the GPU recorded, a sample taken while only the tree's window was open (before
+    the first process initialised CUDA, after the last one ended) is dropped and counted;
+    a process that never used CUDA is sampled inside the windows of those that did.
+    `kept`: the manifest of a recording written later from its kept streams (its host, and
+    what record knew at the end).  Every source's process and thread names go through
+    TrackNames (what the Python startup hook reported, the processes' roles).
+    `check_stop`: called between events, raises to stop the writing (record asked to stop:
+    the partial file goes, the streams are kept)."""
     stats: dict[str, dict[str, int]] = {}
     track_names = TrackNames(
         next((s.reported() for s in sources if isinstance(s, PythonNames)), None)
@@ -73,12 +80,12 @@ def write_trace(
         cpus = kept.cpu_count if kept is not None else usable_cpus()
         if cpus:
             writer.set_metadata("cpu_count", cpus)
-        # The windows known so far (the GPU source comes before the CPU ones): a sampler that
-        # follows them from record's side keeps only what falls inside one.
-        seen = list(tree.windows) if tree is not None else []
-        for source in sources:
+        # The sources' windows so far; a sampler that follows the windows from record's
+        # side keeps to those, else to the tree's: the ones the trace writes (see below).
+        source_windows: list[model.CaptureWindow] = []
+        for source in sources if tree is None else followers_last(sources):
             if tree is not None and isinstance(source, WindowFollower):
-                source.keep_only(seen)
+                source.keep_only(source_windows or tree.windows)
             producer = writer.producer(source.name)
             events = source.events()
             if check_stop is not None:
@@ -99,7 +106,7 @@ def write_trace(
                     writer.set_metadata(f"{source.name}_{key}", text)
             if isinstance(source, WindowedSource):
                 written += write_windows(writer, source.windows())
-                seen += source.windows()
+                source_windows += source.windows()
         if tree is not None and not written:
             written = write_windows(writer, tree.windows)
             stats["record"] = {"windows": written, "toggles": tree.toggles}
@@ -117,6 +124,24 @@ def write_trace(
             if tree is not None and capture.toggle_signal is not None:
                 writer.set_metadata("toggles", tree.toggles)
     return stats
+
+
+def followers_last(sources: Sequence[RecordSource]) -> list[RecordSource]:
+    """`sources` in their order, but every window follower after the last windowed source:
+    a windowed source knows its windows only once its events are read (the GPU streams),
+    and a follower must know them before its own are.  record's order (the GPU source
+    first) is kept as it is."""
+    last = max((i for i, s in enumerate(sources) if isinstance(s, WindowedSource)), default=-1)
+    head = sources[: last + 1]
+
+    def follows(s: RecordSource) -> bool:
+        return isinstance(s, WindowFollower) and not isinstance(s, WindowedSource)
+
+    return [
+        *(s for s in head if not follows(s)),
+        *(s for s in head if follows(s)),
+        *sources[last + 1 :],
+    ]
 
 
 def _checked(
