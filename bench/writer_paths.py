@@ -30,7 +30,6 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -82,7 +81,7 @@ def main() -> None:
         "record launch_bound",
         "objects 210k",
     ]
-    rows: dict[str, dict[str, list[dict[str, Any]]]] = {c: {n: [] for n in names} for c in cases}
+    rows: dict[str, dict[str, list[dict[str, float]]]] = {c: {n: [] for n in names} for c in cases}
     same: dict[str, bool] = {}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with tempfile.TemporaryDirectory() as tmp_name:
