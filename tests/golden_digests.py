@@ -73,8 +73,10 @@ def inputs() -> list[str]:
 
 def run(workdir: Path, *argv: str) -> subprocess.CompletedProcess[bytes]:
     """`xpu-perf ARGV` in `workdir`, through the runner (module docstring)."""
-    env = dict(os.environ, COLUMNS=COLUMNS, PYTHONPATH=str(REPO))
-    env.pop("XPU_PERF_NO_CACHE", None)
+    # What else changes what the commands print: colours forced on, another engine.
+    unset = {"FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "XPU_PERF_TRACE_PROCESSOR"}
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env.update(COLUMNS=COLUMNS, PYTHONPATH=str(REPO), PYTHONIOENCODING="utf-8")
     return subprocess.run(
         [sys.executable, "-m", "tests.golden_digests", "--run", *argv],
         cwd=workdir,
