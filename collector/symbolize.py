@@ -11,9 +11,8 @@ directory anyone can write, so (see read_perf_map): no symlink is followed, only
 file is read, at most PERF_MAP_MAX_BYTES of it, and only when the target's uid or root owns
 it.  Kernel addresses use /proc/kallsyms.
 
-pyelftools parses the headers; the symbol tables themselves are unpacked with `struct`,
-because walking hundreds of thousands of symbols (libtorch) through pyelftools objects takes
-seconds per library, and names are decoded only for the symbols that samples hit.
+The ELF tables are read by collector/elf_tables.py (headers with struct, the symbols as one
+numpy array), and names are decoded only for the symbols that samples hit.
 """
 
 from __future__ import annotations
@@ -26,23 +25,20 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cxxfilt
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import NoteSection
 
 from collector.model import Frame
+
+if TYPE_CHECKING:
+    from collector.elf_tables import FunctionColumns
 
 KERNEL_MODULE = "[kernel]"
 UNKNOWN_MODULE = "[unknown]"
 PERF_MAP_MODULE = "[perf-map]"
 PYTHON_MODULE = "[python]"
 PERF_MAP_MAX_BYTES = 64 << 20  # a JIT's map is a few MB; beyond this the rest is skipped
-
-_STT_FUNC = 2
-_STT_GNU_IFUNC = 10
-_SHN_UNDEF = 0
 
 
 # --- process memory maps -------------------------------------------------------------------
@@ -154,60 +150,37 @@ class ElfSymbols:
         self._name_refs: list[tuple[int, int]] = []  # (string table index, offset)
         self._strtabs: list[bytes] = []
         self._names: dict[int, str] = {}
+        # numpy comes with it: not loaded before record has started its target.
+        from collector.elf_tables import ElfTables
+
         with open(path, "rb") as f:
-            elf = ELFFile(f)
-            for seg in elf.iter_segments():
-                if seg["p_type"] == "PT_LOAD":
-                    self._segments.append(
-                        _Segment(seg["p_offset"], seg["p_vaddr"], seg["p_filesz"])
-                    )
-            self._read_build_id(elf)
-            entries: dict[int, tuple[int, int, int]] = {}
+            elf = ElfTables(f)
+            self._segments = [_Segment(g.offset, g.vaddr, g.filesz) for g in elf.segments]
+            self.build_id = elf.build_id()
             # .symtab first (it has the static functions too), then .dynsym fills gaps.
-            for section_name in (".symtab", ".dynsym"):
-                self._read_functions(elf, section_name, entries)
-        for addr in sorted(entries):
-            size, strtab, name_offset = entries[addr]
-            self._addrs.append(addr)
-            self._sizes.append(size)
-            self._name_refs.append((strtab, name_offset))
+            found = [elf.functions(name) for name in (b".symtab", b".dynsym")]
+        self._keep_one_per_address([f for f in found if f is not None])
 
-    def _read_build_id(self, elf: ELFFile) -> None:
-        for section in elf.iter_sections():
-            if not isinstance(section, NoteSection):  # pyelftools' class for SHT_NOTE
-                continue
-            for note in section.iter_notes():
-                if note["n_type"] == "NT_GNU_BUILD_ID":
-                    self.build_id = str(note["n_desc"])
-                    return
-
-    def _read_functions(
-        self, elf: ELFFile, section_name: str, entries: dict[int, tuple[int, int, int]]
-    ) -> None:
-        section = elf.get_section_by_name(section_name)
-        if section is None or section["sh_entsize"] == 0:
+    def _keep_one_per_address(self, found: list[FunctionColumns]) -> None:
+        """Per address, the first symbol (.symtab before .dynsym, then file order) that has
+        a size, else the first one: the size bounds the function, a sizeless alias does not."""
+        if not found:
             return
-        strtab = elf.get_section(section["sh_link"])
-        self._strtabs.append(strtab.data())
-        strtab_index = len(self._strtabs) - 1
-        if elf.elfclass == 64:
-            fmt = "<IBBHQQ" if elf.little_endian else ">IBBHQQ"
-            name_i, info_i, shndx_i, value_i, size_i = 0, 1, 3, 4, 5
-        else:
-            fmt = "<IIIBBH" if elf.little_endian else ">IIIBBH"
-            name_i, value_i, size_i, info_i, shndx_i = 0, 1, 2, 3, 5
-        data = section.data()
-        usable = len(data) - len(data) % struct.calcsize(fmt)
-        for sym in struct.iter_unpack(fmt, data[:usable]):
-            kind = sym[info_i] & 0xF
-            if kind not in (_STT_FUNC, _STT_GNU_IFUNC) or sym[shndx_i] == _SHN_UNDEF:
-                continue
-            addr, size = sym[value_i], sym[size_i]
-            if addr == 0:
-                continue
-            known = entries.get(addr)
-            if known is None or (known[0] == 0 and size > 0):
-                entries[addr] = (size, strtab_index, sym[name_i])
+        import numpy as np
+
+        self._strtabs = [f.strings for f in found]
+        addr = np.concatenate([f.addr for f in found])
+        size = np.concatenate([f.size for f in found])
+        name = np.concatenate([f.name for f in found])
+        strtab = np.concatenate([np.full(len(f.addr), i) for i, f in enumerate(found)])
+        order = np.arange(len(addr))
+        pick = np.lexsort((order, size == 0, addr))  # by address, sized first, file order
+        addr, size, strtab, name = addr[pick], size[pick], strtab[pick], name[pick]
+        first = np.ones(len(addr), dtype=bool)
+        first[1:] = addr[1:] != addr[:-1]
+        self._addrs = addr[first].tolist()
+        self._sizes = size[first].tolist()
+        self._name_refs = list(zip(strtab[first].tolist(), name[first].tolist(), strict=True))
 
     def file_offset_to_vaddr(self, file_offset: int) -> int | None:
         for seg in self._segments:
@@ -350,7 +323,7 @@ class Symbolizer:
         if key not in self._by_file:
             try:
                 symbols = ElfSymbols(path)
-            except (OSError, ELFError, ValueError, struct.error):
+            except (OSError, ValueError, struct.error):
                 self._by_file[key] = None
                 return None
             if symbols.build_id:

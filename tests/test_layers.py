@@ -51,6 +51,7 @@ LAYERS: dict[str, str] = {
     "collector.visible_text": "core",
     "collector.cache_trust": "core",
     "collector.symbolize": "core",
+    "collector.elf_tables": "core",
     "collector.window_control": "core",
     "collector.window_spans": "core",
     "collector.gc_pause": "core",
