@@ -5,11 +5,10 @@ at 1M slices; here a lookup in each device's sorted islands."""
 
 from __future__ import annotations
 
-from importlib import resources
-
 import numpy as np
 
 from exporters.analysis.busy import KINDS, covered, dense_codes, gpu_busy
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import ArrayTable, Trace
 
 # A step of no device (its process launched nothing and the trace has no device) matches
@@ -21,6 +20,11 @@ COLUMNS = ("step", *(f"{'busy' if k == 'any' else k}_ns" for k in KINDS))
 
 
 def create(trace: Trace) -> None:
+    sql_modules.once(trace, "_xpu_step_kind_busy", _kind_busy)
+    sql_modules.load(trace, "analysis.step_busy")
+
+
+def _kind_busy(trace: Trace) -> None:
     steps = trace.query_arrays(
         f"select step, ts, end_ts, coalesce(device, {_UNMATCHED}) as device from _xpu_step_device"
     )
@@ -35,4 +39,3 @@ def create(trace: Trace) -> None:
         np.add.at(sums[k], row, covered(found, device * len(KINDS) + k, ts, end_ts))
     columns = dict(zip(COLUMNS, [numbers, *sums], strict=True))
     trace.create_table(ArrayTable("_xpu_step_kind_busy", columns))
-    trace.execute(resources.files("exporters.analysis").joinpath("step_busy.sql").read_text())

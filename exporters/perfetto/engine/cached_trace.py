@@ -102,6 +102,7 @@ class CachedTrace(Trace):
         self._state = _chain(f"format {FORMAT}", key, engine)
         self._asked: list[str | ArrayTable] = []
         self._engine: Trace | None = None
+        self.sql_loaded: dict[str, dict[str, object]] = {}
 
     def _open_engine(self) -> Trace:
         if self._engine is None:

@@ -215,6 +215,9 @@ class Trace:
 
     def __init__(self, tp: TraceProcessor) -> None:
         self._tp = tp
+        # The SQL modules (and Python-made tables) loaded so far, with their parameters:
+        # sql_modules.py's record of this trace, so each loads once.
+        self.sql_loaded: dict[str, dict[str, object]] = {}
 
     def query(self, sql: str) -> list[dict[str, Any]]:
         columns, rows = self.query_columns(sql)
