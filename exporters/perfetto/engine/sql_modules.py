@@ -78,8 +78,10 @@ def _literal(module: str, name: str, kind: str, value: object) -> str:
         return repr(float(value))
     if kind == "str" and isinstance(value, str):
         return sql_literal(value)
-    if kind == "str_list" and isinstance(value, list | tuple) and all(
-        isinstance(v, str) for v in value
+    if (
+        kind == "str_list"
+        and isinstance(value, list | tuple)
+        and all(isinstance(v, str) for v in value)
     ):
         return ", ".join(sql_literal(v) for v in value)
     if kind == "ident" and isinstance(value, str) and _IDENT.match(value):
