@@ -43,6 +43,7 @@ from exporters.perfetto.engine.result_cache import (
 from exporters.perfetto.engine.trace_processor import (
     ArrayTable,
     QueryError,
+    Row,
     Trace,
     check_trace_file,
     object_array,
@@ -166,7 +167,7 @@ class CachedTrace(Trace):
             self._asked.append(sql)
         return outcome.rows
 
-    def query(self, sql: str) -> list[dict[str, Any]]:
+    def query(self, sql: str) -> list[Row]:
         def run(trace: Trace) -> dict[str, Any]:
             rows = trace.query(sql)
             columns = list(rows[0]) if rows else []

@@ -28,10 +28,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from importlib.abc import Traversable
-from typing import Any
+from importlib.resources.abc import Traversable
 
-from exporters.perfetto.engine.trace_processor import QueryError, Trace, sql_literal
+from exporters.perfetto.engine.trace_processor import QueryError, Row, Trace, sql_literal
 
 HEADER_KEYS = ("needs", "inputs", "defines", "params", "returns")
 PARAM_TYPES = ("int", "float", "bool", "str", "str_list", "ident", "relation")
@@ -234,7 +233,7 @@ class Library:
             if m.name not in done
         )
 
-    def rows(self, trace: Trace, name: str, **params: object) -> list[dict[str, Any]]:
+    def rows(self, trace: Trace, name: str, **params: object) -> list[Row]:
         """The rows of query module `name` (what it needs loaded first)."""
         module = self.module(name)
         if module.defines or not module.returns:
@@ -303,7 +302,7 @@ def load(trace: Trace, name: str, **params: object) -> None:
     library().load(trace, name, **params)
 
 
-def rows(trace: Trace, name: str, **params: object) -> list[dict[str, Any]]:
+def rows(trace: Trace, name: str, **params: object) -> list[Row]:
     """The rows of query module `name`: see Library.rows."""
     return library().rows(trace, name, **params)
 
