@@ -20,11 +20,12 @@ COLUMNS = ("step", *(f"{'busy' if k == 'any' else k}_ns" for k in KINDS))
 
 
 def create(trace: Trace) -> None:
-    sql_modules.once(trace, "_xpu_step_kind_busy", _kind_busy)
+    sql_modules.once(trace, "_xpu_step_kind_busy", kind_busy_table)
     sql_modules.load(trace, "analysis.step_busy")
 
 
-def _kind_busy(trace: Trace) -> None:
+def kind_busy_table(trace: Trace) -> None:
+    """`_xpu_step_kind_busy`: per step and kind of work, the busy time inside it."""
     steps = trace.query_arrays(
         f"select step, ts, end_ts, coalesce(device, {_UNMATCHED}) as device from _xpu_step_device"
     )

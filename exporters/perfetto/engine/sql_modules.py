@@ -323,12 +323,3 @@ def once(trace: Trace, table: str, create: Callable[[Trace], None]) -> None:
     if table not in trace.sql_loaded:
         create(trace)
         trace.sql_loaded[table] = {}
-
-
-def has_table(trace: Trace, name: str) -> bool:
-    """Whether the trace has a table or view `name` now.  For a question about the trace's
-    own data (which of trace_processor's optional tables it has), never for one of ours:
-    those are loaded by `load`, which knows what it loaded."""
-    return bool(
-        trace.scalar(f"select count(*) from sqlite_master where name = {sql_literal(name)}")
-    )
