@@ -338,6 +338,10 @@ def test_a_query_module_returns_its_declared_columns(tmp_path: Path, trace_path:
         assert sql_modules.loaded(trace, "a") == {}  # its needs loaded first
         with pytest.raises(SqlModuleError, match=r"returned columns y, not .* \(x\)"):
             lib.rows(trace, "bad")
+        with pytest.raises(SqlModuleError, match=r"SQL module q is a query"):
+            lib.load(trace, "q", k=9)
+        with pytest.raises(SqlModuleError, match=r"SQL module a is not a query"):
+            lib.rows(trace, "a")
 
 
 def test_the_batch_script_is_the_modules_after_those_already_loaded() -> None:

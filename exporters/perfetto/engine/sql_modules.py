@@ -216,7 +216,10 @@ class Library:
                     )
                 continue
             if not module.defines:
-                continue  # a query: nothing to keep
+                raise SqlModuleError(
+                    f"SQL module {module.name} is a query (it defines nothing to load): "
+                    "read its rows with sql_modules.rows(), need what it reads instead"
+                )
             self._check_inputs(trace, module)
             text = module.render(given)
             self._run(trace, module, text)
@@ -293,7 +296,8 @@ class Library:
 
 @cache
 def library() -> Library:
-    """The project's modules (under the `exporters` package)."""
+    """The project's modules (under the `exporters` package): files of the installed code,
+    each parsed once per process (what a trace has loaded is the trace's record)."""
     return Library(resources.files("exporters"))
 
 
