@@ -24,6 +24,7 @@ from exporters.analysis.idle import IdleSummary, summary
 from exporters.analysis.launches import LaunchStats, launch_stats
 from exporters.analysis.steps import StepSummary, step_table
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
 from exporters.perfetto.engine.views import load_views
 
@@ -144,10 +145,7 @@ def load_for_query(trace: Trace) -> None:
     from exporters.analysis import busy
 
     load(trace)
-    if not trace.scalar(
-        "select count(*) from sqlite_master where name = 'xpu_analysis_busy_island'"
-    ):
-        busy.create_island_table(trace)
+    sql_modules.once(trace, "xpu_analysis_busy_island", busy.create_island_table)
 
 
 def analyze(trace: Trace, scope: Scope = DEFAULT_SCOPE, window: int | None = None) -> Analysis:

@@ -5,10 +5,10 @@ of each allocation call's launch stack, as the idle analysis names launch sites)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 
 from exporters.analysis import gpu_metrics, launches
 from exporters.analysis.idle import Site, call_sites
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
 
 
@@ -25,10 +25,7 @@ def load(trace: Trace) -> None:
     """The tables (the shared views must be loaded); once per trace."""
     gpu_metrics.load(trace)
     launches.load_stack_lookup(trace)
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_allocation'"):
-        trace.execute(
-            resources.files("exporters.analysis").joinpath("device_memory.sql").read_text()
-        )
+    sql_modules.load(trace, "analysis.device_memory")
 
 
 def peaks(trace: Trace, top: int = 5) -> list[MemoryPeak]:
@@ -38,10 +35,11 @@ def peaks(trace: Trace, top: int = 5) -> list[MemoryPeak]:
     for p in trace.query(
         "select device, device_no, ts, bytes from xpu_memory_peak order by device"
     ):
+        device, ts = int(p["device_no"]), int(p["ts"])
         live = (
-            "FROM xpu_allocation a WHERE a.device_no = {d} AND a.ts <= {t} "
-            "AND (a.free_ts IS NULL OR a.free_ts > {t})"
-        ).format(d=int(p["device_no"]), t=int(p["ts"]))
+            f"FROM xpu_allocation a WHERE a.device_no = {device} AND a.ts <= {ts} "
+            f"AND (a.free_ts IS NULL OR a.free_ts > {ts})"
+        )
         count = trace.scalar(f"select count(*) {live}") or 0
         sites = call_sites(
             trace,

@@ -1,3 +1,5 @@
+-- needs: analysis.gpu_metrics
+-- defines: xpu_memory_peak, xpu_allocation
 -- Device memory: the `device memory in use` counter track of each GPU (record's CUPTI
 -- MEMORY2 records of the recorded processes' cudaMalloc/cuMemAlloc/cudaMallocAsync and
 -- frees) and each allocation, from the args of its API call.  Needs: gpu_metrics.sql

@@ -15,18 +15,22 @@ from typing import Any
 from exporters.analysis import follow, idle
 from exporters.analysis.idle import IdleSummary, Site
 from exporters.analysis.launches import LaunchStats
-from exporters.perfetto.engine.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace, sql_literal
 
 MIN_SHARE = 0.03
 # FP32 GEMMs must be at least this share of the GPU's compute time to be worth a finding.
 FP32_GEMM_SHARE = 0.3
 # Kernel names of GEMMs computed in FP32 on the CUDA cores (cuBLAS/CUTLASS SIMT sgemm,
 # xmma f32 kernels); tf32 kernels use the tensor cores.
-FP32_GEMM_SQL = (
-    "(name GLOB '*sgemm*' OR name GLOB '*gemm*f32f32_f32f32*' OR name GLOB '*gemm_fp32*'"
-    " OR name GLOB '*s1688gemm*' OR name GLOB '*s884gemm*')"
-    " AND name NOT GLOB '*tf32*' AND category = 'kernel'"
-)
+FP32_GEMM_GLOBS = ("*sgemm*", "*gemm*f32f32_f32f32*", "*gemm_fp32*", "*s1688gemm*", "*s884gemm*")
+
+
+def fp32_gemm_sql(table: str = "") -> str:
+    """The condition on a kernel row (of `table`, an alias, where given) that it is an
+    FP32 GEMM."""
+    col = f"{table}." if table else ""
+    globs = " OR ".join(f"{col}name GLOB {sql_literal(g)}" for g in FP32_GEMM_GLOBS)
+    return f"({globs}) AND {col}name NOT GLOB '*tf32*' AND {col}category = 'kernel'"
 
 
 # The ops the findings look at: those starting in the focus (steady-state steps).
@@ -493,7 +497,7 @@ def fp32_gemm(ctx: Context) -> Finding | None:
     the GPU's compute time: the tensor cores sit idle.  Advice: TF32 or BF16."""
     gemm = ctx.trace.query(
         "select count(*) as n, coalesce(sum(dur), 0) as ns from xpu_launch "
-        f"where {FP32_GEMM_SQL} and {IN_FOCUS}"
+        f"where {fp32_gemm_sql()} and {IN_FOCUS}"
     )[0]
     compute = ctx.trace.scalar(
         "select coalesce(sum(dur), 0) from xpu_analysis_op "
@@ -502,9 +506,7 @@ def fp32_gemm(ctx: Context) -> Finding | None:
     ns = int(gemm["ns"])
     if not compute or ns < FP32_GEMM_SHARE * compute or ns // 2 < MIN_SHARE * ctx.span_ns:
         return None
-    sites = idle.op_sites(
-        ctx.trace, FP32_GEMM_SQL.replace("name", "l.name").replace("category", "l.category")
-    )
+    sites = idle.op_sites(ctx.trace, fp32_gemm_sql("l"))
     return Finding(
         code="FP32_GEMM",
         title=f"FP32 matmuls leave the tensor cores unused: {_where(sites)}",

@@ -1,5 +1,14 @@
+-- needs: perfetto.engine.xpu_views, analysis.span
+-- inputs: _xpu_op_opening
+-- defines: _xpu_gap_raw, _xpu_gap, _xpu_block_call, _xpu_gap_thread_sample,
+--   _xpu_gap_block_lookup, _xpu_gap_block, _xpu_gap_host, _xpu_gap_thread_wait,
+--   _xpu_gap_wait_lookup, _xpu_gap_lookup, _xpu_gap_callsite_frame, _xpu_gap_callsite,
+--   _xpu_gap_launch_line, _xpu_gap_launch_callsite, _xpu_loader_worker,
+--   _xpu_dataloader_process, _xpu_gap_wait, _xpu_gap_sample, _xpu_data_slice,
+--   _xpu_gap_data_slice, xpu_gpu_gap
+-- params: period int, launch_host_ns int, short_ns int, loop_share float, stale_ns int
 -- Every GPU idle gap inside the analysed regions, per device (no kernel, copy or set on any
--- stream of it), and what the CPU did meanwhile.  Needs span.sql.  {period}: the CPU
+-- stream of it), and what the CPU did meanwhile.  Needs span.sql.  $period: the CPU
 -- sampling period in ns (0: the trace has no timer samples).
 --
 -- A gap ends when its next op starts.  The thread that launched that op (its API call)
@@ -17,11 +26,11 @@
 --                 samples whose stack holds a Python line that launches GPU work on the
 --                 thread, see _xpu_gap_launch_callsite), the launch path (the part after
 --                 the API call began: the call itself and the GPU's start latency), and a
---                 host part shorter than {launch_host_ns} ns (the framework's per-op work);
+--                 host part shorter than $launch_host_ns ns (the framework's per-op work);
 --   host_compute  running other code (preprocessing, logging: work that launches nothing);
 --   other         no API call behind the next op, or host time nothing covers: neither a
 --                 wait nor a sample (its share is shown, never given to a guess), except
---                 in a host part shorter than {short_ns} ns, too short for the samples to
+--                 in a host part shorter than $short_ns ns, too short for the samples to
 --                 say, where it takes the class of the thread's last sample.
 -- Timer samples of the thread split the host part: a sample covers the sampling period
 -- before it, and counts for the part of the host part it covers outside waits.
@@ -124,7 +133,7 @@ CREATE PERFETTO INDEX _xpu_gap_block_gap ON _xpu_gap_block(gap_id);
 CREATE PERFETTO TABLE _xpu_gap_host AS
 SELECT g.id, g.utid, coalesce(b.after_ts, g.ts) AS after_ts, g.host_end
 FROM _xpu_gap g LEFT JOIN _xpu_gap_block b ON b.gap_id = g.id
-WHERE g.utid IS NOT NULL AND g.host_end - coalesce(b.after_ts, g.ts) >= {launch_host_ns};
+WHERE g.utid IS NOT NULL AND g.host_end - coalesce(b.after_ts, g.ts) >= $launch_host_ns;
 CREATE PERFETTO INDEX _xpu_gap_host_id ON _xpu_gap_host(id);
 
 -- The launching threads' waits (xpu_wait: blocking calls over the recorder's threshold),
@@ -169,7 +178,7 @@ WITH ev AS (
   UNION ALL
   SELECT utid, host_end, 1, 0, id, 1 FROM _xpu_gap_host
   UNION ALL
-  SELECT utid, host_end + {period}, 1, 0, id, 2 FROM _xpu_gap_host
+  SELECT utid, host_end + $period, 1, 0, id, 2 FROM _xpu_gap_host
   UNION ALL
   SELECT utid, ts, 0, 1, NULL, NULL FROM _xpu_gap_thread_sample
   WHERE EXISTS (SELECT 1 FROM _xpu_gap_host)
@@ -255,7 +264,7 @@ GROUP BY c.utid, x.name;
 -- Per thread and callsite of its gap samples: is the host launching the model's own GPU
 -- work there?  Yes where the sample's innermost Python line is one that launches on the
 -- thread (the statement running is a launch: `y = a @ b`), or where any of its Python
--- lines launches on fewer than {loop_share} of the thread's launches (it is inside a
+-- lines launches on fewer than $loop_share of the thread's launches (it is inside a
 -- module's forward, an optimizer step: code whose lines launch GPU work).
 CREATE PERFETTO TABLE _xpu_gap_launch_callsite AS
 WITH py AS (
@@ -269,7 +278,7 @@ SELECT DISTINCT p.utid, p.callsite_id
 FROM py p
 JOIN _xpu_gap_launch_line l ON l.utid = p.utid AND l.name = p.name
 LEFT JOIN innermost i ON i.utid = p.utid AND i.callsite_id = p.callsite_id AND i.up = p.up
-WHERE l.share < {loop_share} OR i.up IS NOT NULL;
+WHERE l.share < $loop_share OR i.up IS NOT NULL;
 
 -- The processes whose DataLoader workers are in the trace: the workers' parent where the
 -- trace knows it, else (no process tree: record names the workers, not their parent) every
@@ -313,7 +322,7 @@ SELECT g.id AS gap_id, s.id AS sample_id, s.ts, s.callsite_id,
        coalesce(c.is_data, 0) AS is_data,
        CASE WHEN coalesce(c.is_data, 0) = 1 THEN 'data'
             WHEN lc.callsite_id IS NOT NULL THEN 'launch' ELSE 'host' END AS kind,
-       max(0, min(s.ts, g.host_end) - max(s.ts - {period}, g.after_ts)) AS covered_ns
+       max(0, min(s.ts, g.host_end) - max(s.ts - $period, g.after_ts)) AS covered_ns
 FROM _xpu_gap_lookup l
 JOIN _xpu_gap_host g ON g.id = l.gap_id
 JOIN _xpu_gap_thread_sample s ON s.seq BETWEEN l.first_sample AND l.last_sample
@@ -384,7 +393,7 @@ last_seen AS (
   JOIN _xpu_gap_thread_sample s ON s.seq = l.last_host_sample
   LEFT JOIN _xpu_gap_callsite c USING (callsite_id)
   LEFT JOIN _xpu_gap_launch_callsite lc ON lc.utid = s.utid AND lc.callsite_id = s.callsite_id
-  WHERE s.utid = g.utid AND s.ts >= g.ts - {stale_ns}
+  WHERE s.utid = g.utid AND s.ts >= g.ts - $stale_ns
 ),
 -- Per gap: the host part after the sync (after_ns) split by cause, each part capped by
 -- what is left of it: waits first (a blocked thread is not running its last sample's
@@ -440,12 +449,12 @@ capped5 AS (
 parts AS (
   SELECT g.*,
          g.after_ns - g.wait_ns - g.wdata_ns - g.sdata_ns - g.slaunch_ns - g.shost_ns AS rest_ns,
-         -- Too short for the samples to say (shorter than {short_ns}): the rest takes the
+         -- Too short for the samples to say (shorter than $short_ns): the rest takes the
          -- class of the thread's last sample; a longer rest is other.
-         g.host_end - g.ts < {short_ns} AS short_host
+         g.host_end - g.ts < $short_ns AS short_host
   FROM capped5 g LIMIT -1 OFFSET 0
 ),
--- A short host part after the sync (under {launch_host_ns}) is the launch path itself (the
+-- A short host part after the sync (under $launch_host_ns) is the launch path itself (the
 -- framework's per-op work), not code worth naming: it counts as launch.
 classed AS (
   SELECT id, ts, dur, end_ts, device_track_id, next_op_id, next_op, api_id, api_name, api_ts,

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from collector.gpu_metrics import catalog
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
 
 # The counters a kernel is ranked by and shown with, in this order.
@@ -19,18 +19,12 @@ KERNEL_METRICS = (
 )
 
 
-def _sql(name: str) -> str:
-    return resources.files("exporters.analysis").joinpath(name).read_text()
-
-
 def load(trace: Trace) -> None:
     """The counter tables and the per-kernel ones (the shared views must be loaded); once
     per trace."""
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_gpu_counter'"):
-        trace.execute(_sql("gpu_metrics.sql"))
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_kernel_metrics'"):
-        names = ", ".join(f"'{name}'" for name in catalog.INTERVAL_COUNTER_NAMES)
-        trace.execute(_sql("kernel_metrics.sql").replace("{interval_metrics}", names))
+    sql_modules.load(
+        trace, "analysis.kernel_metrics", interval_metrics=list(catalog.INTERVAL_COUNTER_NAMES)
+    )
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,4 @@
+-- defines: xpu_gpu_counter, _xpu_counter_step
 -- GPU counters per device (record --gpu-metrics writes them as counter tracks under each
 -- `GPU D (<name>)` track: SM active %, tensor active %, DRAM bandwidth %, device memory
 -- used, ...).  Needs: the shared views.  kernel_metrics.sql builds the per-kernel tables on

@@ -1,4 +1,8 @@
--- GPU counters per kernel: each interval counter (GPM, PM sampling: {interval_metrics}) averaged over
+-- needs: perfetto.engine.xpu_views, analysis.gpu_metrics
+-- defines: _xpu_interval_counter, _xpu_kernel, _xpu_grid, _xpu_kernel_k, _xpu_kernel_piece,
+--   xpu_kernel_metrics
+-- params: interval_metrics str_list
+-- GPU counters per kernel: each interval counter (GPM, PM sampling: $interval_metrics) averaged over
 -- each kernel's interval, weighted by time.  Needs: gpu_metrics.sql.
 -- The counters of one device are read together, so their values share times: the grid.
 -- Each kernel is placed on its device's grid by one sweep (its start and end merged in
@@ -8,7 +12,7 @@
 -- interval's values; one that crosses intervals reads each by its overlap.
 
 CREATE PERFETTO TABLE _xpu_interval_counter AS
-SELECT * FROM xpu_gpu_counter WHERE metric IN ({interval_metrics});
+SELECT * FROM xpu_gpu_counter WHERE metric IN ($interval_metrics);
 
 -- The kernels of the devices with interval counters (none: the sweep below costs nothing).
 CREATE PERFETTO TABLE _xpu_kernel AS

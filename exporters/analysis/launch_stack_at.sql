@@ -1,3 +1,5 @@
+-- needs: perfetto.engine.xpu_views
+-- defines: _xpu_launch_stack_at
 -- Launch stacks by time, for finding the stack of an API call (same thread, same ts).
 -- Needs: the shared views (xpu_launch_stack).
 CREATE PERFETTO TABLE _xpu_launch_stack_at AS

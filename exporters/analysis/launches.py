@@ -3,30 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace, sql_literal
 
 
 def load_stack_lookup(trace: Trace) -> None:
     """`_xpu_launch_stack_at`: the launch stack of an API call by thread and time (what
     idle.call_sites joins), once per trace."""
-    if not trace.scalar("select count(*) from sqlite_master where name = '_xpu_launch_stack_at'"):
-        trace.execute(
-            resources.files("exporters.analysis").joinpath("launch_stack_at.sql").read_text()
-        )
+    sql_modules.load(trace, "analysis.launch_stack_at")
 
 
 def load(trace: Trace) -> None:
     load_stack_lookup(trace)
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_launch'"):
-        trace.execute(resources.files("exporters.analysis").joinpath("launches.sql").read_text())
+    if sql_modules.loaded(trace, "analysis.launches") is None:
+        sql_modules.load(trace, "analysis.launches")
         # numpy, imported here: not for a `folded` answered from the result cache
         from exporters.analysis import kernel_overlap, stream_queue
 
-        stream_queue.create(trace)
-        kernel_overlap.create(trace)
+        sql_modules.once(trace, "xpu_stream_queue", stream_queue.create)
+        sql_modules.once(trace, "xpu_kernel_overlap", kernel_overlap.create)
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,5 @@
+-- needs: analysis.span
+-- defines: xpu_launch, xpu_launch_kernel_stats, xpu_copy
 -- Launch statistics: every GPU op with the API call that launched it.  Needs span.sql.
 -- latency_ns: from the call's start to the op's start on the GPU; shorter_than_call: the
 -- op ran for less time than its launch call took on the CPU (the CPU cannot keep up with

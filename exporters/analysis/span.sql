@@ -1,7 +1,10 @@
+-- needs: perfetto.engine.scope, perfetto.engine.xpu_views
+-- defines: xpu_analysis_op, xpu_analysis_span, xpu_analysis_region
+-- params: span_all bool
 -- The span the analyses look at, and the GPU ops in it.  Needs xpu_views.sql (scope.sql).
--- {span_all} = 0: the active span, from the first GPU op to the end of the last one (what
+-- $span_all = 0: the active span, from the first GPU op to the end of the last one (what
 -- the program drives the GPU in; imports and set-up before it are not idle GPU time);
--- inside capture windows, only the windows' time.  {span_all} = 1: the whole trace (or the
+-- inside capture windows, only the windows' time.  $span_all = 1: the whole trace (or the
 -- whole capture window asked for with --window).
 
 -- A GPU op that occupies its device: kernels, copies, sets (sync ops are host waits seen
@@ -29,11 +32,11 @@ whole AS (
   FROM trace_bounds tb, scope, ops
 )
 SELECT
-  CASE WHEN {span_all} OR ops.ts IS NULL THEN whole.ts ELSE ops.ts END AS ts,
-  CASE WHEN {span_all} OR ops.ts IS NULL THEN whole.end_ts ELSE ops.end_ts END AS end_ts,
-  max(1, CASE WHEN {span_all} OR ops.ts IS NULL THEN whole.end_ts - whole.ts
+  CASE WHEN $span_all OR ops.ts IS NULL THEN whole.ts ELSE ops.ts END AS ts,
+  CASE WHEN $span_all OR ops.ts IS NULL THEN whole.end_ts ELSE ops.end_ts END AS end_ts,
+  max(1, CASE WHEN $span_all OR ops.ts IS NULL THEN whole.end_ts - whole.ts
               ELSE ops.end_ts - ops.ts END) AS dur,
-  CASE WHEN {span_all} THEN 'all' ELSE 'active' END AS kind
+  CASE WHEN $span_all THEN 'all' ELSE 'active' END AS kind
 FROM ops, whole;
 
 -- The parts of the span analysed: the span itself, or (active span of a trace recorded with
@@ -42,7 +45,7 @@ FROM ops, whole;
 CREATE PERFETTO TABLE xpu_analysis_region AS
 WITH win AS (
   SELECT ts, end_ts FROM xpu_window
-  WHERE NOT {span_all} AND NOT EXISTS (SELECT 1 FROM xpu_scope_span)
+  WHERE NOT $span_all AND NOT EXISTS (SELECT 1 FROM xpu_scope_span)
 ),
 reach AS (
   SELECT ts, end_ts, max(end_ts) OVER (

@@ -5,12 +5,11 @@ steps and islands in SQL."""
 
 from __future__ import annotations
 
-from importlib import resources
-
 import numpy as np
 
 from collector.arrays import unique_with_inverse
 from exporters.analysis.busy import KINDS, covered, gpu_busy
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import ArrayTable, Trace
 
 # A step of no device (its process launched nothing and the trace has no device) matches
@@ -22,6 +21,12 @@ COLUMNS = ("step", *(f"{'busy' if k == 'any' else k}_ns" for k in KINDS))
 
 
 def create(trace: Trace) -> None:
+    sql_modules.once(trace, "_xpu_step_kind_busy", kind_busy_table)
+    sql_modules.load(trace, "analysis.step_busy")
+
+
+def kind_busy_table(trace: Trace) -> None:
+    """`_xpu_step_kind_busy`: per step and kind of work, the busy time inside it."""
     steps = trace.query_arrays(
         f"select step, ts, end_ts, coalesce(device, {_UNMATCHED}) as device from _xpu_step_device"
     )
@@ -36,4 +41,3 @@ def create(trace: Trace) -> None:
         np.add.at(sums[k], row, covered(found, device * len(KINDS) + k, ts, end_ts))
     columns = dict(zip(COLUMNS, [numbers, *sums], strict=True))
     trace.create_table(ArrayTable("_xpu_step_kind_busy", columns))
-    trace.execute(resources.files("exporters.analysis").joinpath("step_busy.sql").read_text())

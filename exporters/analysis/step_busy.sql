@@ -1,3 +1,6 @@
+-- needs: analysis.steps
+-- inputs: _xpu_step_kind_busy
+-- defines: xpu_step_busy
 -- Per step: GPU busy by kind of work, summed over the step's devices (_xpu_step_device,
 -- steps.sql), and how many devices.  _xpu_step_kind_busy: the time the busy islands of
 -- each kind cover inside each step (steps.py, from busy.py's islands).

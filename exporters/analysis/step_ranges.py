@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from exporters.perfetto.engine.trace_processor import Trace
+from exporters.perfetto.engine.trace_processor import Trace, sql_literal
 
 DEFAULT_STEPS = "ProfilerStep#*"
 MIN_STEPS = 3
@@ -54,10 +54,9 @@ def glob_escape(text: str) -> str:
 
 
 def _count(trace: Trace, glob: str) -> int:
-    quoted = glob.replace("'", "''")
     return int(
         trace.scalar(
-            f"select count(*) from xpu_thread_slice where name glob '{quoted}' and dur > 0"
+            f"select count(*) from xpu_thread_slice where name glob {sql_literal(glob)} and dur > 0"
         )
         or 0
     )
@@ -134,7 +133,7 @@ def repeating_range(trace: Trace) -> tuple[str, str] | None:
     for key in candidates:
         members = families[key]
         glob = glob_escape(key) + "*" if members != [key] else glob_escape(key)
-        listed = ",".join("'" + m.replace("'", "''") + "'" for m in members)
+        listed = ",".join(sql_literal(m) for m in members)
         cols = trace.query_arrays(
             "select s.ts, s.ts + s.dur as end_ts from slice s "
             f"where s.track_id in ({tracks}) and s.dur > 0 "

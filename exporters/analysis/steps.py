@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
 
 
@@ -117,6 +118,6 @@ def step_table(trace: Trace, slowest: int = 3, rows: int = STEP_ROWS) -> StepSum
 
 
 def _marked_by(trace: Trace) -> str:
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_analysis_scope'"):
+    if sql_modules.loaded(trace, "analysis.scope") is None:
         return ""
     return str(trace.scalar("select steps_how from xpu_analysis_scope") or "")

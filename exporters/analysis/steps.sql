@@ -1,8 +1,14 @@
+-- needs: perfetto.engine.xpu_views, analysis.span, analysis.gaps
+-- defines: _xpu_marked_step, _xpu_launch_call, _xpu_graph_step, _xpu_launch_seq,
+--   _xpu_launch_symbol, _xpu_step_symbol, _xpu_step_period, _xpu_step_anchor,
+--   _xpu_detected_step, xpu_step, _xpu_process_device, _xpu_step_device, xpu_analysis_focus,
+--   xpu_focus_gap
+-- params: steps_on bool, steps_glob str, detect bool
 -- Steps: the repeating unit of work the span is made of.  Needs span.sql and gaps.sql.
--- Marked steps: slices on a thread named like {steps_glob} (torch.profiler's ProfilerStep#N,
--- an NVTX range, a repeating range step_ranges.py found; {steps_on} = 0: none).  Where none
+-- Marked steps: slices on a thread named like $steps_glob (torch.profiler's ProfilerStep#N,
+-- an NVTX range, a repeating range step_ranges.py found; $steps_on = 0: none).  Where none
 -- is marked: each process's CUDA graph launches, where it replays a graph at least 3 times
--- (each replay a step); else, where {detect} = 1, steps are found in the sequence of
+-- (each replay a step); else, where $detect = 1, steps are found in the sequence of
 -- launches of each process (each rank on its own): the op name each launch starts with is
 -- a symbol; a symbol that recurs at one distance (in launches) all along is
 -- once per step; the distance shared by most such symbols is the step's length, and the
@@ -13,9 +19,9 @@ SELECT s.id AS slice_id, s.ts, s.dur, s.name, s.utid, t.upid
 FROM xpu_thread_slice s
 JOIN thread t USING (utid)
 JOIN xpu_analysis_span sp ON s.ts < sp.end_ts AND s.ts + s.dur > sp.ts
-WHERE {steps_on} AND s.name GLOB '{steps_glob}' AND s.dur > 0
+WHERE $steps_on AND s.name GLOB $steps_glob AND s.dur > 0
   -- the outermost of nested slices of the same name
-  AND NOT EXISTS (SELECT 1 FROM ancestor_slice(s.id) a WHERE a.name GLOB '{steps_glob}');
+  AND NOT EXISTS (SELECT 1 FROM ancestor_slice(s.id) a WHERE a.name GLOB $steps_glob);
 
 -- Each rank (process) is detected on its own: the processes that launch GPU work, at least
 -- a tenth as much as the one that launches most (a helper process's few launches are no
@@ -58,7 +64,7 @@ CREATE PERFETTO TABLE _xpu_launch_seq AS
 SELECT upid, row_number() OVER (PARTITION BY upid ORDER BY ts, api_id) AS i, api_id, ts, utid,
        symbol
 FROM _xpu_launch_call
-WHERE {detect} AND upid NOT IN (SELECT upid FROM _xpu_graph_step);
+WHERE $detect AND upid NOT IN (SELECT upid FROM _xpu_graph_step);
 
 -- Per process and symbol: how often, over which stretch, the most common distance between
 -- its occurrences and how many distances are within a tolerance of it (an op inserted now

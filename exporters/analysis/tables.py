@@ -8,10 +8,10 @@ for the same."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 
 from exporters.analysis.step_ranges import DEFAULT_STEPS, StepsError, choose
 from exporters.folded.folded import recorded_frequency
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
 
 __all__ = ["DEFAULT_SCOPE", "DEFAULT_STEPS", "Scope", "StepsError", "load"]
@@ -25,6 +25,8 @@ SHORT_PERIODS = 2
 # A Python line on at least this share of a thread's launch stacks is the loop around the
 # work, not a line that launches it (gaps.sql, _xpu_gap_launch_callsite).
 LOOP_SHARE = 0.9
+SPAN = "analysis.span"
+SCOPE_TABLE = "analysis.scope"
 
 
 @dataclass(frozen=True)
@@ -41,72 +43,51 @@ class Scope:
 DEFAULT_SCOPE = Scope()
 
 
-def _sql(name: str) -> str:
-    return resources.files("exporters.analysis").joinpath(name).read_text()
-
-
-def _glob_literal(glob: str) -> str:
-    return glob.replace("'", "''")
-
-
 def sample_period_ns(trace: Trace) -> int:
     """The CPU sampling period, 0 where the trace has no timer samples' frequency."""
     freq = recorded_frequency(trace)
     return int(1e9 / freq) if freq else 0
 
 
-def span_sql(span_all: bool = False) -> str:
-    """span.sql alone (the span and the GPU ops in it), for scripts that need only those."""
-    return _sql("span.sql").replace("{span_all}", "1" if span_all else "0")
-
-
 def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
     """Create the analysis tables for `scope` (the shared views must be loaded)."""
-    if trace.scalar("select count(*) from sqlite_master where name = 'xpu_analysis_scope'"):
-        loaded = trace.query("select span_all, steps_glob, detect from xpu_analysis_scope")[0]
-        if (bool(loaded["span_all"]), loaded["steps_glob"], bool(loaded["detect"])) != (
+    loaded = sql_modules.loaded(trace, SCOPE_TABLE)
+    if loaded is not None:
+        if (loaded["span_all"], loaded["asked_steps"], loaded["detect"]) != (
             scope.span_all,
             scope.steps_glob or "",
             scope.detect_steps,
         ):
             raise ValueError("analysis tables already loaded for another scope")
         return
-    period = sample_period_ns(trace)
-    params = {
-        "{short_ns}": str(SHORT_PERIODS * period),
-        "{loop_share}": str(LOOP_SHARE),
-        "{span_all}": "1" if scope.span_all else "0",
-        "{period}": str(period),
-        "{stale_ns}": str(STALE_NS),
-        "{launch_host_ns}": str(LAUNCH_HOST_NS),
-        "{detect}": "1" if scope.detect_steps else "0",
-    }
+    # `report --ranks` loads span.sql (of the active span) before its table and then this.
+    span = sql_modules.loaded(trace, SPAN)
+    if span is not None and span["span_all"] != scope.span_all:
+        raise ValueError("analysis tables already loaded for another scope")
     from exporters.analysis import busy, step_busy  # numpy: not for a cached `folded`
 
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_wait'"):
-        trace.execute(_sql("wait_view.sql"))
-    # `report --ranks` runs span.sql (of the active span) before its table and then this.
-    span_loaded = bool(
-        trace.scalar("select count(*) from sqlite_master where name = 'xpu_analysis_span'")
+    sql_modules.load(trace, SPAN, span_all=scope.span_all)
+    sql_modules.once(trace, "_xpu_op_opening", busy.create_openings)  # gaps lie between islands
+    chosen = choose(trace, scope.steps_glob)
+    period = sample_period_ns(trace)
+    sql_modules.load(
+        trace,
+        "analysis.steps",
+        short_ns=SHORT_PERIODS * period,
+        loop_share=LOOP_SHARE,
+        period=period,
+        stale_ns=STALE_NS,
+        launch_host_ns=LAUNCH_HOST_NS,
+        detect=scope.detect_steps,
+        steps_glob=chosen.glob,
+        steps_on=bool(chosen.glob),
     )
-    if span_loaded and scope.span_all:
-        raise ValueError("analysis tables already loaded for another scope")
-    for name in ("span.sql", "gaps.sql", "steps.sql"):
-        if name == "span.sql" and span_loaded:
-            continue
-        if name == "gaps.sql":
-            busy.create_openings(trace)  # the gaps lie between busy islands
-            chosen = choose(trace, scope.steps_glob)
-            params["{steps_glob}"] = _glob_literal(chosen.glob)
-            params["{steps_on}"] = "1" if chosen.glob else "0"
-        text = _sql(name)
-        for key, value in params.items():
-            text = text.replace(key, value)
-        trace.execute(text)
     step_busy.create(trace)
-    trace.execute(
-        "create perfetto table xpu_analysis_scope as select "
-        f"{int(scope.span_all)} as span_all, '{_glob_literal(scope.steps_glob or '')}' "
-        f"as steps_glob, {int(scope.detect_steps)} as detect, "
-        f"'{_glob_literal(chosen.how)}' as steps_how"
+    sql_modules.load(
+        trace,
+        SCOPE_TABLE,
+        span_all=scope.span_all,
+        asked_steps=scope.steps_glob or "",
+        detect=scope.detect_steps,
+        steps_how=chosen.how,
     )

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 
 from collector.frame_names import shorten_stack
 from collector.visible_text import printable
 from exporters.folded.frames import filter_folded
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
 from exporters.perfetto.engine.views import WindowError, load_views
 
@@ -56,8 +56,7 @@ def load_stack_tables(trace: Trace, window: int | None) -> None:
         load_views(trace, window)
     except WindowError as exc:
         raise FoldedError(str(exc)) from None
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_folded_gpu'"):
-        trace.execute(resources.files("exporters.folded").joinpath("stacks.sql").read_text())
+    sql_modules.load(trace, "folded.stacks")
 
 
 def recorded_frequency(trace: Trace) -> float | None:

@@ -1,3 +1,7 @@
+-- needs: perfetto.engine.xpu_views
+-- defines: xpu_callsite_path, _xpu_folded_gpu_call, _xpu_launched_id, _xpu_launched_api,
+--   xpu_thread_root, _xpu_enclosing, _xpu_launch_stack_path, xpu_api_context, xpu_folded_gpu,
+--   xpu_folded_cpu
 -- Folded stacks, one row per distinct stack, weights in ns (GPU) or sample counts (CPU).
 -- Needs the views of exporters/perfetto/engine/xpu_views.sql.
 

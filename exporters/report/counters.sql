@@ -1,3 +1,5 @@
+-- needs: perfetto.engine.xpu_views
+-- returns: source, counter, value
 -- Every number the producer wrote into the trace (drop / match / lost counters and
 -- totals), then trace_processor's own import problems.  Needs xpu_views.sql.
 SELECT 'xpu-perf' AS source, key AS counter, coalesce(int_value, real_value) AS value

@@ -1,3 +1,6 @@
+-- needs: perfetto.engine.xpu_views
+-- params: top int
+-- returns: name, count, total_ns, pct, mean_ns, p50_ns, p99_ns, max_ns
 -- Top GPU kernels by total time.  p50/p99 are nearest-rank percentiles (the value at rank
 -- ceil(p/100 * n) of the sorted durations): trace_processor v52 has no percentile
 -- function, and nearest-rank is always a duration that really occurred.
@@ -19,4 +22,4 @@ SELECT name,
 FROM ranked
 GROUP BY name
 ORDER BY total_ns DESC, name
-LIMIT {top};
+LIMIT $top;

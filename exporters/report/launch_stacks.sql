@@ -1,3 +1,6 @@
+-- needs: folded.stacks
+-- params: top int
+-- returns: stack, modules, api, gpu_ns, pct, ops
 -- CPU contexts (launch stack if recorded, else enclosing CPU slices) and API calls behind
 -- the most GPU time.  Needs exporters/folded/stacks.sql.
 -- GPU time is summed per API call first: joining every GPU op to the context table
@@ -23,4 +26,4 @@ FROM per_api p
 JOIN xpu_api_context c ON c.api_id = p.api_id
 GROUP BY stack, api
 ORDER BY gpu_ns DESC, stack
-LIMIT {top};
+LIMIT $top;

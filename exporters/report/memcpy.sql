@@ -1,3 +1,5 @@
+-- needs: perfetto.engine.xpu_views
+-- returns: direction, count, bytes, total_ns, gb_per_s
 -- Copy volume and bandwidth by direction.  Recorded traces carry `debug.copy_kind`
 -- (HtoD, DtoH, ...); Kineto names the direction and memory kinds in the op name
 -- ("Memcpy HtoD (Pinned -> Device)"), which is kept: pinned vs pageable is what explains

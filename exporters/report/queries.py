@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from exporters.analysis.gpu_metrics import source_facts
 from exporters.analysis.tables import DEFAULT_SCOPE, Scope
 from exporters.folded import frames
 from exporters.folded.folded import FoldedError, FoldedStacks, fold
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
 from exporters.perfetto.engine.views import WindowError, load_views
 from exporters.report import top_functions, units
@@ -67,7 +67,7 @@ class Report:
 class _Spec:
     key: str
     title: str
-    sql: str
+    module: str  # its SQL module (sql_modules.py), "" where Python makes the rows
     columns: tuple[Column, ...]
     empty: str
     note: str = ""
@@ -77,7 +77,7 @@ _SPECS = (
     _Spec(
         "kernels",
         "Top GPU kernels by total time",
-        "kernels.sql",
+        "report.kernels",
         (
             Column("name", "kernel", "kernel"),
             Column("count", "count", "count"),
@@ -109,7 +109,7 @@ _SPECS = (
     _Spec(
         "memcpy",
         "Memory copies by direction",
-        "memcpy.sql",
+        "report.memcpy",
         (
             Column("direction", "direction"),
             Column("count", "count", "count"),
@@ -122,7 +122,7 @@ _SPECS = (
     _Spec(
         "cuda_api",
         "CUDA API calls by CPU time",
-        "cuda_api.sql",
+        "report.cuda_api",
         (
             Column("name", "API call"),
             Column("calls", "calls", "count"),
@@ -136,7 +136,7 @@ _SPECS = (
     _Spec(
         "cpu_stacks",
         "Top CPU stacks (timer samples)",
-        "cpu_stacks.sql",
+        "report.cpu_stacks",
         (
             Column("stack", "stack (thread;...;leaf)", "stack"),
             Column("samples", "samples", "count"),
@@ -147,7 +147,7 @@ _SPECS = (
     _Spec(
         "launch_stacks",
         "Where GPU time is launched from",
-        "launch_stacks.sql",
+        "report.launch_stacks",
         (
             Column("launched_from", "launched from", "name"),
             Column("api", "API call", optional=1),
@@ -161,7 +161,7 @@ _SPECS = (
     _Spec(
         "counters",
         "Counters: drops, matches, totals",
-        "counters.sql",
+        "report.counters",
         (
             Column("source", "source"),
             Column("counter", "counter"),
@@ -173,24 +173,14 @@ _SPECS = (
 )
 
 
-def sql_text(name: str, **params: int) -> str:
-    """A report SQL file with its integer parameters ({top}) filled in."""
-    text = resources.files("exporters.report").joinpath(name).read_text()
-    for key, value in params.items():
-        text = text.replace("{" + key + "}", str(int(value)))
-    return text
-
-
 def _load_tables(trace: Trace, window: int | None, scope: Scope = DEFAULT_SCOPE) -> Analysis:
     try:
         load_views(trace, window, gpu_op_table=True)
     except WindowError as exc:
         raise FoldedError(str(exc)) from None
     analysis = analyze(trace, scope, window)
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_folded_gpu'"):
-        trace.execute(resources.files("exporters.folded").joinpath("stacks.sql").read_text())
-    if not trace.scalar("select count(*) from sqlite_master where name = 'xpu_report_window'"):
-        trace.execute(sql_text("gpu_busy.sql"))
+    sql_modules.load(trace, "folded.stacks")
+    sql_modules.load(trace, "report.gpu_busy")
     return analysis
 
 
@@ -237,7 +227,7 @@ def collect(
         if spec.key == "gpu_streams":
             rows = stream_rows(trace, busy)
         else:
-            rows = trace.query(sql_text(spec.sql, top=top))
+            rows = sql_modules.rows(trace, spec.module, top=top)
         for row in rows:
             if isinstance(row.get("stack"), str):
                 row["stack"] = frames.filter_folded(row["stack"], row.get("modules"), all_frames)
@@ -303,13 +293,7 @@ def _label_kernels(rows: list[dict[str, Any]], key: str, full_names: bool) -> No
 def _top_functions(
     trace: Trace, top: int, full_names: bool, all_frames: bool, scope: Scope
 ) -> tuple[Section, Section]:
-    ranked = top_functions.top_functions(
-        trace,
-        sql_text("top_functions.sql", span_all=int(scope.span_all)),
-        top,
-        full_names,
-        all_frames,
-    )
+    ranked = top_functions.top_functions(trace, scope.span_all, top, full_names, all_frames)
     empty = "no CPU samples in this trace (recorded with --no-cpu, or converted)"
     function, thread = Column("function", "function", "name"), Column("thread", "thread")
     self_pct, total_pct = Column("self_pct", "self %", "pct"), Column("total_pct", "total %", "pct")

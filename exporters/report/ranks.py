@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.visible_text import printable
-from exporters.analysis.tables import span_sql
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
-from exporters.perfetto.engine.views import load_views
+from exporters.perfetto.engine.views import VIEWS, load_views
 from exporters.report.cells import distinct_tails
-from exporters.report.queries import Column, Section, sql_text
+from exporters.report.queries import Column, Section
 
 DEFAULT_STEPS = "ProfilerStep#*"
+RANKS = "report.ranks"
+_TABLE = "SELECT * FROM xpu_rank"
 
 COLUMNS = (
     Column("rank", "rank", "id"),
@@ -43,11 +45,9 @@ TRACE_COLUMN = Column("trace", "trace", "name")
 
 
 def ranks_sql(steps: str = DEFAULT_STEPS) -> str:
-    """The script: the busy-window tables, then the per-rank ones and the table."""
-    quoted = steps.replace("'", "''")  # a GLOB pattern inside a SQL string literal
-    return "\n".join(
-        (span_sql(), sql_text("gpu_busy.sql"), sql_text("ranks.sql").replace("{steps}", quoted))
-    )
+    """The script for a trace whose views are loaded (the batch query): the busy-window
+    tables, the per-rank ones, then the table."""
+    return sql_modules.script(RANKS, skip=(VIEWS,), span_all=False, steps=steps) + ("\n" + _TABLE)
 
 
 def rank_rows(
@@ -55,7 +55,8 @@ def rank_rows(
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """The per-rank table of one opened trace (its views loaded for `window`)."""
     load_views(trace, window)
-    return trace.query_columns(ranks_sql(steps))
+    sql_modules.load(trace, RANKS, span_all=False, steps=steps)
+    return trace.query_columns(_TABLE)
 
 
 def _who_where(row: Mapping[str, object], trace_names: Mapping[str, str] | None) -> tuple[str, str]:

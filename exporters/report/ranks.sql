@@ -1,7 +1,12 @@
+-- needs: perfetto.engine.xpu_views, report.gpu_busy
+-- defines: xpu_rank_op, xpu_rank_island, xpu_rank_exposed, xpu_rank_step, xpu_rank_collective,
+--   xpu_rank_arrival, xpu_rank_gpu, xpu_rank
+-- params: steps str
 -- Per rank (process): GPU busy, computation vs communication (NCCL kernels), the
 -- communication not hidden by computation, and step times.  Needs xpu_views.sql and
--- gpu_busy.sql (xpu_report_window); {steps} is a GLOB pattern of step slice names.
--- The last statement is the table, so one script answers on one trace or on many (batch).
+-- gpu_busy.sql (xpu_report_window); $steps is a GLOB pattern of step slice names.
+-- The table is xpu_rank; ranks.py selects it after the script, so one script answers on
+-- one trace or on many (batch).
 
 -- Each GPU op with its process: the one whose API call launched it (the flow), or for an
 -- op without a flow the process that launched most ops on the same device.  A device is
@@ -99,12 +104,12 @@ FROM swept
 WHERE next_t IS NOT NULL
 GROUP BY upid, device_track_id;
 
--- Step slices ({steps}: ProfilerStep#* by default, or NVTX ranges by name) on the rank's
+-- Step slices ($steps: ProfilerStep#* by default, or NVTX ranges by name) on the rank's
 -- threads.
 CREATE PERFETTO TABLE xpu_rank_step AS
 SELECT th.upid, count(*) AS steps, sum(s.dur) AS step_total_ns, max(s.dur) AS step_max_ns
 FROM xpu_thread_slice s JOIN thread th USING (utid)
-WHERE s.name GLOB '{steps}' AND s.dur > 0
+WHERE s.name GLOB $steps AND s.dur > 0
 GROUP BY th.upid;
 
 -- Collective arrival: the ranks issue their collectives in one order, so the k-th NCCL
@@ -143,6 +148,8 @@ LEFT JOIN track d ON d.id = i.device_track_id
 WHERE i.part IN ('busy', 'compute', 'comm')
 GROUP BY i.upid;
 
+-- The table, a row per rank: the script's last statement selects it (ranks.py).
+CREATE PERFETTO VIEW xpu_rank AS
 SELECT p.rank,
        coalesce(p.host, '') AS host,
        p.pid,

@@ -19,6 +19,7 @@ from collector import frames as predicates
 from collector.frame_names import short_name
 from collector.frames import apply_filters
 from exporters.folded.frames import folded_frames
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
 
 TITLE = "Top functions by self time (CPU samples)"
@@ -107,12 +108,14 @@ class TopFunctions:
 
 
 def top_functions(
-    trace: Trace, sql: str, top: int, full_names: bool = False, all_frames: bool = False
+    trace: Trace, span_all: bool, top: int, full_names: bool = False, all_frames: bool = False
 ) -> TopFunctions:
-    """The `top` functions of a trace whose stack tables and analysis are loaded (`sql`:
-    top_functions.sql) by self time (where the CPU works), and by total time (what the
-    time is spent under: the training step, the data loading), over the analysis's focus."""
-    stacks = [(r["stack"], r["modules"], int(r["samples"])) for r in trace.query(sql)]
+    """The `top` functions of a trace whose stack tables and analysis are loaded
+    (top_functions.sql) by self time (where the CPU works), and by total time (what the
+    time is spent under: the training step, the data loading), over the analysis's focus
+    (every sample with `span_all`)."""
+    rows = sql_modules.rows(trace, "report.top_functions", span_all=span_all)
+    stacks = [(r["stack"], r["modules"], int(r["samples"])) for r in rows]
     tally, all_samples = _tally(stacks, full_names, all_frames)
     by_self = _rows(tally, all_samples, by_total=False, top=top)
     by_total = _rows(tally, all_samples, by_total=True, top=top)

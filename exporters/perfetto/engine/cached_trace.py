@@ -43,6 +43,7 @@ from exporters.perfetto.engine.result_cache import (
 from exporters.perfetto.engine.trace_processor import (
     ArrayTable,
     QueryError,
+    Row,
     Trace,
     check_trace_file,
     object_array,
@@ -102,6 +103,7 @@ class CachedTrace(Trace):
         self._state = _chain(f"format {FORMAT}", key, engine)
         self._asked: list[str | ArrayTable] = []
         self._engine: Trace | None = None
+        self.sql_loaded: dict[str, dict[str, object]] = {}
 
     def _open_engine(self) -> Trace:
         if self._engine is None:
@@ -165,7 +167,7 @@ class CachedTrace(Trace):
             self._asked.append(sql)
         return outcome.rows
 
-    def query(self, sql: str) -> list[dict[str, Any]]:
+    def query(self, sql: str) -> list[Row]:
         def run(trace: Trace) -> dict[str, Any]:
             rows = trace.query(sql)
             columns = list(rows[0]) if rows else []

@@ -1,5 +1,7 @@
--- What the shared views (xpu_views.sql) look at: the whole trace ({window} = 0), or the
--- {window}-th capture window of each process.  Loaded before xpu_views.sql.
+-- defines: xpu_window, xpu_scope_span, xpu_scope_thread, xpu_scope_window
+-- params: window int
+-- What the shared views (xpu_views.sql) look at: the whole trace ($window = 0), or the
+-- $window-th capture window of each process.  Loaded before xpu_views.sql.
 
 -- The capture windows `record` writes (category xpu_perf_window, see record's windows),
 -- numbered 1, 2, ... in time order within each process: with --capture-range-end repeat
@@ -20,10 +22,13 @@ CREATE PERFETTO TABLE xpu_scope_span AS
 SELECT p.upid, w.ts, w.end_ts
 FROM xpu_window w
 JOIN process p ON p.pid = w.pid
-WHERE w.window_no = {window};
+WHERE w.window_no = $window;
 
 -- The same spans per thread: the views' filters look threads up here.
 CREATE PERFETTO TABLE xpu_scope_thread AS
 SELECT t.utid, w.ts, w.end_ts
 FROM xpu_scope_span w
 JOIN thread t USING (upid);
+
+-- Which window the views were loaded for (0: the whole trace).
+CREATE PERFETTO TABLE xpu_scope_window AS SELECT $window AS window;

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 # not here: a second look answered from the result cache (cached_trace.py) loads nothing,
 # and importing it would be most of such a look.
 
+# A row of a query's answer: column name -> the cell (int, float, str, bytes or None).
+Row = dict[str, Any]
+
 ENV_SHELL = "XPU_PERF_TRACE_PROCESSOR"
 # Traces are fed to the engine in chunks of this size (the engine's request buffer
 # must hold one chunk plus framing).
@@ -220,8 +223,11 @@ class Trace:
 
     def __init__(self, tp: TraceProcessor) -> None:
         self._tp = tp
+        # The SQL modules (and Python-made tables) loaded so far, with their parameters:
+        # sql_modules.py's record of this trace, so each loads once.
+        self.sql_loaded: dict[str, dict[str, object]] = {}
 
-    def query(self, sql: str) -> list[dict[str, Any]]:
+    def query(self, sql: str) -> list[Row]:
         columns, rows = self.query_columns(sql)
         return [dict(zip(columns, row, strict=True)) for row in rows]
 

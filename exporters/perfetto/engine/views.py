@@ -5,17 +5,15 @@ process; every reader (folded, report, query) then sees the same part of the tra
 
 from __future__ import annotations
 
-from importlib import resources
-
+from exporters.perfetto.engine import sql_modules
 from exporters.perfetto.engine.trace_processor import Trace
+
+SCOPE = "perfetto.engine.scope"
+VIEWS = "perfetto.engine.xpu_views"
 
 
 class WindowError(Exception):
     """The asked-for capture window is not in the trace; one line for the user."""
-
-
-def _sql(name: str) -> str:
-    return resources.files("exporters.perfetto.engine").joinpath(name).read_text()
 
 
 def load_views(trace: Trace, window: int | None = None, gpu_op_table: bool = False) -> None:
@@ -27,13 +25,13 @@ def load_views(trace: Trace, window: int | None = None, gpu_op_table: bool = Fal
     if window is not None and window < 1:
         raise WindowError("--window counts from 1")
     number = window or 0
-    if trace.scalar("select count(*) from sqlite_master where name = 'xpu_metadata'"):
-        loaded = trace.scalar("select window from xpu_scope_window")
-        if loaded != number:
-            raise ValueError(f"views already loaded for window {loaded}, not {number}")
+    views = sql_modules.loaded(trace, VIEWS)
+    if views is not None:
+        scope = sql_modules.loaded(trace, SCOPE) or {}
+        if scope.get("window") != number:
+            raise ValueError(f"views already loaded for window {scope.get('window')}, not {number}")
         return
-    trace.execute(_sql("scope.sql").replace("{window}", str(number)))
-    trace.execute(f"create perfetto table xpu_scope_window as select {number} as window")
+    sql_modules.load(trace, SCOPE, window=number)
     if window is not None:
         most = trace.scalar("select max(window_no) from xpu_window")
         if not most:
@@ -46,9 +44,6 @@ def load_views(trace: Trace, window: int | None = None, gpu_op_table: bool = Fal
                 f"the trace has {most} capture window{'s' if most > 1 else ''} per process "
                 f"at most; --window takes 1..{most}"
             )
-    views = _sql("xpu_views.sql").replace("{whole_trace}", "1" if window is None else "0")
-    if gpu_op_table:
-        views = views.replace(
-            "CREATE PERFETTO VIEW xpu_gpu_op AS", "CREATE PERFETTO TABLE xpu_gpu_op AS"
-        )
-    trace.execute(views)
+    sql_modules.load(
+        trace, VIEWS, whole_trace=window is None, gpu_op_as="TABLE" if gpu_op_table else "VIEW"
+    )

@@ -1,3 +1,7 @@
+-- needs: perfetto.engine.scope
+-- defines: xpu_stack_session, xpu_cpu_sample, xpu_launch_stack, xpu_launch_stack_frame,
+--   xpu_thread_slice, xpu_wait, xpu_gpu_op, xpu_metadata, xpu_process, xpu_nccl_kernel
+-- params: whole_trace bool, gpu_op_as relation
 -- Views over an xpu-perf trace that every reader shares (folded, report, tests).
 -- Runs on trace_processor v52 (embedded) and newer native shells.
 -- The views see the part of the trace in scope (scope.sql, loaded first): the whole trace,
@@ -17,7 +21,7 @@ CREATE PERFETTO VIEW xpu_cpu_sample AS
 SELECT ps.id, ps.ts, ps.utid, ps.cpu, ps.callsite_id
 FROM perf_sample ps
 JOIN xpu_stack_session s USING (perf_session_id)
-WHERE s.timebase = 'cpu-clock' AND ({whole_trace} OR EXISTS (
+WHERE s.timebase = 'cpu-clock' AND ($whole_trace OR EXISTS (
     SELECT 1 FROM xpu_scope_thread w WHERE w.utid = ps.utid AND ps.ts BETWEEN w.ts AND w.end_ts));
 
 -- The launch stack of each API call: its thread, its exact time (the API slice's ts) and
@@ -39,7 +43,7 @@ FROM (
   JOIN xpu_stack_session s USING (perf_session_id)
   WHERE s.timebase = 'xpu_perf.launch_stack'
 ) ls
-WHERE {whole_trace} OR EXISTS (
+WHERE $whole_trace OR EXISTS (
     SELECT 1 FROM xpu_scope_thread w WHERE w.utid = ls.utid AND ls.ts BETWEEN w.ts AND w.end_ts);
 
 -- The frames of every launch stack, leaf first (up = 0 is the probed or launching function).
@@ -62,7 +66,7 @@ CREATE PERFETTO VIEW xpu_thread_slice AS
 SELECT s.id, s.ts, s.dur, s.name, s.category, s.depth, s.arg_set_id, tt.utid
 FROM slice s
 JOIN thread_track tt ON s.track_id = tt.id
-WHERE ({whole_trace} OR EXISTS (
+WHERE ($whole_trace OR EXISTS (
     SELECT 1 FROM xpu_scope_thread w WHERE w.utid = tt.utid AND s.ts BETWEEN w.ts AND w.end_ts));
 
 -- Blocked time: each blocking call of a thread that lasted the recording's wait threshold
@@ -87,13 +91,13 @@ WHERE s.category = 'wait';
 -- GPU op -> the API call that caused it (through the flow written from the API slice).
 -- In a window: the ops launched inside it, even those that run past its end; an op
 -- without its API call, when it overlaps the window.
-CREATE PERFETTO VIEW xpu_gpu_op AS
+CREATE PERFETTO $gpu_op_as xpu_gpu_op AS
 SELECT g.id, g.ts, g.dur, g.name, g.category, g.track_id, g.arg_set_id,
        f.slice_out AS api_id
 FROM slice g
 LEFT JOIN flow f ON f.slice_in = g.id
 WHERE g.category IN ('kernel', 'memcpy', 'memset', 'sync')
-  AND ({whole_trace}
+  AND ($whole_trace
        OR f.slice_out IN (SELECT id FROM xpu_thread_slice)
        OR (f.slice_out IS NULL AND EXISTS (
              SELECT 1 FROM xpu_scope_span w WHERE g.ts < w.end_ts AND g.ts + g.dur > w.ts)));
