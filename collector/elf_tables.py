@@ -9,6 +9,7 @@ tests' reference reader (tests/test_elf_tables.py)."""
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -48,15 +49,25 @@ class FunctionColumns:
 
     addr: np.ndarray  # uint64
     size: np.ndarray  # uint64
-    name: np.ndarray  # int64 offsets into `strings`
-    strings: bytes
+    name: np.ndarray  # int64 offsets into `strings` of each name's first byte
+    strings: mmap.mmap | bytes  # the whole file (mapped), names NUL-terminated in it
+
+    def name_at(self, offset: int) -> bytes:
+        end = self.strings.find(b"\0", offset)
+        return self.strings[offset : end if end >= 0 else len(self.strings)]
 
 
 class ElfTables:
-    """One ELF file's headers, read once; its tables read on demand."""
+    """One ELF file's headers, read once; its tables read on demand from the file mapped into
+    memory (libtorch_cuda's symbol names alone are tens of MB, of which a recording names a
+    few hundred: only the pages read are loaded)."""
 
     def __init__(self, f: BinaryIO) -> None:
-        self._f = f
+        try:
+            self._file: mmap.mmap | bytes = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (ValueError, OSError):  # an empty file, or one that cannot be mapped
+            f.seek(0)
+            self._file = f.read()
         ident = self._read(0, 16)
         if ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) or ident[5] not in (1, 2):
             raise ValueError("not an ELF file")
@@ -75,12 +86,13 @@ class ElfTables:
         names = self._sections[shstrndx] if shstrndx < len(self._sections) else None
         self._names = self._read(names.offset, names.size) if names else b""
 
-    def _read(self, offset: int, size: int) -> bytes:
-        self._f.seek(offset)
-        data = self._f.read(size)
-        if len(data) != size:
+    def _check(self, offset: int, size: int) -> None:
+        if offset < 0 or size < 0 or offset + size > len(self._file):
             raise ValueError("truncated ELF file")
-        return data
+
+    def _read(self, offset: int, size: int) -> bytes:
+        self._check(offset, size)
+        return self._file[offset : offset + size]
 
     def _load_segments(self, phoff: int, entsize: int, count: int) -> list[Segment]:
         if not count:
@@ -149,7 +161,9 @@ class ElfTables:
         if not found or found[0].entsize == 0 or found[0].link >= len(self._sections):
             return None
         table = found[0]
-        strings = self._data(self._sections[table.link])
+        strings = self._sections[table.link]
+        self._check(strings.offset, strings.size)
+        self._check(table.offset, table.size)
         if self.is64:
             fields = [("name", "u4"), ("info", "u1"), ("other", "u1"), ("shndx", "u2")]
             fields += [("value", "u8"), ("size", "u8")]
@@ -157,15 +171,19 @@ class ElfTables:
             fields = [("name", "u4"), ("value", "u4"), ("size", "u4"), ("info", "u1")]
             fields += [("other", "u1"), ("shndx", "u2")]
         dtype = np.dtype([(n, self.order + t) for n, t in fields])
-        data = self._data(table)
-        symbols = np.frombuffer(data, dtype=dtype, count=len(data) // dtype.itemsize)
+        symbols = np.frombuffer(
+            self._file, dtype=dtype, count=table.size // dtype.itemsize, offset=table.offset
+        )
         kind = symbols["info"] & 0xF
         keep = (kind == _STT_FUNC) | (kind == _STT_GNU_IFUNC)
         keep &= (symbols["shndx"] != _SHN_UNDEF) & (symbols["value"] != 0)
         kept = symbols[keep]
+        name = kept["name"].astype(np.int64)
+        if len(name) and int(name.max()) >= strings.size:
+            raise ValueError("a symbol name past its string table")
         return FunctionColumns(
             kept["value"].astype(np.uint64),
             kept["size"].astype(np.uint64),
-            kept["name"].astype(np.int64),
-            strings,
+            name + strings.offset,
+            self._file,
         )

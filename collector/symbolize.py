@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import mmap
 import os
 import stat
 import struct
@@ -148,7 +149,7 @@ class ElfSymbols:
         self._addrs: list[int] = []
         self._sizes: list[int] = []
         self._name_refs: list[tuple[int, int]] = []  # (string table index, offset)
-        self._strtabs: list[bytes] = []
+        self._strtabs: list[mmap.mmap | bytes] = []  # the file mapped, names NUL-ended
         self._names: dict[int, str] = {}
         # numpy comes with it: not loaded before record has started its target.
         from collector.elf_tables import ElfTables

@@ -73,10 +73,7 @@ def test_tables_equal_pyelftools(path: str) -> None:
                 assert got is None
                 continue
             assert got is not None
-            names = [
-                got.strings[o : got.strings.find(b"\0", o)].decode("utf-8", "replace")
-                for o in got.name.tolist()
-            ]
+            names = [got.name_at(o).decode("utf-8", "replace") for o in got.name.tolist()]
             rows = list(zip(got.addr.tolist(), got.size.tolist(), names, strict=True))
             assert rows == tables[name]
             assert rows, f"{path}: {name!r} has no function"

@@ -45,6 +45,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("collector/cache_trust.py", "_run_cache"): (
         "functools.cache of a function without arguments: this process's one private dir"
     ),
+    ("exporters/perfetto/engine/sql_modules.py", "library"): (
+        "functools.cache of a function without arguments: the installed code's SQL modules, "
+        "parsed once (what each trace loaded is recorded on the trace)"
+    ),
 }
 
 
