@@ -89,8 +89,8 @@ def main(args: argparse.Namespace) -> int:
         stacks.lines,
         unit=args.unit,
         title=args.title
-        or f"{args.trace.name}: {args.mode}"
-        + (f", capture window {args.window}" if args.window else ""),
+        or f"{args.trace.name}: {args.mode} over {span.short}"
+        + (f", capture window {args.window}" if args.window and span.between else ""),
         subtitle=f"{_WHAT[args.mode]}; total {units.weight(total, args.unit)}; over {span.what}",
         width=args.width,
     )
