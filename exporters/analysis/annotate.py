@@ -21,6 +21,30 @@ CATEGORY = "xpu_perf_analysis"
 _SAMPLED = {"data_loading": "data", "host_compute": "host", "launch": "launch"}
 
 
+# Each step on its process's lane.  The lane is named by the process's name, with its pid
+# where several processes of the steps share that name (two `python3` ranks, two workers of
+# one program): one lane per name would nest their steps wrongly.  A detected step (named
+# `step N` by steps.sql, numbered over all processes) is numbered within its process, as
+# the report says the steps ('steps 2-30 of 2 processes').
+_STEPS_SQL = """
+WITH named AS (
+  SELECT s.ts, s.dur, s.name, s.step, s.source, s.upid,
+         coalesce(p.name, 'pid ' || p.pid, 'process ' || s.upid) AS pname, p.pid,
+         row_number() OVER (PARTITION BY s.upid ORDER BY s.ts) AS k
+  FROM xpu_step s LEFT JOIN process p USING (upid)
+),
+shared AS (
+  SELECT pname FROM (SELECT DISTINCT upid, pname FROM named)
+  GROUP BY pname HAVING count(*) > 1
+)
+SELECT ts, dur, source,
+       CASE WHEN name = 'step ' || step THEN 'step ' || k ELSE name END AS name,
+       pname || CASE WHEN pname IN (SELECT pname FROM shared)
+                     THEN ' pid ' || coalesce(pid, upid) ELSE '' END AS process
+FROM named ORDER BY ts
+"""
+
+
 @dataclass(frozen=True)
 class Mark:
     lane: str
@@ -40,11 +64,7 @@ def annotation_marks(trace: Trace) -> list[Mark]:
             str(r["name"]),
             {"source": str(r["source"])},
         )
-        for r in trace.query(
-            "select s.ts, s.dur, s.name, s.source, "
-            "coalesce(p.name, 'pid ' || p.pid, 'process ' || s.upid) as process "
-            "from xpu_step s left join process p using (upid) order by s.ts"
-        )
+        for r in trace.query(_STEPS_SQL)
     ]
     where = gap_locations(trace)
     parts = tuple(causes.COLUMNS.values())
