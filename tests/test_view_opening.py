@@ -250,8 +250,10 @@ def test_view_of_a_recorded_multiprocess_run_opens_on_the_steps(tmp_path_factory
             "select t.name as lane, group_concat(s.name) as steps from slice s "
             "join track t on s.track_id = t.id where t.name glob 'steps: *' group by t.id"
         )
+    # The steps the findings cover (from the second; a later process's first may overlap).
+    every = {f"step {k + 1}" for k in range(STEPS_PER_PROCESS)}
     for lane in names:
-        assert set(lane["steps"].split(",")) == {f"step {k + 1}" for k in range(STEPS_PER_PROCESS)}
+        assert every - {"step 1"} <= set(lane["steps"].split(",")) <= every, lane
     # The cause, in words with the function that ran, found by the UI's search.
     assert "Name\nCPU work before the launch: burn_cpu_ns\n" in ui.searched, ui.searched[-2000:]
 

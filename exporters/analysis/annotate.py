@@ -54,8 +54,16 @@ class Mark:
     args: dict[str, int | str]
 
 
-def annotation_marks(trace: Trace) -> list[Mark]:
-    """The steps and gaps of an analysed trace (analysis tables loaded) as marks."""
+def annotation_marks(trace: Trace, between: tuple[int, int] | None = None) -> list[Mark]:
+    """The steps and gaps of an analysed trace (analysis tables loaded) as marks; where
+    `between` [lo, hi) is given (the span the findings cover), only the steps overlapping it
+    and the gaps starting in it (those the findings count, as xpu_focus_gap)."""
+
+    def inside(ts: int, end: int | None = None) -> bool:
+        if between is None:
+            return True
+        return ts < between[1] and (end > between[0] if end is not None else ts >= between[0])
+
     marks = [
         Mark(
             STEP_LANE + str(r["process"]),
@@ -65,6 +73,7 @@ def annotation_marks(trace: Trace) -> list[Mark]:
             {"source": str(r["source"])},
         )
         for r in trace.query(_STEPS_SQL)
+        if inside(int(r["ts"]), int(r["ts"]) + int(r["dur"]))
     ]
     where = gap_locations(trace)
     parts = tuple(causes.COLUMNS.values())
@@ -74,6 +83,8 @@ def annotation_marks(trace: Trace) -> list[Mark]:
         + ", ".join(parts)
         + " from xpu_gpu_gap order by ts"
     ):
+        if not inside(int(r["ts"])):
+            continue
         # The gap named by its cause (causes.py's key), with every part's ns.
         args: dict[str, int | str] = {k: int(r[k]) for k in parts}
         args["next_op"] = str(r["next_op"])
