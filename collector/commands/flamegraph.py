@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from collector.commands.frame_flags import add_frame_flags
-from collector.commands.output import write_output
+from collector.commands.output import say, write_output
 from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
 from collector.files import check_output
@@ -95,9 +94,8 @@ def main(args: argparse.Namespace) -> int:
         width=args.width,
     )
     write_output(args.output, svg)
-    print(
+    say(
         f"{args.output}: {len(stacks.lines)} stacks, {describe_weights(args.mode, stacks)}; "
-        f"over {span.what}",
-        file=sys.stderr,
+        f"over {span.what}"
     )
     return 0

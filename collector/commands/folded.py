@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from collector.commands.frame_flags import add_frame_flags
-from collector.commands.output import write_output
+from collector.commands.output import say, write_output
 from collector.commands.query import add_cache_flag, add_trace_processor_flag, apply_cache_flag
 from collector.errors import UserError
 from collector.files import check_output
@@ -78,12 +78,11 @@ def main(args: argparse.Namespace) -> int:
     text = stacks.render()
     if args.output is None:
         sys.stdout.write(text)
-        print(f"folded: over {span.what}", file=sys.stderr)
+        say(f"folded: over {span.what}")
     else:
         write_output(args.output, text)
-        print(
+        say(
             f"{args.output}: {len(stacks.lines)} stacks, {describe_weights(args.mode, stacks)}; "
-            f"over {span.what}",
-            file=sys.stderr,
+            f"over {span.what}"
         )
     return 0
