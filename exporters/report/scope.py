@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.analysis.analyze import load
-from exporters.analysis.tables import Scope
+from exporters.analysis.tables import Scope, load_steps
 from exporters.folded.folded import FoldedStacks
 from exporters.perfetto.engine.trace_processor import Trace
+from exporters.perfetto.engine.views import load_views
 from exporters.report import units
 from exporters.report.step_words import steps_in
 
@@ -42,14 +42,17 @@ class StackSpan:
 def stack_span(
     trace: Trace, span: str, window: int | None = None, steps_glob: str | None = None
 ) -> StackSpan:
-    """The span `span` (one of SPANS) of an opened trace; loads the analysis tables unless
-    `all`."""
+    """The span `span` (one of SPANS) of an opened trace; loads the analysis's span and steps
+    unless `all`."""
     if span not in SPANS:
         raise ValueError(f"unknown span {span!r}")
     if span == "all":
         whole = "the whole trace" if window is None else f"capture window {window}"
         return StackSpan(None, whole, whole)
-    load(trace, Scope(span_all=False, steps_glob=steps_glob), window)
+    # The span and the steps alone (not the gaps the findings need): the span costs
+    # `folded` little over `--span all`.
+    load_views(trace, window)
+    load_steps(trace, Scope(span_all=False, steps_glob=steps_glob))
     active = trace.query("select ts, end_ts from xpu_analysis_span")[0]
     focus = trace.query("select ts, end_ts, kind from xpu_analysis_focus")[0]
     if span == "steps" and focus["kind"] == "steps":

@@ -79,7 +79,7 @@ def find_opening(trace_path: Path, span: str = "steps", steps_glob: str | None =
         if span == "all":
             return Opening(None, None, "the whole run", t_start, t_end)
         load_views(trace)
-        tables.load(trace, scope)
+        tables.load_steps(trace, scope)
         row = trace.query(
             "select s.ts, s.end_ts, f.ts as f_ts, f.end_ts as f_end, f.kind as f_kind, "
             "(select count(*) from xpu_analysis_op) as ops "
