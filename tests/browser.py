@@ -215,6 +215,13 @@ class Chromium:
         shutil.copy(path, ARTIFACTS / path.name)
         return path
 
+    def screen_stats(self, png: Path) -> ScreenStats:
+        """What a screenshot shows, decoded by the browser itself (no image library here):
+        its size, how many colours, and the share of pixels not of its commonest colour."""
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        raw = self.evaluate(_SCREEN_STATS_JS.replace("PNG_BASE64", data))
+        return ScreenStats(**raw)
+
     # -- teardown ---------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -236,6 +243,30 @@ class Chromium:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class ScreenStats:
+    width: int
+    height: int
+    colours: int  # distinct colours
+    inked: float  # share of the pixels that differ from the commonest colour (the background)
+
+
+# Runs in the page under test (any document: OffscreenCanvas needs no DOM of HTML).
+_SCREEN_STATS_JS = """(async () => {
+  const bytes = Uint8Array.from(atob('PNG_BASE64'), c => c.charCodeAt(0));
+  const bitmap = await createImageBitmap(new Blob([bytes], {type: 'image/png'}));
+  const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
+  const ctx = canvas.getContext('2d');
+  ctx.drawImage(bitmap, 0, 0);
+  const px = new Uint32Array(ctx.getImageData(0, 0, bitmap.width, bitmap.height).data.buffer);
+  const counts = new Map();
+  for (const p of px) counts.set(p, (counts.get(p) || 0) + 1);
+  const commonest = Math.max(...counts.values());
+  return {width: bitmap.width, height: bitmap.height, colours: counts.size,
+          inked: 1 - commonest / px.length};
+})()"""
 
 
 def is_local(url: str) -> bool:

@@ -78,3 +78,31 @@ def record_fake_gpu_app(work: Path) -> RecordedTrace:
     )
     assert proc.returncode == 0, proc.stderr
     return RecordedTrace(out, cpu)
+
+
+STEPS_PER_PROCESS = 30  # fake_app "steps": 3 launches, then 5 ms of CPU in prepare_batch
+
+
+def record_fake_steps(work: Path) -> Path:
+    """Record two processes of one program (two fake_app "steps" started by one shell), each
+    STEPS_PER_PROCESS training-like steps whose GPU idles while the host prepares the next
+    batch, with the in-process CPU sampler; into work/steps.perfetto-trace.  Skips the calling
+    test where the fake CUPTI cannot be built, as record_fake_gpu_app does."""
+    if cupti_headers() is None:
+        pytest.skip("CUPTI headers not installed: no fake-CUPTI recorded trace")
+    try:
+        fake = build_fake(work / "fake_cupti")
+    except (BuildError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot build the fake CUPTI: {exc}")
+    out = work / "steps.perfetto-trace"
+    env = dict(
+        os.environ, XPU_PERF_INJECT_LIB=str(fake.injection), FAKE_CUPTI_RECORDS_PER_BUFFER="64"
+    )
+    steps = f'"$0" {STEPS_PER_PROCESS} 0 steps'
+    proc = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "record", "--freq", "999", "-o", str(out),
+         "--", "sh", "-c", f"{steps} & {steps}; wait", str(fake.app)],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return out

@@ -207,7 +207,11 @@ def test_active_span_and_whole_trace(scenario_traces: dict) -> None:
 def test_report_json_and_annotated_copy(scenario_traces: dict, tmp_path: Path) -> None:
     path, expected = scenario_traces["data"]
     annotated = tmp_path / "annotated.pftrace"
-    res = run_cli("report", path, "--format", "json", "--annotate", annotated, check=True)
+    # Every step and gap of the active span (the default marks the findings' span: below).
+    res = run_cli(
+        "report", path, "--format", "json", "--annotate", annotated, "--span", "active",
+        check=True,
+    )  # fmt: skip
     doc = json.loads(res.stdout)
     assert [f["code"] for f in doc["findings"]][:1] == ["INPUT_PIPELINE"]
     f = doc["findings"][0]
@@ -232,6 +236,47 @@ def test_report_json_and_annotated_copy(scenario_traces: dict, tmp_path: Path) -
     # The input is never the annotated output.
     bad = run_cli("report", path, "--annotate", path)
     assert bad.returncode != 0 and "it is the input" in bad.stderr
+
+
+def _marks(trace: Path) -> dict[str, list[tuple[int, int]]]:
+    """The annotated copy's marks: lane -> [(ts, end)], in time order."""
+    with open_trace(trace) as t:
+        rows = t.query(
+            "select t.name as lane, s.ts, s.ts + s.dur as end_ts from slice s "
+            "join track t on s.track_id = t.id where s.category = 'xpu_perf_analysis' "
+            "order by s.ts"
+        )
+    lanes: dict[str, list[tuple[int, int]]] = {}
+    for r in rows:
+        lanes.setdefault(r["lane"], []).append((int(r["ts"]), int(r["end_ts"])))
+    return lanes
+
+
+def test_annotate_marks_the_span_the_findings_cover(scenario_traces: dict, tmp_path: Path) -> None:
+    """report --annotate marks what the findings cover by default (from the second step, as
+    folded, flamegraph and view), says so, and takes --span like they do."""
+    path, expected = scenario_traces["data"]
+    runs = {}
+    for span in ("steps", "active", "all"):
+        out = tmp_path / f"annotated_{span}.pftrace"
+        flags = () if span == "steps" else ("--span", span)
+        res = run_cli("report", path, "--format", "json", "--annotate", out, *flags, check=True)
+        runs[span] = (json.loads(res.stdout)["span"], _marks(out), res.stderr)
+    focus, marks, said = runs["steps"]
+    lo, hi = focus["focus_ts"], focus["focus_ts"] + focus["focus_dur_ns"]
+    steps, gaps = marks["steps: python3"], marks["GPU idle: GPU 0 (NVIDIA H100)"]
+    assert len(steps) == expected.steps - 1 and len(gaps) == expected.steps - 2
+    assert all(lo <= ts < hi for ts, _ in steps + gaps)
+    assert f"steps 2-{expected.steps}, the steady state the findings cover" in said, said
+    assert "--span all" in said
+    # The gaps marked are the ones the findings count (report's idle).
+    counted = json.loads(run_cli("report", path, "--format", "json", check=True).stdout)["idle"]
+    assert (len(gaps), sum(end - ts for ts, end in gaps)) == (counted["gaps"], counted["idle_ns"])
+    # --span active: every step and gap of the run; all: the same here (no GPU idle outside).
+    active = runs["active"][1]
+    assert len(active["steps: python3"]) == expected.steps
+    assert len(active["GPU idle: GPU 0 (NVIDIA H100)"]) == expected.steps - 1
+    assert "the active span" in runs["active"][2] and "the whole trace" in runs["all"][2]
 
 
 def test_folded_idle_adds_up_to_the_idle_time(scenario_traces: dict) -> None:

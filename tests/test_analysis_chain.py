@@ -387,7 +387,7 @@ def test_folded_idle_and_annotate_read_the_same_parts(tmp_path: Path) -> None:
     waited = [w for s, w in weights.items() if s.endswith("futex_wait;[waiting in futex]")]
     assert waited == [chain.gap_ns["wait"]]
     out = tmp_path / "annotated.pftrace"
-    run_cli("report", path, "--annotate", out, check=True)
+    run_cli("report", path, "--annotate", out, "--span", "active", check=True)  # every gap
     with open_trace(out) as t:
         names = {
             r["name"]: int(r["n"])

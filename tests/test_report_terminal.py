@@ -18,6 +18,7 @@ from exporters.report.cells import cut
 from . import analysis_traces
 from .conftest import REPO, run_cli
 from .rank_traces import RankSpec, rank_kineto
+from .view_traces import write_two_rank_run
 
 DATA = REPO / "bench" / "data"
 WIDTHS = (80, 100)
@@ -26,9 +27,14 @@ SCENARIOS = ("sync", "data", "launch_bound", "gpu_bound")
 
 def report(*args: str | Path, columns: int) -> subprocess.CompletedProcess[str]:
     """`xpu-perf report` as a terminal of `columns` would run it (COLUMNS set)."""
+    return command("report", *args, columns=columns)
+
+
+def command(name: str, *args: str | Path, columns: int) -> subprocess.CompletedProcess[str]:
+    """`xpu-perf NAME` as a terminal of `columns` would run it (COLUMNS set)."""
     env = dict(os.environ, COLUMNS=str(columns))
     return subprocess.run(
-        [sys.executable, "-m", "collector.cli", "report", *map(str, args)],
+        [sys.executable, "-m", "collector.cli", name, *map(str, args)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -182,6 +188,36 @@ def test_ranks_table_within_the_width(tmp_path: Path, columns: int) -> None:
         lines = _check_lines(proc.stdout, columns, f"--ranks {args}")
         assert any("slowest: rank 1" in line for line in lines)
         assert any("step mean" in line for line in lines[:4]) or columns < 100
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_summaries_within_the_width(tmp_path: Path, columns: int) -> None:
+    """What folded, flamegraph and convert say on stderr fits the terminal too: a two-rank
+    run's span in words ('over steps 2-12 of 2 processes, the steady state...') made
+    folded's line 168 columns wide."""
+    run = write_two_rank_run(tmp_path / "two_ranks.perfetto-trace")
+    runs = {
+        "folded -o": command("folded", run.path, "-o", tmp_path / "f.folded", columns=columns),
+        "folded": command("folded", run.path, "--mode", "cpu", columns=columns),
+        "flamegraph": command("flamegraph", run.path, "-o", tmp_path / "f.svg", columns=columns),
+        "convert": command(
+            "convert", DATA / "example_kineto.json.gz", "-o", tmp_path / "ex.pftrace",
+            columns=columns,
+        ),
+    }  # fmt: skip
+    for what, proc in runs.items():
+        assert proc.returncode == 0, proc.stderr
+        text = proc.stderr
+        if what == "convert":
+            # A next command longer than the line stays whole, on a line of its own
+            # (test_convert_summary.py): pasted, it runs.
+            whole = ("    xpu-perf report /", "    xpu-perf view /")
+            text = "\n".join(x for x in text.splitlines() if not x.startswith(whole))
+        said = _check_lines(text, columns, f"{what} at {columns}")
+        if what != "convert":
+            # Still one sentence: the span named in full across its lines.
+            text = " ".join(line.strip() for line in said)
+            assert "over steps 2-12 of 2 processes, the steady state the findings cover" in text
 
 
 def test_counter_values_keep_their_unit() -> None:

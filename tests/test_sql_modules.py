@@ -45,6 +45,7 @@ PARAMS: dict[str, object] = {
     "gaps": "xpu_gpu_gap",
     "asked_steps": "",
     "steps_how": "",
+    "chosen_steps": "ProfilerStep#*",
 }
 
 # The tables Python makes for a module to read (`-- inputs:`), by who makes them.

@@ -131,3 +131,23 @@ def test_report_takes_the_same_spans(traces: dict[str, Path]) -> None:
         proc = run_cli("report", path, "--span", span, "--format", "json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["span"]["kind"] == ("all" if span == "all" else "active")
+
+
+@pytest.mark.parametrize("name", ["kineto", "data"])
+def test_span_is_found_without_the_gaps(traces: dict[str, Path], name: str) -> None:
+    """The span the stacks cover needs the steps, not the gaps (tables.load_steps): none of
+    the gaps' tables is built for it, and the analysis built after it on the same engine (as
+    `folded --mode idle` and `report --annotate` do) finds what it finds alone."""
+    from exporters.analysis.analyze import analyze
+    from exporters.report.scope import stack_span
+
+    with open_trace(traces[name]) as t:
+        span = stack_span(t, "steps")
+        built = {r["name"] for r in t.query("select name from sqlite_master")}
+        assert "xpu_step" in built and "xpu_analysis_focus" in built
+        assert not {"xpu_gpu_gap", "xpu_focus_gap", "_xpu_op_opening"} & built
+        after = analyze(t)
+    with open_trace(traces[name]) as t:
+        alone = analyze(t)
+    assert span.between == (alone.span.focus_ts, alone.span.focus_ts + alone.span.focus_dur)
+    assert after.to_json() == alone.to_json()

@@ -6,6 +6,7 @@ screenshots under tests/artifacts/."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from exporters.report.ui_opening import find_opening
 
 from .browser import Chromium, is_local
 from .conftest import REPO, run_cli
-from .report_inputs import record_fake_gpu_app
+from .report_inputs import STEPS_PER_PROCESS, record_fake_gpu_app, record_fake_steps
 from .test_view import _flamegraph_root, _search_and_select
 from .view_traces import COUNTERS, DATA_LOCATION, EMPTY_THREADS, STEPS, Run, write_two_rank_run
 
@@ -222,6 +223,49 @@ def test_view_of_a_recorded_run_opens_where_report_looks(tmp_path_factory, view_
     assert ui.window != ui.bounds
     assert opening.describe() + "\n" in ui.printed
     assert [n for n in ui.pinned if n.startswith("GPU idle: GPU 0")], ui.pinned
+
+
+def test_view_of_a_recorded_multiprocess_run_opens_on_the_steps(tmp_path_factory, view_ui):
+    """A real `record` of two processes of one program (fake_app "steps": 30 steps each, the
+    GPU idle while the host burns 5 ms preparing the next batch), annotated by report: the UI
+    opens on steps 2-30 of both, each process's steps on its own lane and GPU 0's idle causes
+    pinned at the top, a gap found by its cause's words."""
+    recorded = record_fake_steps(tmp_path_factory.mktemp("view_open_steps"))
+    out = recorded.with_name("steps.annotated.perfetto-trace")
+    proc = run_cli("report", recorded, "--annotate", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["span"]["focus"] == "steps"
+    opening = find_opening(out)
+    # From the first process's second step (the second process, started later, may still be
+    # in its first step then: "steps 1-30").
+    assert re.fullmatch(rf"steps [12]-{STEPS_PER_PROCESS} of 2 processes", opening.what)
+    # The commonest cause of the gaps marked (what it is depends on how the two processes
+    # and the VM's load interleave: CPU work in burn_cpu_ns, or nothing seen), in words.
+    with open_trace(out) as t:
+        cause = t.scalar(
+            "select s.name from slice s join track t on s.track_id = t.id "
+            "where t.name glob 'GPU idle: *' group by s.name order by count(*) desc limit 1"
+        )
+    assert cause and re.fullmatch(r"[\w ]+: .+", cause) and "_" not in cause.split(":")[0]
+    ui = view_ui(out, "view_recorded_steps.png", search=cause)
+    assert ui.window == (opening.start, opening.end)
+    assert ui.bounds[1] - ui.bounds[0] > ui.window[1] - ui.window[0]
+    assert opening.describe() + "\n" in ui.printed
+    # Two processes named alike: a lane each, told apart by pid, each numbering its steps.
+    steps = sorted(n for n in ui.pinned if n.startswith("steps: "))
+    assert len(steps) == 2 and all(re.fullmatch(r"steps: fake_app pid \d+", n) for n in steps)
+    assert [n for n in ui.pinned if n.startswith("GPU idle: GPU 0 (")], ui.pinned
+    with open_trace(out) as t:
+        names = t.query(
+            "select t.name as lane, group_concat(s.name) as steps from slice s "
+            "join track t on s.track_id = t.id where t.name glob 'steps: *' group by t.id"
+        )
+    # The steps the findings cover (from the second; a later process's first may overlap).
+    every = {f"step {k + 1}" for k in range(STEPS_PER_PROCESS)}
+    for lane in names:
+        assert every - {"step 1"} <= set(lane["steps"].split(",")) <= every, lane
+    # The cause, in words with where it ran, found by the UI's search.
+    assert f"Name\n{cause}\n" in ui.searched, ui.searched[-2000:]
 
 
 def test_view_of_a_json_trace_says_it_opens_on_the_whole_run(tmp_path: Path):

@@ -124,8 +124,9 @@ def test_flamegraph_and_report_take_window(two_windows: Path, tmp_path: Path) ->
     proc = cli("flamegraph", "--mode", "gpu", "--window", "2", "-o", svg, two_windows)
     assert proc.returncode == 0, proc.stderr
     text = svg.read_text()
-    assert "]second_window_kernel<" in text
-    assert "]window_kernel<" not in text and "long_window_kernel" not in text
+    # The frames' tooltips (`[GPU_Kernel]NAME` then the weight): labels show the name alone.
+    assert "[GPU_Kernel]second_window_kernel\n" in text
+    assert "]window_kernel\n" not in text and "long_window_kernel" not in text
     assert "capture window 2" in text
     proc = cli("report", "--window", "1", two_windows)
     assert proc.returncode == 0, proc.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from collector.commands.flags import (
@@ -16,7 +15,7 @@ from collector.commands.flags import (
     add_window_flag,
     apply_cache_flag,
 )
-from collector.commands.output import write_output
+from collector.commands.output import say, write_output
 from collector.errors import UserError
 from collector.files import check_output
 from exporters.analysis.idle_stacks import fold_mode
@@ -84,15 +83,14 @@ def main(args: argparse.Namespace) -> int:
         stacks.lines,
         unit=args.unit,
         title=args.title
-        or f"{args.trace.name}: {args.mode}"
-        + (f", capture window {args.window}" if args.window else ""),
+        or f"{args.trace.name}: {args.mode} over {span.short}"
+        + (f", capture window {args.window}" if args.window and span.between else ""),
         subtitle=f"{_WHAT[args.mode]}; total {units.weight(total, args.unit)}; over {span.what}",
         width=args.width,
     )
     write_output(args.output, svg)
-    print(
+    say(
         f"{args.output}: {len(stacks.lines)} stacks, {describe_weights(args.mode, stacks)}; "
-        f"over {span.what}",
-        file=sys.stderr,
+        f"over {span.what}"
     )
     return 0

@@ -16,7 +16,7 @@ from collector.commands.flags import (
     add_window_flag,
     apply_cache_flag,
 )
-from collector.commands.output import write_output
+from collector.commands.output import say, write_output
 from collector.errors import UserError
 from collector.files import check_output
 from exporters.analysis.idle_stacks import fold_mode
@@ -78,12 +78,11 @@ def main(args: argparse.Namespace) -> int:
     text = stacks.render()
     if args.output is None:
         sys.stdout.write(text)
-        print(f"folded: over {span.what}", file=sys.stderr)
+        say(f"folded: over {span.what}")
     else:
         write_output(args.output, text)
-        print(
+        say(
             f"{args.output}: {len(stacks.lines)} stacks, {describe_weights(args.mode, stacks)}; "
-            f"over {span.what}",
-            file=sys.stderr,
+            f"over {span.what}"
         )
     return 0

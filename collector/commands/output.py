@@ -4,6 +4,8 @@ or not at all (collector/files.py)."""
 from __future__ import annotations
 
 import os
+import sys
+import textwrap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -33,3 +35,28 @@ def check_outputs(outputs: Mapping[str, Path | None], inputs: Iterable[Path] = (
                     f"{flag} and {other_flag} name the same file ({path}): one would replace "
                     "the other; give each its own name"
                 )
+
+
+def say(text: str) -> None:
+    """A command's message on stderr, wrapped at the terminal's width where it goes to one
+    (COLUMNS, else stderr's terminal), its further lines indented; one line where stderr goes
+    to a file or a pipe, so a log stays one line per message."""
+    width = _terminal_width()
+    if width is None:
+        print(text, file=sys.stderr)
+        return
+    lines = textwrap.wrap(
+        text, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
+    print("\n".join(lines) or text, file=sys.stderr)
+
+
+def _terminal_width() -> int | None:
+    try:
+        return max(40, int(os.environ["COLUMNS"]))
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else None
+    except (OSError, ValueError):
+        return None

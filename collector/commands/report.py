@@ -28,6 +28,7 @@ from exporters.perfetto.engine.cached_trace import open_cached
 from exporters.perfetto.engine.trace_processor import QueryError, TraceOpenError
 from exporters.report.html_page import render_html
 from exporters.report.queries import DEFAULT_BINS, DEFAULT_TOP, collect
+from exporters.report.scope import stack_span
 from exporters.report.terminal import KEY_ROWS, print_report
 
 
@@ -73,16 +74,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         p,
         "what the report covers: steps (default): the findings, top functions and the "
         "flamegraph look at the steady state, from each process's second step, the GPU busy "
-        "tables at the active span; active: the same, the flamegraph over the active span "
-        "(first GPU op to the end of the last: imports and set-up before it are not GPU "
-        "idle); all: everything over the whole trace",
+        "tables at the active span; active: the same, the flamegraph (and --annotate's marks) "
+        "over the active span (first GPU op to the end of the last: imports and set-up "
+        "before it are not GPU idle); all: everything over the whole trace",
     )
     p.add_argument(
         "--annotate",
         type=Path,
         metavar="OUT",
-        help="also write a copy of the trace with a track of steps and a track of classified "
-        "GPU idle gaps, for the Perfetto UI",
+        help="also write a copy of the trace with a track of steps per process and a track "
+        "of classified GPU idle gaps per GPU, for the Perfetto UI (`xpu-perf view OUT`): "
+        "those of the span the findings cover (--span)",
     )
     add_output_flag(p, "also write this HTML page")
     p.add_argument(
@@ -163,22 +165,27 @@ def main(args: argparse.Namespace) -> int:
                 scope=scope,
                 flame_span=args.span,
             )
-            marks = annotation_marks(trace) if args.annotate is not None else None
+            marked, marks = None, []
+            if args.annotate is not None:
+                # The copy marks what the findings cover, as folded, flamegraph and view show.
+                marked = stack_span(trace, args.span, args.window, args.steps or None)
+                marks = annotation_marks(trace, marked.between)
     except (TraceOpenError, QueryError, FoldedError, StepsError) as exc:
         raise UserError(str(exc)) from None
     # The page first: a run that cannot write it fails with one line and shows nothing.
     if args.output is not None:
         write_output(args.output, render_html(report))
-    if marks is not None:
+    if marked is not None:
         _write_annotated(args.trace, args.annotate, marks)
     if args.format == "json":
         assert report.analysis is not None
         print(json.dumps({"trace": str(args.trace), **report.analysis.to_json()}, indent=1))
     else:
         print_report(report, full=args.all, trace_path=str(args.trace), rows=rows)
-    for out in (args.output, args.annotate):
-        if out is not None:
-            print(f"wrote {out}", file=sys.stderr)
+    if args.output is not None:
+        print(f"wrote {args.output}", file=sys.stderr)
+    if marked is not None:
+        print(f"wrote {args.annotate}: steps and GPU idle gaps over {marked.what}", file=sys.stderr)
     return 0
 
 

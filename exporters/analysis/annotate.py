@@ -21,6 +21,30 @@ CATEGORY = "xpu_perf_analysis"
 _SAMPLED = {"data_loading": "data", "host_compute": "host", "launch": "launch"}
 
 
+# Each step on its process's lane.  The lane is named by the process's name, with its pid
+# where several processes of the steps share that name (two `python3` ranks, two workers of
+# one program): one lane per name would nest their steps wrongly.  A detected step (named
+# `step N` by steps.sql, numbered over all processes) is numbered within its process, as
+# the report says the steps ('steps 2-30 of 2 processes').
+_STEPS_SQL = """
+WITH named AS (
+  SELECT s.ts, s.dur, s.name, s.step, s.source, s.upid,
+         coalesce(p.name, 'pid ' || p.pid, 'process ' || s.upid) AS pname, p.pid,
+         row_number() OVER (PARTITION BY s.upid ORDER BY s.ts) AS k
+  FROM xpu_step s LEFT JOIN process p USING (upid)
+),
+shared AS (
+  SELECT pname FROM (SELECT DISTINCT upid, pname FROM named)
+  GROUP BY pname HAVING count(*) > 1
+)
+SELECT ts, dur, source,
+       CASE WHEN name = 'step ' || step THEN 'step ' || k ELSE name END AS name,
+       pname || CASE WHEN pname IN (SELECT pname FROM shared)
+                     THEN ' pid ' || coalesce(pid, upid) ELSE '' END AS process
+FROM named ORDER BY ts
+"""
+
+
 @dataclass(frozen=True)
 class Mark:
     lane: str
@@ -30,8 +54,16 @@ class Mark:
     args: dict[str, int | str]
 
 
-def annotation_marks(trace: Trace) -> list[Mark]:
-    """The steps and gaps of an analysed trace (analysis tables loaded) as marks."""
+def annotation_marks(trace: Trace, between: tuple[int, int] | None = None) -> list[Mark]:
+    """The steps and gaps of an analysed trace (analysis tables loaded) as marks; where
+    `between` [lo, hi) is given (the span the findings cover), only the steps overlapping it
+    and the gaps starting in it (those the findings count, as xpu_focus_gap)."""
+
+    def inside(ts: int, end: int | None = None) -> bool:
+        if between is None:
+            return True
+        return ts < between[1] and (end > between[0] if end is not None else ts >= between[0])
+
     marks = [
         Mark(
             STEP_LANE + str(r["process"]),
@@ -40,11 +72,8 @@ def annotation_marks(trace: Trace) -> list[Mark]:
             str(r["name"]),
             {"source": str(r["source"])},
         )
-        for r in trace.query(
-            "select s.ts, s.dur, s.name, s.source, "
-            "coalesce(p.name, 'pid ' || p.pid, 'process ' || s.upid) as process "
-            "from xpu_step s left join process p using (upid) order by s.ts"
-        )
+        for r in trace.query(_STEPS_SQL)
+        if inside(int(r["ts"]), int(r["ts"]) + int(r["dur"]))
     ]
     where = gap_locations(trace)
     parts = tuple(causes.COLUMNS.values())
@@ -54,6 +83,8 @@ def annotation_marks(trace: Trace) -> list[Mark]:
         + ", ".join(parts)
         + " from xpu_gpu_gap order by ts"
     ):
+        if not inside(int(r["ts"])):
+            continue
         # The gap named by its cause (causes.py's key), with every part's ns.
         args: dict[str, int | str] = {k: int(r[k]) for k in parts}
         args["next_op"] = str(r["next_op"])

@@ -1,10 +1,10 @@
--- needs: perfetto.engine.xpu_views, analysis.span, analysis.gaps
+-- needs: perfetto.engine.xpu_views, analysis.span
 -- defines: _xpu_marked_step, _xpu_launch_call, _xpu_graph_step, _xpu_launch_seq,
 --   _xpu_launch_symbol, _xpu_step_symbol, _xpu_step_period, _xpu_step_anchor,
---   _xpu_detected_step, xpu_step, _xpu_process_device, _xpu_step_device, xpu_analysis_focus,
---   xpu_focus_gap
+--   _xpu_detected_step, xpu_step, _xpu_process_device, _xpu_step_device, xpu_analysis_focus
 -- params: steps_on bool, steps_glob str, detect bool
--- Steps: the repeating unit of work the span is made of.  Needs span.sql and gaps.sql.
+-- Steps: the repeating unit of work the span is made of.  Needs span.sql (not gaps.sql:
+-- the span the findings cover is known without the gaps, tables.load_steps).
 -- Marked steps: slices on a thread named like $steps_glob (torch.profiler's ProfilerStep#N,
 -- an NVTX range, a repeating range step_ranges.py found; $steps_on = 0: none).  Where none
 -- is marked: each process's CUDA graph launches, where it replays a graph at least 3 times
@@ -222,8 +222,3 @@ SELECT CASE WHEN n.steps >= 3 THEN steady.ts ELSE sp.ts END AS ts,
        CASE WHEN n.steps >= 3 THEN 'steps' ELSE sp.kind END AS kind,
        n.steps AS steps
 FROM steady, n, xpu_analysis_span sp;
-
--- The gaps the findings explain: those starting in the focus.
-CREATE PERFETTO VIEW xpu_focus_gap AS
-SELECT g.* FROM xpu_gpu_gap g, xpu_analysis_focus f
-WHERE g.ts >= f.ts AND g.ts < f.end_ts;

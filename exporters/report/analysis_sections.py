@@ -15,14 +15,22 @@ from exporters.report.sections import Column, Section
 CLASS_TEXT = {c.key: c.label for c in CAUSES}
 
 
-def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
+def analysis_facts(analysis: Analysis, focus_steps: str | None = None) -> list[tuple[str, str]]:
+    """The analysis's facts; `focus_steps`: the focus's steps in words (exporters/report/
+    step_words.py), where the findings cover steps."""
     span = analysis.span
     busy = span.busy_ns / (span.dur * max(1, span.devices))
     focus_busy = span.focus_busy_ns / span.focus_ns
+    cover = (
+        f"{focus_steps}, the steady state (set-up and the warm-up step left out): "
+        f"{span.focus_dur / 1e6:.1f} ms of {span.describe()}"
+        if focus_steps and span.focus_kind == "steps"
+        else span.describe_focus()
+    )
     facts = [
         ("analysed span", span.describe()),
         ("GPU busy in span", f"{100 * busy:.1f}% ({units.duration(span.busy_ns)})"),
-        ("findings cover", span.describe_focus()),
+        ("findings cover", cover),
         ("GPU busy there", f"{100 * focus_busy:.1f}% ({units.duration(span.focus_busy_ns)})"),
     ]
     steps = analysis.steps
@@ -42,14 +50,15 @@ def analysis_facts(analysis: Analysis) -> list[tuple[str, str]]:
     return facts
 
 
-def analysis_summary(analysis: Analysis) -> list[tuple[str, str]]:
+def analysis_summary(analysis: Analysis, focus_steps: str | None = None) -> list[tuple[str, str]]:
     """The one-screen header's analysis lines: the one span the findings cover and the GPU
-    busy there, and the steps."""
+    busy there, and the steps; `focus_steps`: the focus's steps in words (exporters/report/
+    step_words.py)."""
     span = analysis.span
     if span.focus_kind == "steps":
         what = (
-            f"steps 2-{span.steps}, the steady state (set-up and the first step left out; "
-            "--span all: the whole trace)"
+            f"{focus_steps or f'steps 2-{span.steps}'}, the steady state (set-up and the "
+            "first step left out; --span all: the whole trace)"
         )
     elif span.kind == "all":
         what = "the whole trace"

@@ -129,8 +129,18 @@ def frame_color(name: str) -> str:
     return f"rgb({int(205 + 50 * r3)},{int(230 * r1)},{int(55 * r2)})"
 
 
+def shown_name(name: str) -> str:
+    """What a frame's label says: a GPU op's own name, its kind (`[GPU_Kernel]`) left to
+    the colour and the tooltip; else the frame's name.  The marker took the first 12
+    letters of every kernel's frame, so a kernel a few letters wide read `[GPU_..`."""
+    if name.startswith(GPU_OP_PREFIX) and "]" in name:
+        return name.split("]", 1)[1] or name
+    return name
+
+
 def fit_label(name: str, width_px: float) -> str:
     """The name cut to the frame width ('..' marks a cut); '' if not even a few letters fit."""
+    name = shown_name(name)
     chars = int(width_px / CHAR_WIDTH)
     if chars < MIN_LABEL_CHARS:
         return ""
@@ -269,6 +279,15 @@ def _script(gid: str, plot_w: float) -> str:
   var details = svg.querySelector('.fg-details');
   var reset = svg.querySelector('.fg-reset');
   var matched = svg.querySelector('.fg-matched');
+  // A title or subtitle longer than the graph is wide (a long trace name, a long span)
+  // is narrowed to fit: centred, it would run off both sides.
+  ['.fg-title', '.fg-sub'].forEach(function (sel) {{
+    var text = svg.querySelector(sel);
+    if (text.getComputedTextLength && text.getComputedTextLength() > W) {{
+      text.setAttribute('textLength', W.toFixed(3));
+      text.setAttribute('lengthAdjust', 'spacingAndGlyphs');
+    }}
+  }});
   // Read the frames only when a zoom or a search needs them all: opening a deep profile
   // then costs the browser's parse and paint alone (bench/flamegraph_open.py).  The
   // slivers arrive inflated, so the frames come as a promise.
@@ -325,6 +344,8 @@ def _script(gid: str, plot_w: float) -> str:
   }}
   var eps = total * 1e-12;
   function label(name, w) {{
+    if (name.indexOf('{GPU_OP_PREFIX}') === 0 && name.indexOf(']') > 0)
+      name = name.slice(name.indexOf(']') + 1) || name;
     var n = Math.floor(w / CW);
     if (n < {MIN_LABEL_CHARS}) return '';
     return name.length > n ? name.slice(0, n - 2) + '..' : name;

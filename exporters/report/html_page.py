@@ -69,7 +69,9 @@ def render_html(report: Report) -> str:
         f"<style>{_CSS}</style></head><body>",
         f"<h1>xpu-perf report: {escape(report.trace)}</h1>",
         _nav(report),
-        _facts(report),
+        # The first screen: what was analysed (one span, one GPU busy figure), then the
+        # findings; the trace's full facts close the page.
+        _facts(report.summary),
         _findings(report),
     ]
     for section in (*report.lead_sections, *report.sections):
@@ -98,6 +100,8 @@ def render_html(report: Report) -> str:
             graph_id=FLAME_ID,
         )
         parts.append(f'<div class="scroll">{svg}</div>')
+    parts.append('<h2 id="trace_details">Trace details</h2>')
+    parts.append(_facts(report.facts))
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -111,12 +115,13 @@ def _nav(report: Report) -> str:
         if section.key == "gpu_streams":
             links.append(("gpu_timeline", "GPU utilisation over time"))
     links.append(("flamegraph_section", "Flamegraph"))
+    links.append(("trace_details", "Trace details"))
     return "<nav>" + "".join(f'<a href="#{k}">{escape(t)}</a>' for k, t in links) + "</nav>"
 
 
-def _facts(report: Report) -> str:
+def _facts(facts: list[tuple[str, str]]) -> str:
     rows = "".join(
-        f"<tr><td>{escape(key)}</td><td>{escape(value)}</td></tr>" for key, value in report.facts
+        f"<tr><td>{escape(key)}</td><td>{escape(value)}</td></tr>" for key, value in facts
     )
     return f'<table class="facts">{rows}</table>'
 

@@ -28,6 +28,7 @@ from exporters.report.analysis_sections import (
 from exporters.report.gpu_busy import StreamIslands, stream_islands, stream_rows
 from exporters.report.gpu_sections import gpu_sections
 from exporters.report.sections import Column, Section
+from exporters.report.step_words import steps_in
 
 DEFAULT_TOP = 15
 DEFAULT_BINS = 120
@@ -258,18 +259,23 @@ def collect(
     elif not scope.span_all:
         between = (span.focus_ts, span.focus_ts + span.focus_dur + 1)
     flame, flame_note = _flame_stacks(trace, full_names, window, all_frames, between)
+    steps = (
+        steps_in(trace, span.focus_ts, span.focus_ts + span.focus_dur)
+        if span.focus_kind == "steps"
+        else None
+    )
     if between is not None:
         what = (
             "the active span, first GPU op to the end of the last"
             if flame_span == "active"
-            else _focus_text(analysis)
+            else _focus_text(analysis, steps)
         )
         flame_note += f"; over {what} (--span all: the whole trace)"
     facts = _facts(trace, window, _api_totals(sections))
     return Report(
         trace=str(trace_name),
-        facts=facts + analysis_facts(analysis) + source_facts(trace),
-        summary=_summary(facts) + analysis_summary(analysis),
+        facts=facts + analysis_facts(analysis, steps) + source_facts(trace),
+        summary=_summary(facts) + analysis_summary(analysis, steps),
         sections=sections + launch_sections(analysis, top) + gpu_sections(trace, analysis, top),
         timeline=_timeline(trace, busy, bins),
         flame=flame,
@@ -335,10 +341,10 @@ def _merged_stacks(rows: list[dict[str, Any]], top: int) -> list[dict[str, Any]]
     return [{"stack": k, "samples": n, "pct": 100.0 * n / total} for k, n in ranked]
 
 
-def _focus_text(analysis: Analysis) -> str:
+def _focus_text(analysis: Analysis, steps: str | None) -> str:
     span = analysis.span
     if span.focus_kind == "steps":
-        return f"steps 2-{span.steps}, the steady state the findings cover"
+        return f"{steps or f'steps 2-{span.steps}'}, the steady state the findings cover"
     return "the active span, first GPU op to the end of the last"
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.analysis.analyze import load
-from exporters.analysis.tables import Scope
+from exporters.analysis.tables import Scope, load_steps
 from exporters.folded.folded import FoldedStacks
 from exporters.perfetto.engine.trace_processor import Trace
+from exporters.perfetto.engine.views import load_views
 from exporters.report import units
+from exporters.report.step_words import steps_in
 
 SPANS = ("steps", "active", "all")
 SPAN_HELP = (
@@ -30,6 +31,7 @@ SPAN_HELP = (
 class StackSpan:
     between: tuple[int, int] | None  # [lo, hi) in trace ns; None: everything
     what: str  # said to the user: which span, how long
+    short: str = "the whole trace"  # which span, in a title: `steps 2-12 of 2 processes`
 
     @property
     def scope(self) -> Scope:
@@ -40,21 +42,27 @@ class StackSpan:
 def stack_span(
     trace: Trace, span: str, window: int | None = None, steps_glob: str | None = None
 ) -> StackSpan:
-    """The span `span` (one of SPANS) of an opened trace; loads the analysis tables unless
-    `all`."""
+    """The span `span` (one of SPANS) of an opened trace; loads the analysis's span and steps
+    unless `all`."""
     if span not in SPANS:
         raise ValueError(f"unknown span {span!r}")
     if span == "all":
-        return StackSpan(None, "the whole trace" if window is None else f"capture window {window}")
-    load(trace, Scope(span_all=False, steps_glob=steps_glob), window)
+        whole = "the whole trace" if window is None else f"capture window {window}"
+        return StackSpan(None, whole, whole)
+    # The span and the steps alone (not the gaps the findings need): the span costs
+    # `folded` little over `--span all`.
+    load_views(trace, window)
+    load_steps(trace, Scope(span_all=False, steps_glob=steps_glob))
     active = trace.query("select ts, end_ts from xpu_analysis_span")[0]
-    focus = trace.query("select ts, end_ts, kind, steps from xpu_analysis_focus")[0]
+    focus = trace.query("select ts, end_ts, kind from xpu_analysis_focus")[0]
     if span == "steps" and focus["kind"] == "steps":
         lo, hi = int(focus["ts"]), int(focus["end_ts"])
+        steps = steps_in(trace, lo, hi)
         return StackSpan(
             (lo, hi),
-            f"steps 2-{focus['steps']}, the steady state the findings cover "
+            f"{steps}, the steady state the findings cover "
             f"({units.duration(hi - lo)}; --span all: the whole trace)",
+            steps,
         )
     lo, hi = int(active["ts"]), int(active["end_ts"])
     fewer = " (fewer than 3 steps)" if span == "steps" else ""
@@ -62,6 +70,7 @@ def stack_span(
         (lo, hi + 1),  # the last op ends at hi: its samples there count
         f"the active span{fewer}, first GPU op to the end of the last "
         f"({units.duration(hi - lo)}; --span all: the whole trace)",
+        "the active span",
     )
 
 

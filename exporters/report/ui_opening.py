@@ -23,10 +23,6 @@ import json
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from exporters.perfetto.engine.trace_processor import Trace
 
 SPANS = ("steps", "active", "all")
 # What `report --annotate` writes (exporters/analysis/annotate.py): its lanes' names.
@@ -74,6 +70,7 @@ def find_opening(trace_path: Path, span: str = "steps", steps_glob: str | None =
     from exporters.analysis import tables
     from exporters.perfetto.engine.cached_trace import open_cached
     from exporters.perfetto.engine.views import load_views
+    from exporters.report.step_words import steps_in
 
     scope = tables.Scope(span_all=span == "all", steps_glob=steps_glob or None)
     with open_cached(trace_path) as trace:
@@ -82,7 +79,7 @@ def find_opening(trace_path: Path, span: str = "steps", steps_glob: str | None =
         if span == "all":
             return Opening(None, None, "the whole run", t_start, t_end)
         load_views(trace)
-        tables.load(trace, scope)
+        tables.load_steps(trace, scope)
         row = trace.query(
             "select s.ts, s.end_ts, f.ts as f_ts, f.end_ts as f_end, f.kind as f_kind, "
             "(select count(*) from xpu_analysis_op) as ops "
@@ -92,7 +89,7 @@ def find_opening(trace_path: Path, span: str = "steps", steps_glob: str | None =
             return Opening(None, None, "the whole run (no GPU work in it)", t_start, t_end)
         if span == "steps" and row["f_kind"] == "steps":
             start, end = int(row["f_ts"]), int(row["f_end"])
-            what = _steps_in(trace, start, end)
+            what = steps_in(trace, start, end)
         else:
             start, end = int(row["ts"]), int(row["end_ts"])
             what = "the active span (first GPU op to the end of the last)"
@@ -101,22 +98,3 @@ def find_opening(trace_path: Path, span: str = "steps", steps_glob: str | None =
     if end <= start:
         return Opening(None, None, "the whole run", t_start, t_end)
     return Opening(start, end, what, t_start, t_end)
-
-
-def _steps_in(trace: Trace, start: int, end: int) -> str:
-    """'steps 2-12' (numbered per process, as the report's steps), and over how many
-    processes."""
-    rows = trace.query(
-        "select upid, min(k) as first, max(k) as last from ("
-        "  select upid, ts, row_number() over (partition by upid order by ts) as k"
-        "  from xpu_step"
-        f") where ts >= {int(start)} and ts < {int(end)} group by upid"
-    )
-    if not rows:
-        return "the analysed steps"
-    first = min(int(r["first"]) for r in rows)
-    last = max(int(r["last"]) for r in rows)
-    what = f"steps {first}-{last}" if last > first else f"step {first}"
-    if len(rows) > 1:
-        what += f" of {len(rows)} processes"
-    return what

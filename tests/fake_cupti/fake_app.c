@@ -18,6 +18,8 @@
  * cuProfilerStart/Stop around 7 driver-only "second_window_kernel" launches, then 3 more
  * "outside_kernel" launches.
  * "loop": LAUNCHES launches every 10 ms until a signal ends it.
+ * "steps": LAUNCHES training-like steps, each "step_forward", "step_backward" and
+ * "step_update" launched back to back, then 5 ms of CPU in prepare_batch before the next.
  * "_exit": LAUNCHES launches and a device sync, then _exit(EXIT_CODE) at once (no atexit, no
  * periodic flush yet: what multiprocessing and DataLoader workers do).
  * "delay" (timed windows): 20 "before_kernel" launches at once, 20 "window_kernel" launches 1 s
@@ -117,16 +119,19 @@ static void *worker(void *arg) {
 
 /* CPU time for the sampler: 0.5 s of this thread's CPU in a function named by where it runs. */
 static volatile uint64_t burn_sink;
-static void burn_cpu(void) {
+static void burn_cpu_ns(long long ns) {
     struct timespec t0, t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
     do {
         for (int i = 0; i < 10000; i++) burn_sink = burn_sink * 6364136223846793005ull + 1;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    } while ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) < 500000000ll);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) < ns);
 }
+static void burn_cpu(void) { burn_cpu_ns(500000000ll); }
 __attribute__((noinline)) void burn_outside_window(void) { burn_cpu(); }
 __attribute__((noinline)) void burn_inside_window(void) { burn_cpu(); }
+/* "steps": the host work between two steps, 5 ms of CPU (the GPU idles meanwhile). */
+__attribute__((noinline)) void prepare_batch(void) { burn_cpu_ns(5000000ll); }
 
 #define MIB (1ull << 20)
 static uint64_t weights[3], activations[4], workspace, pool;
@@ -294,6 +299,16 @@ int main(int argc, char **argv) {
             struct timespec pause_for = {0, 10 * 1000 * 1000};
             nanosleep(&pause_for, NULL);
         }
+    }
+    if (argc > 3 && strcmp(argv[3], "steps") == 0) {
+        for (int i = 0; i < launches; i++) {
+            fake_launch_kernel("step_forward", 7, 0);
+            fake_launch_kernel("step_backward", 7, 0);
+            fake_launch_kernel("step_update", 7, 0);
+            prepare_batch();
+        }
+        fake_device_synchronize();
+        return exit_code;
     }
     if (argc > 3 && strcmp(argv[3], "delay") == 0) {
         struct timespec t0;
