@@ -303,19 +303,16 @@ class KernelSymbols:
 # --- the symbolizer ------------------------------------------------------------------------
 
 
-class Symbolizer:
-    """Addresses → frames, with ELF files cached per build id across processes."""
+class ElfFiles:
+    """The ELF files read so far, by file and by build id: one per recording, shared by its
+    sources (the launch stacks and the CPU samples name frames in the same libraries, and
+    libtorch's tables are the slowest part of writing a short program's trace)."""
 
     def __init__(self) -> None:
         self._by_file: dict[tuple[str, int, int, int], ElfSymbols | None] = {}
         self._by_build_id: dict[str, ElfSymbols] = {}
-        self._perf_maps: dict[int, PerfMap | None] = {}
-        self._kernel: KernelSymbols | None = None
-        self.unresolved_frames = 0
-        # perf maps refused (symlink, not a regular file, foreign owner) or cut at the cap
-        self.perf_map_counts = {"perf_maps_refused": 0, "perf_maps_cut": 0}
 
-    def elf(self, path: str) -> ElfSymbols | None:
+    def get(self, path: str) -> ElfSymbols | None:
         try:
             st = os.stat(path)
         except OSError:
@@ -331,6 +328,22 @@ class Symbolizer:
                 symbols = self._by_build_id.setdefault(symbols.build_id, symbols)
             self._by_file[key] = symbols
         return self._by_file[key]
+
+
+class Symbolizer:
+    """Addresses → frames, with ELF files cached per build id across processes (and across
+    the sources given the same `elf_files`)."""
+
+    def __init__(self, elf_files: ElfFiles | None = None) -> None:
+        self._elf_files = elf_files if elf_files is not None else ElfFiles()
+        self._perf_maps: dict[int, PerfMap | None] = {}
+        self._kernel: KernelSymbols | None = None
+        self.unresolved_frames = 0
+        # perf maps refused (symlink, not a regular file, foreign owner) or cut at the cap
+        self.perf_map_counts = {"perf_maps_refused": 0, "perf_maps_cut": 0}
+
+    def elf(self, path: str) -> ElfSymbols | None:
+        return self._elf_files.get(path)
 
     def perf_map(self, pid: int, uid: int | None = None) -> PerfMap | None:
         """The JIT map of `pid`, whose uid is `uid` (None: unknown, only root's map)."""

@@ -17,6 +17,7 @@ from collector.recording.libraries import loadable_by_target
 from collector.recording.options import DEFAULT_WAIT_THRESHOLD_US
 from collector.recording.process_tree import ProcessTreeWatch, not_recorded
 from collector.recording.size_limit import directory_bytes
+from collector.recording.source import SharedSymbols
 from collector.recording.summary import say
 from collector.sources.bcc_sampler import BccKernelModeSampler
 from collector.window_control import WindowState
@@ -50,6 +51,7 @@ class InprocessCpuRecording:
         it is compiled while the target runs and follows it from then on)."""
         self.kernel_from_start = kernel_from_start
         self.wait_threshold_us = wait_threshold_us
+        self.symbols = SharedSymbols()  # select_sources gives the GPU source the same one
         self.library = library
         self.freq = freq
         self.python_frames = python_frames
@@ -117,7 +119,9 @@ class InprocessCpuRecording:
         from collector.sources.cpu_stream import InprocessCpuSource
 
         kernel = self.kernel.kernel_samples() if self.kernel else None
-        self._source = InprocessCpuSource(self.directory, kernel_stacks=kernel)
+        self._source = InprocessCpuSource(
+            self.directory, kernel_stacks=kernel, symbolizer=self.symbols.symbolizer()
+        )
         spans = self._spans
         if spans is None:
             yield from self._source.events()

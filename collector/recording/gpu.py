@@ -21,6 +21,7 @@ from collector.recording.libraries import loadable_by_target
 from collector.recording.options import KINDS
 from collector.recording.program_profiler import ProgramProfilerPlan, notes, summary_lines
 from collector.recording.size_limit import directory_bytes
+from collector.recording.source import SharedSymbols
 from collector.recording.windows import NVTX_PREFIX, CapturePlan
 
 if TYPE_CHECKING:  # the stream decoders (numpy) load once the target ran: events()
@@ -66,6 +67,7 @@ class CuptiRecording:
         (collector/recording/program_profiler.py).  pm_sampling_hz: CUPTI PM sampling of
         the GPU counters in the target at this rate (record --gpu-metrics; None: off)."""
         self.library = library
+        self.symbols = SharedSymbols()  # select_sources gives the CPU source the same one
         self.process_hooks = process_hooks
         self.capture = capture or CapturePlan()
         self.program_profiler = program_profiler or ProgramProfilerPlan()
@@ -134,7 +136,7 @@ class CuptiRecording:
     def events(self) -> Iterable[model.Event]:
         from collector.sources.cupti import CuptiSource
 
-        self._source = CuptiSource(self.directory)
+        self._source = CuptiSource(self.directory, self.symbols.symbolizer())
         yield from self._source.events()
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)

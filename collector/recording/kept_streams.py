@@ -30,7 +30,7 @@ from collector.owned_files import read_owned, replace, write_new
 from collector.recording import program_profiler
 from collector.recording.credentials import share_with_target, target_credentials
 from collector.recording.python_names import PythonNames
-from collector.recording.source import FinishedRun
+from collector.recording.source import FinishedRun, SharedSymbols
 
 if TYPE_CHECKING:  # the readers (numpy) load only for --from-streams: kept_sources()
     from collector.recording.gpu_metrics import KeptGpuMetrics
@@ -243,9 +243,10 @@ class KeptSource(FinishedRun):
     """A RecordSource over the streams of a kept recording: the events the live source
     would have written (the same readers), for `record --from-streams`."""
 
-    def __init__(self, name: str, directory: Path) -> None:
+    def __init__(self, name: str, directory: Path, symbols: SharedSymbols | None = None) -> None:
         self.name = name
         self.directory = directory
+        self.symbols = symbols or SharedSymbols()
         self._source: CuptiSource | InprocessCpuSource | None = None
         self._gpu: CuptiSource | None = None  # the same reader, for the GPU streams
 
@@ -254,9 +255,9 @@ class KeptSource(FinishedRun):
         from collector.sources.cupti import CuptiSource
 
         if self.name == GPU_STREAMS:
-            self._source = self._gpu = CuptiSource(self.directory)
+            self._source = self._gpu = CuptiSource(self.directory, self.symbols.symbolizer())
         else:
-            self._source = InprocessCpuSource(self.directory)
+            self._source = InprocessCpuSource(self.directory, symbolizer=self.symbols.symbolizer())
         yield from self._source.events()
 
     def _cupti(self) -> CuptiSource | None:
@@ -298,6 +299,7 @@ def kept_sources(
     from collector.recording.gpu_metrics import KeptGpuMetrics
 
     sources: list[KeptSource | KeptGpuMetrics | PythonNames] = []
+    symbols = SharedSymbols()  # the GPU and CPU streams name frames in the same libraries
     for name in (GPU_STREAMS, GPU_METRICS, CPU_STREAMS):
         if name == GPU_METRICS:
             if (directory / name / INDEX).exists():
@@ -310,7 +312,7 @@ def kept_sources(
                     if rejected is not None:
                         rejected.append(f"{name}/")
         elif (directory / name).is_dir():
-            sources.append(KeptSource(name, directory / name))
+            sources.append(KeptSource(name, directory / name, symbols))
     if sources and (directory / PYTHON_NAMES).is_dir():
         sources.append(PythonNames(directory / PYTHON_NAMES, hook=False))
     return sources

@@ -25,7 +25,7 @@ from collector.recording.kept_streams import (
 from collector.recording.libraries import loadable_by_target
 from collector.recording.options import RecordOptions, check_freq
 from collector.recording.python_names import PythonNames
-from collector.recording.source import RecordSource
+from collector.recording.source import RecordSource, SharedSymbols
 from collector.recording.summary import say
 from collector.setup_check import Problem, check_ebpf
 from collector.sources.bcc_sampler import BccCpuSampler, BccKernelModeSampler
@@ -86,6 +86,10 @@ def select_sources(options: RecordOptions, streams: StreamsDir | None = None) ->
         sources += [cpu] if cpu is not None else []
     if not sources:
         raise UserError("nothing to record (--no-gpu, and CPU sampling is unavailable)")
+    shared = SharedSymbols()  # each library's symbol tables read once for all the sources
+    for source in sources:
+        if isinstance(source, (CuptiRecording, InprocessCpuRecording)):
+            source.symbols = shared
     if options.python_names:
         # The names the target's Python knows (threading's, multiprocessing's), for all sources.
         names_dir = streams.subdir(PYTHON_NAMES) if streams is not None else None

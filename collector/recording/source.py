@@ -8,10 +8,29 @@ optional protocols mark what only some sources can do.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from collector import model
 from collector.window_control import WindowState
+
+if TYPE_CHECKING:
+    from collector.symbolize import ElfFiles, Symbolizer
+
+
+class SharedSymbols:
+    """One cache of ELF symbol tables for a recording's sources (the launch stacks and the CPU
+    samples name frames in the same libraries: libtorch's tables were read twice), made when
+    the first of them reads its streams (nothing of it before the target starts)."""
+
+    def __init__(self) -> None:
+        self._files: ElfFiles | None = None
+
+    def symbolizer(self) -> Symbolizer:
+        from collector.symbolize import ElfFiles, Symbolizer
+
+        if self._files is None:
+            self._files = ElfFiles()
+        return Symbolizer(self._files)
 
 
 class RecordSource(Protocol):
