@@ -398,3 +398,27 @@ def test_folded_idle_and_annotate_read_the_same_parts(tmp_path: Path) -> None:
         }
     # Named by the cause's words and where the thread waited (the wait's own stack).
     assert names == {"blocked: next_batch (train.py:50)": chain.steps - 1}
+
+
+def test_annotate_names_a_wait_for_busy_workers_at_the_workers_code(tmp_path: Path) -> None:
+    """A gap the launching thread spent waiting for a batch, with nothing of its own to say
+    where (no sample, no stack on the wait), is named where the finding names it: the
+    workers' hot line, not the next launch's (what the user would change is there)."""
+    from .conftest import run_cli
+
+    path = tmp_path / "t.pftrace"
+    analysis = _loader_trace(path, every=1, cpus=True, stack=None)
+    location = analysis.findings[0].locations[0]
+    assert location == "SlowDecode.__getitem__ (train.py:21)"
+    out = tmp_path / "annotated.pftrace"
+    run_cli("report", path, "--annotate", out, check=True)
+    with open_trace(out) as t:
+        names = {
+            r["name"]
+            for r in t.query(
+                "select s.name from slice s join track k on k.id = s.track_id "
+                "where s.category = 'xpu_perf_analysis' and k.name glob 'GPU idle*' "
+                "and s.name glob 'data loading*'"
+            )
+        }
+    assert names == {f"data loading: {location}"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.analysis import causes, locations
+from exporters.analysis import causes, follow, locations
 from exporters.perfetto.engine.trace_processor import Trace
 
 STEP_LANE = "steps: "  # + the process's name
@@ -131,6 +131,11 @@ def gap_locations(trace: Trace) -> dict[int, str]:
         if ns > waited.get(gap, (-1, 0))[0]:
             waited[gap] = (ns, int(r["callsite_id"]))
     weights = waited | weights  # samples of its class first, else where it waited
+    # A wait for a batch with no sample of its own: where the finding names it, the busiest
+    # line of the DataLoader workers it waited for (the next launch's line is no cause).
+    workers = follow.loader_workers(trace)
+    worker_site = workers.sites[0].location if workers and workers.sites else ""
+    sampled = {gap for gap in weights if gap not in waited}
     calls: dict[int, int] = {}  # gap -> the API call's slice id
     stacked: dict[int, int] = {}  # gap -> the call's launch stack
     for r in trace.query(
@@ -155,6 +160,10 @@ def gap_locations(trace: Trace) -> dict[int, str]:
     for gap, call in calls.items():
         if by_slice.get(call):
             found[gap] = by_slice[call]
+    if worker_site:
+        for r in trace.query("select id from xpu_gpu_gap where class = 'data_loading'"):
+            if int(r["id"]) not in sampled:
+                found[int(r["id"])] = worker_site
     return found
 
 
