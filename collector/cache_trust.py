@@ -10,16 +10,16 @@ otherwise the caller rebuilds in a private directory and says so in one line.
 
 from __future__ import annotations
 
-import atexit
 import errno
 import functools
 import os
 import pwd
-import shutil
 import stat
 import sys
 import tempfile
 from pathlib import Path
+
+from collector.files import remove_tree_at_exit
 
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
@@ -138,7 +138,7 @@ def private_dir(prefix: str) -> Path:
     process exits (what is built there serves this run only: one directory a run would
     otherwise pile up in the temp directory)."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    remove_tree_at_exit(path)
     return path
 
 

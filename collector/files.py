@@ -17,7 +17,9 @@ too) is refused before any work: writing it would destroy the input.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import stat
 import tempfile
@@ -207,3 +209,21 @@ def terminate_on_sigterm() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is signal.SIG_DFL:
             signal.signal(sig, _raise_terminated)
+
+
+_QUIT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def remove_tree_at_exit(path: Path) -> None:
+    """Remove the directory `path` when the process exits (a run's private directory)."""
+    atexit.register(remove_tree_quietly, path)
+
+
+def remove_tree_quietly(path: Path) -> None:
+    """The exit's removal of a run's directory, with Ctrl-C, SIGTERM and SIGHUP ignored: by
+    then the command has done its work and chosen its exit status, and a signal arriving
+    in the middle printed a KeyboardInterrupt traceback from inside the removal ("Exception
+    ignored in atexit callback") after record had written its trace."""
+    for signum in _QUIT_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    shutil.rmtree(path, ignore_errors=True)

@@ -10,13 +10,13 @@ libcuda the injection library) without a word in the trace.  The directory goes 
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from collector.errors import UserError
+from collector.files import remove_tree_at_exit
 
 _run_directory: Path | None = None
 
@@ -26,7 +26,7 @@ def _directory() -> Path:
     if _run_directory is None:
         _run_directory = Path(tempfile.mkdtemp(prefix="xpu-perf-lib-"))
         _run_directory.chmod(0o755)
-        atexit.register(shutil.rmtree, _run_directory, True)
+        remove_tree_at_exit(_run_directory)
     return _run_directory
 
 
