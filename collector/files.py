@@ -227,3 +227,31 @@ def remove_tree_quietly(path: Path) -> None:
     for signum in _QUIT_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     shutil.rmtree(path, ignore_errors=True)
+
+
+def starts_framed(path: Path, packets: int = 8) -> bool:
+    """Whether `path` starts as a Perfetto protobuf trace: its first packets (up to `packets`
+    of them, in its first 64 KiB) each a field-1 tag (0x0a) and a length that
+    lands on the next tag or past the end of what was read.  The tag is a newline and a
+    first packet of 123 or 91 bytes has `{` or `[` as its length: such a trace is no JSON."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(1 << 16)
+    at = seen = 0
+    while at < len(head) and seen < packets:
+        if head[at] != 0x0A:
+            return False
+        length, shift, at = 0, 0, at + 1
+        while True:
+            if at >= len(head) or shift > 63:
+                return False
+            byte = head[at]
+            length |= (byte & 0x7F) << shift
+            at, shift = at + 1, shift + 7
+            if not byte & 0x80:
+                break
+        at += length
+        seen += 1
+        if at > size:
+            return False
+    return seen > 0

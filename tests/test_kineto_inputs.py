@@ -117,3 +117,43 @@ def test_a_nul_in_a_name_is_kept_whole(tmp_path: Path, ijson_path: bool) -> None
         assert ("debug.k\\u0000", "v\\u0000w") in args
         assert ("debug.dims", '["x\\\\u0000"]') in args  # the list's JSON text
         assert t.scalar("select count(*) from thread where name = 't\\u0000x'") == 1
+
+
+def _packet_of(size: int) -> bytes:
+    """A real TracePacket (a named track) of exactly `size` bytes."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    for k in range(size):
+        packet = pb.TracePacket()
+        packet.trusted_packet_sequence_id = 1
+        packet.track_descriptor.uuid = 5
+        packet.track_descriptor.name = "x" * k
+        if packet.ByteSize() == size:
+            return packet.SerializeToString()
+    raise AssertionError(f"no packet of {size} bytes")
+
+
+@pytest.mark.parametrize("size", [ord("{"), ord("[")])
+def test_a_trace_whose_first_packet_frames_like_json_is_a_trace(tmp_path: Path, size: int) -> None:
+    """A Perfetto trace starts with the packet tag 0x0a (a newline) and the first packet's
+    length: 123 reads as `{` and 91 as `[`, so such a trace (a real recording, once) was
+    refused as JSON by every reader."""
+    first, second = _packet_of(size), _packet_of(40)
+    trace = tmp_path / "t.perfetto-trace"
+    trace.write_bytes(b"\x0a" + bytes([size]) + first + b"\x0a" + bytes([40]) + second)
+    proc = run_cli("query", trace, "select count(*) as n from track where name glob 'xxx*'")
+    assert proc.returncode == 0, proc.stderr
+    # JSON that starts with a newline is still JSON.
+    text = tmp_path / "t.json"
+    text.write_text('\n{"a": [1, 2]}\n')
+    assert "is JSON" in _one_line_error(run_cli("report", text))
+
+
+def test_convert_of_a_trace_whose_first_packet_frames_like_json_says_it_is_one(
+    tmp_path: Path,
+) -> None:
+    first, second = _packet_of(ord("{")), _packet_of(40)
+    trace = tmp_path / "t.perfetto-trace"
+    trace.write_bytes(b"\x0a\x7b" + first + b"\x0a" + bytes([40]) + second)
+    line = _one_line_error(run_cli("convert", trace, "-o", tmp_path / "again.perfetto-trace"))
+    assert "already a Perfetto trace" in line

@@ -23,6 +23,7 @@ from typing import TypeGuard
 
 import ijson
 
+from collector.files import starts_framed
 from collector.sources.json_limits import MAX_DEPTH, GuardedReader, LimitExceeded
 from collector.sources.json_value import JsonObject, JsonValue
 from collector.sources.kineto_json import trace_event_runs
@@ -156,11 +157,12 @@ def check_is_json(path: Path) -> None:
     except (OSError, EOFError, zlib.error):
         return  # the main pass says what is wrong with the file
     text = start.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if text[:1] in (b"{", b"["):
+    framed = not is_gzip(path) and starts_framed(path)
+    if text[:1] in (b"{", b"[") and not framed:
         return
     if not start:
         what = "empty" + (" once gunzipped" if is_gzip(path) else "")
-    elif start[:1] == b"\x0a" and not _is_text(start):  # a TracePacket's tag, then bytes
+    elif framed or (start[:1] == b"\x0a" and not _is_text(start)):  # TracePackets
         raise KinetoFormatError(
             f"{path} is already a Perfetto trace (not a PyTorch profiler JSON): give it to "
             "report, query or view as it is"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collector.files import FileError, check_input
+from collector.files import FileError, check_input, starts_framed
 from exporters.perfetto import wire
 from exporters.perfetto.engine_limit import EngineMemoryError, too_big
 
@@ -343,7 +343,7 @@ def check_trace_file(path: str | os.PathLike[str], json_ok: bool = False) -> Pat
         raise TraceOpenError(str(exc)) from None
     if trace_path.stat().st_size == 0:
         raise TraceOpenError(f"trace file is empty: {trace_path}")
-    start = None if json_ok else _json_start(trace_path)
+    start = None if json_ok or starts_framed(trace_path) else _json_start(trace_path)
     if start is not None and b'"traceEvents"' in start:
         raise TraceOpenError(
             f"not a Perfetto trace: {trace_path} is a PyTorch profiler (Kineto) JSON trace; "
