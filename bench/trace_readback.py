@@ -1,7 +1,8 @@
 """What trace_processor reads back from a trace, as sorted rows: its slices (with their
-thread or track, depth, parent and args), flows, instants, CPU samples (with their
-stacks) and counters.  Two traces that read back the same differ at most in how their
-bytes are laid out (packet order, interned ids, clock ids).
+thread or track, depth, parent and args; instants too), flows, CPU samples and launch and
+wait stacks (with their frames), counters and threads.  Two traces that read back the
+same differ at most in how their bytes are laid out (packet order, interned ids, clock
+ids).
 
     .venv/bin/python bench/trace_readback.py BEFORE.perfetto-trace AFTER.perfetto-trace
 
@@ -75,6 +76,19 @@ def read_back(path: Path) -> dict[str, list]:
                      select frame_id from stack_profile_callsite where id = ps.callsite_id)
                    join stack_profile_frame f on f.id = frame_id) as frames
                 from perf_sample ps join thread th using (utid)"""
+            )
+        )
+        # Launch and wait stacks: StreamingProfilePackets, the ns rest in process_priority.
+        out["stack_samples"] = sorted(
+            (r["ts"], r["tid"], r["frames"] or "")
+            for r in trace.query(
+                """select p.ts + p.process_priority as ts, th.tid,
+                  (select group_concat(f.name, ';') from (
+                     select frame_id from experimental_ancestor_stack_profile_callsite(
+                       p.callsite_id) union all
+                     select frame_id from stack_profile_callsite where id = p.callsite_id)
+                   join stack_profile_frame f on f.id = frame_id) as frames
+                from cpu_profile_stack_sample p join thread th using (utid)"""
             )
         )
         out["counters"] = sorted(
