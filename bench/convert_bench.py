@@ -143,11 +143,15 @@ def make_batch(n: int, with_stacks: bool) -> model.SliceBatch:
 
 
 def bench_batch(n: int, with_stacks: bool, rounds: int) -> dict[str, Any]:
-    """GPU op + API slice + flow (+ launch stack) per kernel through the columnar path and
-    through the object path (the same slices as objects), round by round interleaved."""
+    """GPU op + API slice + flow (+ launch stack) per kernel as the CUPTI source's batch,
+    and as the same slices given as objects gathered into one batch per window of 65,536
+    by tests/slice_batches.py (other column order, interning and lanes), interleaved."""
+    from tests.slice_batches import in_batches
+
     batch = make_batch(n, with_stacks)
     device = model.GpuDevice(0, "NVIDIA H100")
-    inputs = {"columnar": [device, batch], "objects": [device, *batch.slices()]}
+    objects = list(in_batches([device, *batch.slices()], 65536))
+    inputs = {"columnar": [device, batch], "objects": objects}
     rates: dict[str, list[float]] = {label: [] for label in inputs}
     cpu_rates: dict[str, list[float]] = {label: [] for label in inputs}
     sizes: dict[str, float] = {}
@@ -219,7 +223,10 @@ def bench_writer(
     """Rates by wall time (what the target names) and by CPU time (this process's, which
     other tenants of a shared machine do not inflate; for the threaded deflate it counts
     both threads)."""
-    events = make_ops(n, with_api)
+    from tests.slice_batches import in_batches
+
+    # The writer takes slices only in batches: windows of 65,536 (the baseline's too).
+    events = list(in_batches(make_ops(n, with_api), 65536))
     labels = ["current"] + (["baseline"] if baseline else [])
     rates: dict[str, list[float]] = {label: [] for label in labels}
     cpu_rates: dict[str, list[float]] = {label: [] for label in labels}

@@ -23,11 +23,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # What `convert` spends its main thread in (cProfile and perf at 100k events): the source,
-# its flow window and reader, the writer's object path and what it calls per slice.
+# its flow window and reader, and what the writer calls per slice.
 HOT = (
     "collector/sources/kineto.py",
     "collector/sources/kineto_json.py",
-    "exporters/perfetto/object_path.py",
     "exporters/perfetto/interning.py",
     "exporters/perfetto/wire.py",
     "exporters/perfetto/lanes.py",

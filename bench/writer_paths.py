@@ -5,12 +5,12 @@ the writer's slice paths moves the time of the commands that write traces.
         --rounds 5 [--out bench/results/writer_paths.json]
 
 Cases: `convert` of bench/data/example_kineto.json.gz; `record --from-streams` of the kept
-recording tests/data/golden_recording (the fake CUPTI's run: CUDA API calls and GPU ops in
-columns, CPU samples, wait slices as objects) and of a kept recording made of
-bench/data/cupti_streams/launch_bound.xpstream (12k GPU ops and API calls, columns only);
-and, what a source of object slices costs (the eBPF uprobes' API calls, waits, tests'
-synthetic traces), 210k CpuSlice/GpuOp objects with flows written by one producer
-(`objects 210k`, the process's CPU time with its imports).
+recording tests/data/golden_recording (the fake CUPTI's run: CUDA API calls and GPU ops,
+CPU samples, wait slices) and of a kept recording made of
+bench/data/cupti_streams/launch_bound.xpstream (12k GPU ops and API calls); and the wait
+slices of a CPU stream with 200k WAIT rows (`waits 200k`: the CPU source's WAIT table,
+synthetic, through InprocessCpuSource._waits and one producer; the process's time with
+its imports).
 Per round, each case runs once in every checkout, the checkouts' order rotated every round
 (the VM is shared: a neighbour's burst should not always land on the same one), each run a
 process of its own (wall and CPU time, peak RSS: bench/measured.py) through
@@ -55,8 +55,8 @@ def kept_launch_bound(directory: Path) -> Path:
 def prepare(case: str, work: Path, kept: dict[str, Path]) -> list[str]:
     """The command line of `case` in `work` (its inputs copied there: record removes them)."""
     out = OUT
-    if case == "objects 210k":
-        return ["objects"]
+    if case == "waits 200k":
+        return ["waits"]
     if case == "convert example_kineto":
         shutil.copyfile(EXAMPLE, work / EXAMPLE.name)
         return ["convert", EXAMPLE.name, "-o", out, "-q", "--no-progress"]
@@ -79,7 +79,7 @@ def main() -> None:
         "convert example_kineto",
         "record golden_recording",
         "record launch_bound",
-        "objects 210k",
+        "waits 200k",
     ]
     rows: dict[str, dict[str, list[dict[str, float]]]] = {c: {n: [] for n in names} for c in cases}
     same: dict[str, bool] = {}
@@ -129,25 +129,40 @@ def main() -> None:
 
 
 # Runs the checkout's own code (its directory first on sys.path) through the golden
-# digests' runner (a fixed command line and clock snapshot), or writes the object slices.
+# digests' runner (a fixed command line and clock snapshot), or writes the wait slices of
+# a synthetic WAIT table (8 threads, 4 calls, 64 stacks at entry).
 _IN_CHECKOUT = """
 import runpy, sys
 checkout, runner = sys.argv[1], sys.argv[2]
 sys.path.insert(0, checkout)
-if sys.argv[3:] == ["objects"]:
+if sys.argv[3:] == ["waits"]:
+    from array import array
+    from collections import Counter
     from collector import model
+    from collector.sources.cpu_stream import InprocessCpuSource
     from exporters.perfetto.writer import TraceWriter
-    with TraceWriter("out.perfetto-trace", command_line=("objects",)) as w:
-        p = w.producer("objects")
-        for i in range(100_000):
-            ts, flow = 1_000_000 + 700 * i, model.flow_id(10, i)
-            p.write(model.CpuSlice(10, 11 + i % 3, ts, 500, f"op{i % 7}", "cuda_api",
-                                   {"correlation_id": i}, flow_ids=(flow,)))
-            p.write(model.GpuOp(0, 7 + i % 2, ts + 300, 500, f"kern{i % 11}", "kernel",
-                                {"grid_x": i % 9}, i, terminating_flow_ids=(flow,)))
-            if i % 10 == 0:
-                wait = model.CpuSlice(10, 11, ts, 200, "waiting in poll", "wait", {"call": "poll"})
-                p.write(wait)
+    n = 200_000
+    columns = {
+        "tid": array("q", (100 + i % 8 for i in range(n))),
+        "start": array("q", (1_000_000 + 5_000 * i for i in range(n))),
+        "duration": array("q", (2_000 + i % 1_000 for i in range(n))),
+        "call_id": array("q", (i % 4 for i in range(n))),
+        "stack_id": array("q", (i % 64 for i in range(n))),
+    }
+    class Table(dict):
+        rows = n
+    class Stream:
+        def table(self, name):
+            return Table(columns)
+    strings = dict(enumerate(("poll", "futex", "read", "epoll_wait")))
+    stacks = {
+        k: model.Stack(tuple(model.Frame(f"f{k}_{d}", "/lib/x.so", d) for d in range(12)))
+        for k in range(64)
+    }
+    source = InprocessCpuSource.__new__(InprocessCpuSource)
+    source.counts = Counter()
+    with TraceWriter("out.perfetto-trace", command_line=("waits",)) as w:
+        w.producer("cpu").write_all(source._waits(Stream(), 10, strings, stacks))
     sys.exit(0)
 sys.argv = [runner, "--run", *sys.argv[3:]]
 runpy.run_path(runner, run_name="__main__")

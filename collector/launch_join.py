@@ -64,9 +64,6 @@ class EbpfLaunchStacks:
         self.uprobes.stop()
 
     def events(self) -> Iterator[model.Event]:
-        # The stream decoders (numpy) load once the target ran, not before it starts.
-        from collector.sources.cupti_api import has_user_frame, is_launch
-
         counts: dict[str, int] = {}
         with_user_frame = joined_launches = 0
         for ev in with_launch_stacks(self.gpu.events(), self.uprobes.hits(), counts):
@@ -74,13 +71,6 @@ class EbpfLaunchStacks:
                 n, user = _launches_with_stack(ev.cpu)
                 joined_launches += n
                 with_user_frame += user
-            elif (
-                isinstance(ev, model.CpuSlice)
-                and ev.launch_stack is not None
-                and is_launch(ev.name)
-            ):
-                joined_launches += 1
-                with_user_frame += has_user_frame(ev.launch_stack)
             yield ev
         self._counts = {
             **counts,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from collector import model
 from collector.model import Frame, Stack
+from tests.slice_batches import batched
 
 PID = TID = 4242
 T0 = 10_000_000_000
@@ -230,7 +231,7 @@ def _finish(
         command_line=["xpu-perf", "record", "--", "python3", "train.py"],
         sample_frequency_hz=HZ,
     ) as writer:
-        writer.producer("cupti").write_all(sorted(events, key=_event_ts))
+        writer.producer("cupti").write_all(batched(sorted(events, key=_event_ts)))
     return expected
 
 

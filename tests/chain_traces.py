@@ -14,6 +14,7 @@ from pathlib import Path
 
 from collector import model
 from collector.model import Frame, Stack
+from tests.slice_batches import batched
 
 from .analysis_traces import HZ, LOOP, PERIOD, PID, STREAM, T0, TID, _py
 
@@ -191,5 +192,7 @@ def write(
         command_line=["xpu-perf", "record", "--", "python3", "train.py"],
         sample_frequency_hz=HZ,
     ) as writer:
-        writer.producer("cupti").write_all(sorted(events, key=lambda e: int(getattr(e, "ts", 0))))
+        writer.producer("cupti").write_all(
+            batched(sorted(events, key=lambda e: int(getattr(e, "ts", 0))))
+        )
     return Chain(steps, gap_ns)

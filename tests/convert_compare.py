@@ -21,6 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tests.slice_batches import batched
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collector import cli
@@ -110,7 +112,7 @@ def write_objects(src: Path, out: Path) -> None:
     stats = kineto.ConvertStats()
     head = kineto.read_head(src)
     with TraceWriter(out, compression_level=DEFAULT_COMPRESSION_LEVEL) as writer:
-        writer.producer("kineto").write_all(convert_events(src, head, stats))
+        writer.producer("kineto").write_all(batched(convert_events(src, head, stats)))
         if head.host is not None:
             writer.set_metadata("host", head.host)
 

@@ -2,7 +2,7 @@
 (collector/sources/kineto_columns.py) is held to: one model event per Kineto event, its
 flows linked in a window of events (tests/kineto_reference_flows.py).  Tests compare what
 trace_processor reads back from both (tests/convert_compare.py), their counts, and the
-bytes they write (tests/test_trace_bytes.py's "convert-objects" cases).
+bytes they write (tests/test_trace_bytes.py's "convert-reference" cases).
 
 It shares the per-event conversion (times, ids, names, args, categories) with the product
 (collector/sources/kineto_events.py, kineto_ids.py); its own are the event-at-a-time loop

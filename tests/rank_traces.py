@@ -23,6 +23,7 @@ from pathlib import Path
 
 from collector import model
 from collector.model import Frame, Stack
+from tests.slice_batches import batched
 
 NCCL_NAMES = (
     "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
@@ -217,7 +218,7 @@ def recorded_rank_trace(
         clock_snapshot=snapshot,
         sample_frequency_hz=99,
     ) as writer:
-        writer.producer("cupti").write_all(events)
+        writer.producer("cupti").write_all(batched(events))
         writer.set_metadata("host", spec.host)
         if window_steps is not None:
             first, last = window_steps

@@ -18,6 +18,7 @@ from exporters.analysis.steps import step_table
 from exporters.analysis.tables import Scope, StepsError
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import batched
 
 from . import analysis_traces
 from .conftest import run_cli
@@ -177,7 +178,7 @@ def test_marked_steps_win_over_detection(tmp_path: Path) -> None:
             )
         )
     with TraceWriter(path) as w:
-        w.producer("p").write_all(events)
+        w.producer("p").write_all(batched(events))
     with open_trace(path) as t:
         analysis = analyze(t)
     assert [s.name for s in analysis.steps.steps] == [f"ProfilerStep#{i}" for i in range(5)]

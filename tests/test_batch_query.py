@@ -16,6 +16,7 @@ from collector import model
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.engine.views import load_views
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import as_batch
 
 from .conftest import run_cli
 
@@ -33,8 +34,11 @@ def write_rank_trace(path: Path, rank: int) -> Path:
         p.write(model.ranked_process(100 + rank, "python", rank=rank, world_size=TRACES))
         p.write(model.ThreadInfo(100 + rank, 100 + rank, "main"))
         p.write(model.GpuDevice(0, "Test GPU"))
-        for i in range(rank + 1):
-            p.write(model.GpuOp(0, 7, 1000 * i, 10 + rank, f"k{i % 3}", model.CAT_KERNEL))
+        ops = [
+            model.GpuOp(0, 7, 1000 * i, 10 + rank, f"k{i % 3}", model.CAT_KERNEL)
+            for i in range(rank + 1)
+        ]
+        p.write(as_batch(ops))
     return path
 
 

@@ -1,14 +1,20 @@
-"""The writer's columnar path (SliceBatch) against its object path, through trace_processor.
+"""The writer's slice encoder (batch_writer.py: a SliceBatch in columns), read back
+through trace_processor against what the batch's rows say by themselves.
 
-Every batch is written twice, once as a SliceBatch and once as the same slices as objects
-(`SliceBatch.slices()`), and both traces must read back the same: slices with their
-tracks and lanes, nesting, args, flows and launch stacks.
+Every batch is read back and compared with a model computed from its rows
+(`SliceBatch.slices()`): each slice with its args (correlation id, launch stack, a GPU
+op's device and stream), its thread or stream, its lane (lanes.LaneSet.place over the
+track's slices in start order, the longer of two first: what the encoder's shortcuts
+for disjoint and nested slices must agree with), its depth and parent within the lane;
+the flows that go forward in time; and a launch-stack sample per API call with a stack.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,9 +23,11 @@ from hypothesis import strategies as st
 
 from collector import model
 from collector.sources.cupti import CuptiSource
-from exporters.perfetto import batch_writer
+from exporters.perfetto import batch_writer, launch_stacks
 from exporters.perfetto.engine.trace_processor import open_trace
+from exporters.perfetto.lanes import LaneSet
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import as_batch
 
 REPO = Path(__file__).resolve().parent.parent
 PID = 77
@@ -102,23 +110,91 @@ def make_batch(
     return model.SliceBatch(PID, _columns(cpu, False), _columns(gpu, True), flow_from, flow_to)
 
 
-def _write(path: Path, batches: list[model.SliceBatch], as_objects: bool) -> dict[str, int]:
+def _write(path: Path, batches: list[model.SliceBatch]) -> dict[str, int]:
     with TraceWriter(path) as w:
         p = w.producer("test")
         p.write(model.ProcessInfo(PID, "app"))
         p.write(model.GpuDevice(0, "GPU zero"))
         p.write(model.GpuDevice(1, "GPU one"))
-        for batch in batches:
-            if as_objects:
-                p.write_all(batch.slices())
-                p.flush()  # a batch is written when it comes, before the next one
-            else:
-                p.write(batch)
+        p.write_all(batches)
     return dict(w.counts)
 
 
+def _expected(batches: list[model.SliceBatch]) -> dict[str, object]:
+    """The fingerprint (see _fingerprint) the batches' rows make, lanes by LaneSet."""
+    lane_sets: dict[tuple[int, ...], LaneSet] = {}
+    lanes: dict[tuple[int, ...], list[tuple[int, int, int, tuple]]] = {}  # placed order
+    flows = []
+    samples = []
+    extra_lanes = 0
+    for batch in batches:
+        slices = list(batch.slices())
+        sigs = []
+        for ev in slices:
+            args = dict(ev.args)
+            if isinstance(ev, model.GpuOp):
+                args.update(device=ev.device, stream=ev.stream)
+                if ev.correlation_id is not None:
+                    args["correlation_id"] = ev.correlation_id
+            elif ev.launch_stack is not None:
+                args[launch_stacks.ARG_KEY] = launch_stacks.stack_text(ev.launch_stack)
+                samples.append(
+                    (ev.ts, ev.tid, ";".join(f.function for f in ev.launch_stack.frames))
+                )
+            text = ",".join(f"debug.{k}={v}" for k, v in sorted(args.items()))
+            sigs.append((ev.ts, ev.dur, ev.name, ev.category, text))
+        starts: dict[int, list[int]] = {}
+        for i, ev in enumerate(slices):
+            for fid in ev.flow_ids:
+                starts.setdefault(fid, []).append(i)
+        for i, ev in enumerate(slices):
+            for fid in ev.terminating_flow_ids:
+                for src in starts.get(fid, ()):
+                    if ev.ts >= slices[src].ts:  # trace_processor drops one going back
+                        flows.append((sigs[src], sigs[i]))
+
+        def track(ev: model.CpuSlice | model.GpuOp) -> tuple[int, ...]:
+            if isinstance(ev, model.GpuOp):
+                return (1, ev.device, ev.stream)
+            return (0, ev.pid, ev.tid)
+
+        order = sorted(
+            range(len(slices)), key=lambda i: (track(slices[i]), sigs[i][0], -sigs[i][1], i)
+        )
+        for i in order:
+            ev = slices[i]
+            key = track(ev)
+            lane_set = lane_sets.setdefault(key, LaneSet())
+            before = lane_set.count
+            lane = lane_set.place(ev.ts, ev.dur)
+            extra_lanes += lane_set.count - max(before, 1)
+            tid = ev.tid if isinstance(ev, model.CpuSlice) else -1
+            lanes.setdefault((*key, lane), []).append((ev.ts, ev.dur, tid, sigs[i]))
+    rows = []
+    for members in lanes.values():
+        # Depth and parent within the lane: its slices nest; an END comes before a BEGIN
+        # of the same time, so a slice that ends where another starts is not its parent.
+        open_slices: list[tuple[int, tuple]] = []  # (end, sig)
+        for ts, dur, tid, sig in sorted(members, key=lambda m: (m[0], -m[1])):
+            while open_slices and open_slices[-1][0] <= ts:
+                open_slices.pop()
+            parent = open_slices[-1][1][2] if open_slices else ""
+            rows.append((*sig, len(open_slices), tid, parent))
+            if dur > 0:
+                open_slices.append((ts + dur, sig))
+    return {
+        "slices": sorted(rows),
+        "lanes": sorted(
+            (tuple(sorted(m[3] for m in v)) for v in lanes.values()), key=lambda v: (len(v), v)
+        ),
+        "flows": sorted(flows),
+        "samples": sorted(samples),
+        "extra_lanes": extra_lanes,
+    }
+
+
 def _fingerprint(path: Path) -> dict[str, object]:
-    """What must agree between the two paths, free of ids that depend on write order."""
+    """What the trace reads back as, free of ids that depend on write order."""
     with open_trace(path) as t:
         slices = t.query(
             "select s.id, s.ts, s.dur, s.name, s.category, s.depth, s.track_id, "
@@ -170,16 +246,13 @@ def _fingerprint(path: Path) -> dict[str, object]:
             "select name, value from stats where severity in ('error', 'data_loss') and value > 0"
         )
     return {
-        "slices": sorted(
-            (
-                *sig[r["id"]],
-                r["depth"],
-                r["tid"],
-                r["track_name"],
-                r["parent"] or "",
-            )
+        "slices": sorted((*sig[r["id"]], r["depth"], r["tid"], r["parent"] or "") for r in slices),
+        # A GPU op's track: its stream's (the lane tracks of a stream carry its name).
+        "stream_tracks": [
+            (r["track_name"], re.search(r"debug\.stream=(\d+)", r["args"] or ""))
             for r in slices
-        ),
+            if r["tid"] == -1
+        ],
         "lanes": sorted((tuple(sorted(v)) for v in lanes.values()), key=lambda v: (len(v), v)),
         "flows": flows,
         "samples": samples,
@@ -187,18 +260,40 @@ def _fingerprint(path: Path) -> dict[str, object]:
     }
 
 
+def _assert_lanes(got: dict[str, object], want: dict[str, object]) -> None:
+    """Every lane of the model is on one track of the trace (trace_processor merges a
+    stream's or thread's lane tracks whose slices do not overlap: a track may hold
+    several lanes), and on every track the slices nest."""
+    tracks = [Counter(lane) for lane in got["lanes"]]  # type: ignore[attr-defined]
+    for lane in want["lanes"]:  # type: ignore[attr-defined]
+        assert any(Counter(lane) <= track for track in tracks), lane
+    assert sum(map(len, got["lanes"])) == sum(map(len, want["lanes"]))  # type: ignore[arg-type]
+    for track in got["lanes"]:  # type: ignore[attr-defined]
+        ends: list[int] = []
+        for ts, dur, *_ in sorted(track, key=lambda sig: (sig[0], -sig[1])):
+            while ends and ends[-1] <= ts:
+                ends.pop()
+            end = ts + max(dur, 0)
+            assert not ends or end <= ends[-1], f"{track}: a slice overlaps another partly"
+            if dur > 0:
+                ends.append(end)
+
+
 def _compare(tmp_path: Path, batches: list[model.SliceBatch]) -> dict[str, object]:
-    columnar = tmp_path / "columnar.perfetto-trace"
-    objects = tmp_path / "objects.perfetto-trace"
-    counts_c = _write(columnar, batches, as_objects=False)
-    counts_o = _write(objects, batches, as_objects=True)
-    got, want = _fingerprint(columnar), _fingerprint(objects)
-    assert got["errors"] == [] and want["errors"] == []
-    for key in ("slices", "lanes", "flows", "samples"):
+    path = tmp_path / "batches.perfetto-trace"
+    counts = _write(path, batches)
+    got, want = _fingerprint(path), _expected(batches)
+    assert got["errors"] == []
+    for name, stream in got["stream_tracks"]:  # type: ignore[attr-defined]
+        assert stream is not None and name == f"Stream {stream[1]}"
+    for key in ("slices", "flows", "samples"):
         assert got[key] == want[key], key
-    assert counts_c == counts_o
+    _assert_lanes(got, want)
     n_slices = sum(b.cpu.rows + b.gpu.rows for b in batches)
     assert len(got["slices"]) == n_slices  # type: ignore[arg-type]
+    assert counts["slices"] == n_slices
+    assert counts["launch_stacks"] == len(want["samples"])  # type: ignore[arg-type]
+    assert counts["extra_lanes"] == want["extra_lanes"]
     return got
 
 
@@ -279,11 +374,11 @@ def test_disjoint_launches_one_lane_each(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("workload", ["launch_bound", "cuda_graph", "multi_gpu"])
-def test_real_h100_streams_read_back_like_objects(tmp_path: Path, workload: str) -> None:
+def test_real_h100_streams_read_back_as_their_rows(tmp_path: Path, workload: str) -> None:
     """Streams that `record --keep-streams` kept on the lent H100 and 2xH200 (multi_gpu:
     kernels on two GPUs, peer copies; bench/data/cupti_streams):
-    the CUPTI source's batch reads back like its slices written as objects, and every
-    kernel, API call, flow and launch stack the source counted is in the trace."""
+    the CUPTI source's batch reads back as its rows say, and every kernel, API call,
+    flow and launch stack the source counted is in the trace."""
     streams = tmp_path / "streams"
     streams.mkdir()
     # A copy: the reader takes only regular files of the directory's owner (no links).
@@ -294,20 +389,14 @@ def test_real_h100_streams_read_back_like_objects(tmp_path: Path, workload: str)
     events = list(source.events())
     batches = [e for e in events if isinstance(e, model.SliceBatch)]
     assert len(batches) == 1
-    paths = {"columnar": tmp_path / "c.perfetto-trace", "objects": tmp_path / "o.perfetto-trace"}
-    for label, path in paths.items():
-        with TraceWriter(path) as w:
-            p = w.producer("cupti")
-            for ev in events:
-                if isinstance(ev, model.SliceBatch) and label == "objects":
-                    p.write_all(ev.slices())
-                    p.flush()
-                else:
-                    p.write(ev)
-    got, want = _fingerprint(paths["columnar"]), _fingerprint(paths["objects"])
-    assert got["errors"] == [] and want["errors"] == []
-    for key in ("slices", "lanes", "flows", "samples"):
+    path = tmp_path / "c.perfetto-trace"
+    with TraceWriter(path) as w:
+        w.producer("cupti").write_all(events)
+    got, want = _fingerprint(path), _expected(batches)
+    assert got["errors"] == []
+    for key in ("slices", "flows", "samples"):
         assert got[key] == want[key], key
+    _assert_lanes(got, want)
     counts = source.counts
     kernels = sum(1 for s in got["slices"] if s[3] == model.CAT_KERNEL)  # type: ignore[union-attr]
     assert kernels == counts["records_kernel"] == counts["cupti_delivered_kernel"] > 0
@@ -317,9 +406,8 @@ def test_real_h100_streams_read_back_like_objects(tmp_path: Path, workload: str)
 
 
 def test_slices_after_a_batch_in_one_stream_are_all_written(tmp_path: Path) -> None:
-    """A SliceBatch in `write_all` flushes the object slices before it into a new list; the
-    slices that follow it in the same stream must go to that list and be written too (a
-    source that yields both, as a Kineto conversion in columns would)."""
+    """Batches before and after another in the same stream of events are all written (a
+    source that yields several, as a Kineto conversion in columns does)."""
     batch = make_batch(random.Random(5), n_cpu=20, n_gpu=10, threads=2, streams=2)
     before = [model.CpuSlice(PID, PID, 1_000 + i, 5, f"before {i}", "cpu_op") for i in range(3)]
     after = [model.CpuSlice(PID, PID, 90_000 + i * 10, 5, f"after {i}", "cpu_op") for i in range(3)]
@@ -334,7 +422,8 @@ def test_slices_after_a_batch_in_one_stream_are_all_written(tmp_path: Path) -> N
             sql = "select name from slice where category = 'cpu_op' order by ts"
             return [r["name"] for r in t.query(sql)], t.scalar("select count(*) from slice")
 
-    names, total = written([*before, batch, *after], "mixed.perfetto-trace")
+    mixed = [as_batch(before), batch, as_batch(after)]
+    names, total = written(mixed, "mixed.perfetto-trace")
     _, batch_alone = written([batch], "batch.perfetto-trace")
     assert names == [s.name for s in before + after]
     assert total == len(before) + len(after) + batch_alone

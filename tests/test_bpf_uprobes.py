@@ -15,6 +15,7 @@ from collector.model import CAT_CUDA_API, NONE, CpuSlice, Frame, SliceBatch, Sli
 from collector.sources.bcc_uprobes import LaunchHit, with_launch_stacks
 from tests.native.bpf_harness import STATS_ERRORS_SQL, metadata, query, record, requires_bpf
 from tests.native.build import build_all
+from tests.slice_batches import as_batch
 
 N_LAUNCHES = 20_000
 
@@ -91,9 +92,10 @@ def test_with_launch_stacks_joins_by_pid_and_correlation_id() -> None:
     api = CpuSlice(10, 11, 4, 3, "cudaLaunchKernel", CAT_CUDA_API, {"correlation_id": 7})
     other_pid = CpuSlice(12, 12, 4, 3, "cudaLaunchKernel", CAT_CUDA_API, {"correlation_id": 7})
     counts: dict[str, int] = {}
-    out = list(with_launch_stacks([api, other_pid], hits, counts))
-    assert out[0].launch_stack == stack
-    assert out[1].launch_stack is None
+    batches = [as_batch([api]), as_batch([other_pid])]  # batches without a stack column
+    out = [s for b in with_launch_stacks(batches, hits, counts) for s in b.slices()]
+    assert isinstance(out[0], CpuSlice) and out[0].launch_stack == stack
+    assert isinstance(out[1], CpuSlice) and out[1].launch_stack is None
     assert counts == {"launch_stacks_joined": 1, "launch_stacks_unmatched": 0}
 
 

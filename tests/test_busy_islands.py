@@ -17,6 +17,7 @@ from exporters.analysis.analyze import load_for_query
 from exporters.analysis.busy import running_reach, time_order
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import batched
 
 from . import analysis_traces
 from .test_kernel_overlap import _ops
@@ -67,7 +68,7 @@ def _traces(tmp_path: Path) -> list[Path]:
     for seed in (1, 2, 3):
         path = tmp_path / f"ops{seed}.perfetto-trace"
         with TraceWriter(path) as writer:
-            writer.producer("cupti").write_all(_ops(seed))
+            writer.producer("cupti").write_all(batched(_ops(seed)))
         paths.append(path)
     for scenario in ("launch_bound", "gpu_bound", "sync"):
         path = tmp_path / f"{scenario}.perfetto-trace"
@@ -103,7 +104,7 @@ def test_islands_merge_overlaps(tmp_path: Path, seed: int) -> None:
     their union is that of the ops (the 'any' islands cover every op)."""
     path = tmp_path / "ops.perfetto-trace"
     with TraceWriter(path) as writer:
-        writer.producer("cupti").write_all(_ops(seed))
+        writer.producer("cupti").write_all(batched(_ops(seed)))
     with open_trace(path) as t:
         load_for_query(t)
         islands = t.query(

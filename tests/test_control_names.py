@@ -20,6 +20,7 @@ from collector import model
 from exporters.perfetto.writer import TraceWriter
 from exporters.report.flamegraph import render_svg
 from exporters.report.markup import escape, escape_text, visible
+from tests.slice_batches import batched
 
 from .conftest import run_cli
 
@@ -107,7 +108,7 @@ def _trace_with_control_names(path: Path) -> Path:
         )
     events.sort(key=lambda e: getattr(e, "ts", 0))
     with TraceWriter(path, sample_frequency_hz=999) as writer:
-        writer.producer("test").write_all(events)
+        writer.producer("test").write_all(batched(events))
     return path
 
 

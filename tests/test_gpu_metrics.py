@@ -21,6 +21,7 @@ from exporters.analysis import gpu_metrics
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.engine.views import load_views
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import batched
 
 from .fake_nvml import (
     NVML_ERROR_IN_USE,
@@ -87,8 +88,10 @@ def write(path: Path, sampler: CounterSampler, kernels: list[tuple[str, int, int
         for columns in sampler.devices:
             producer.write_all(columns.series())
         producer.write_all(
-            model.GpuOp(0, 7, T0 + a * MS, (b - a) * MS, name, "kernel", {}, correlation_id=i)
-            for i, (name, a, b) in enumerate(kernels)
+            batched(
+                model.GpuOp(0, 7, T0 + a * MS, (b - a) * MS, name, "kernel", {}, correlation_id=i)
+                for i, (name, a, b) in enumerate(kernels)
+            )
         )
 
 
@@ -307,9 +310,11 @@ def test_report_shows_counters_kernels_and_the_source(tmp_path: Path) -> None:
         for columns in sampler.devices:
             producer.write_all(columns.series())
         producer.write_all(
-            model.GpuOp(0, 7, T0 + a * MS, 5 * MS, name, "kernel", {}, correlation_id=a)
-            for a, name in [(t, "gemm_bf16") for t in range(210, 390, 10)]
-            + [(t, "vector_add") for t in range(410, 590, 10)]
+            batched(
+                model.GpuOp(0, 7, T0 + a * MS, 5 * MS, name, "kernel", {}, correlation_id=a)
+                for a, name in [(t, "gemm_bf16") for t in range(210, 390, 10)]
+                + [(t, "vector_add") for t in range(410, 590, 10)]
+            )
         )
     with open_trace(out) as trace:
         report = collect(trace, out)
@@ -526,12 +531,16 @@ def test_report_counters_per_step(tmp_path: Path) -> None:
         for columns in sampler.devices:
             producer.write_all(columns.series())
         producer.write_all(
-            model.CpuSlice(1, 1, T0 + a * MS, 200 * MS, f"ProfilerStep#{i}", "user_annotation")
-            for i, a in enumerate((0, 200, 400))
+            batched(
+                model.CpuSlice(1, 1, T0 + a * MS, 200 * MS, f"ProfilerStep#{i}", "user_annotation")
+                for i, a in enumerate((0, 200, 400))
+            )
         )
         producer.write_all(
-            model.GpuOp(0, 7, T0 + a * MS, 5 * MS, "k", "kernel", {}, correlation_id=a)
-            for a in range(0, 600, 50)
+            batched(
+                model.GpuOp(0, 7, T0 + a * MS, 5 * MS, "k", "kernel", {}, correlation_id=a)
+                for a in range(0, 600, 50)
+            )
         )
     with open_trace(out) as trace:
         report = collect(trace, out)

@@ -17,6 +17,7 @@ from exporters.analysis.analyze import load_for_query as load_analysis
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.engine.views import load_views
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import batched
 
 from .conftest import REPO, run_cli
 
@@ -129,7 +130,7 @@ def _rows(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]
 def test_sweep_equals_pairwise_on_random_ops(tmp_path: Path, seed: int) -> None:
     path = tmp_path / "ops.perfetto-trace"
     with TraceWriter(path) as writer:
-        writer.producer("cupti").write_all(_ops(seed))
+        writer.producer("cupti").write_all(batched(_ops(seed)))
     pairwise, sweep = _rows(path)
     assert len(pairwise) >= 4  # both devices, several kinds; none of device 2
     assert sweep == pairwise

@@ -222,12 +222,13 @@ def test_nested_check_agrees_with_place() -> None:
 
 
 def test_slices_after_a_batch_in_one_stream_are_written(tmp_path: Path) -> None:
-    """Producer.write_all: a SliceBatch flushes the object slices so far into a new list;
-    the slices after it went to the old one, never written (the columnar conversion
-    yields object slices between its batches)."""
+    """Producer.write_all: batches before and after another in one stream are all written
+    (the columnar conversion yields the batch of its events of another layout between
+    its batches)."""
     from collector import model
     from exporters.perfetto.engine.trace_processor import open_trace
     from exporters.perfetto.writer import TraceWriter
+    from tests.slice_batches import as_batch
 
     def columns(gpu: bool) -> model.SliceColumns:
         rows = 0 if gpu else 1
@@ -241,7 +242,8 @@ def test_slices_after_a_batch_in_one_stream_are_written(tmp_path: Path) -> None:
     later = [model.CpuSlice(1, 2, 200 + i, 5, f"after {i}", "cpu_op") for i in range(3)]
     out = tmp_path / "t.perfetto-trace"
     with TraceWriter(out) as w:
-        w.producer("test").write_all([model.CpuSlice(1, 2, 50, 5, "before"), batch, *later])
+        before = as_batch([model.CpuSlice(1, 2, 50, 5, "before")])
+        w.producer("test").write_all([before, batch, as_batch(later)])
     with open_trace(out) as t:
         names = [r["name"] for r in t.query("select name from slice order by ts")]
     assert [n for n in names if n != "op" and not n.startswith("xpu")][-3:] == [

@@ -19,6 +19,7 @@ from exporters.analysis.busy import gpu_busy
 from exporters.analysis.session import AnalysisSession, session_of
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import batched
 
 from .test_kernel_overlap import _ops
 
@@ -123,7 +124,7 @@ def test_gpu_busy_lives_in_the_trace_session(tmp_path: Path) -> None:
     on a second ask, another for the same file opened again, gone with the trace."""
     path = tmp_path / "ops.perfetto-trace"
     with TraceWriter(path) as writer:
-        writer.producer("cupti").write_all(_ops(1))
+        writer.producer("cupti").write_all(batched(_ops(1)))
     with open_trace(path) as first, open_trace(path) as second:
         assert first.analysis_session is None
         load_for_query(first)

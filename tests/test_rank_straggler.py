@@ -12,6 +12,7 @@ from pathlib import Path
 from collector import model
 from collector.model import Frame, Stack
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import batched
 
 from .analysis_traces import HZ, PERIOD, _py
 from .conftest import run_cli
@@ -85,7 +86,7 @@ def _job(
                     ts += PERIOD
                 launch(pid, base + 5_100_000, rank, base + 5_120_000, base + 5_700_000, NCCL)
     with TraceWriter(path, sample_frequency_hz=HZ) as w:
-        w.producer("p").write_all(sorted(events, key=lambda e: getattr(e, "ts", 0)))
+        w.producer("p").write_all(batched(sorted(events, key=lambda e: getattr(e, "ts", 0))))
     return path
 
 

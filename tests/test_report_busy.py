@@ -17,6 +17,7 @@ import pytest
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 from exporters.report.queries import collect
+from tests.slice_batches import batched
 
 from .test_kernel_overlap import _ops
 from .test_report import ALL, section, union_length
@@ -32,7 +33,7 @@ where s.category in ('kernel', 'memcpy', 'memset')
 def test_stream_busy_is_the_union_on_lanes_and_single_lanes(tmp_path: Path, seed: int) -> None:
     path = tmp_path / "ops.perfetto-trace"
     with TraceWriter(path) as writer:
-        writer.producer("cupti").write_all(_ops(seed))
+        writer.producer("cupti").write_all(batched(_ops(seed)))
     with open_trace(path) as t:
         report = collect(t, path.name, top=ALL, bins=50)
         raw = t.query(RAW)

@@ -12,6 +12,7 @@ from collector import model
 from exporters.analysis.analyze import analyze
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import batched
 
 from .analysis_traces import LAUNCH_STACK, SYNC_STACK
 from .conftest import run_cli
@@ -61,7 +62,9 @@ class _Trace:
 
     def write(self, path: Path) -> Path:
         with TraceWriter(path) as w:
-            w.producer("p").write_all(sorted(self.events, key=lambda e: getattr(e, "ts", 0)))
+            w.producer("p").write_all(
+                batched(sorted(self.events, key=lambda e: getattr(e, "ts", 0)))
+            )
         return path
 
 

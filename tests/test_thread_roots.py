@@ -16,6 +16,7 @@ from exporters.analysis.tables import DEFAULT_SCOPE
 from exporters.folded.folded import fold
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.report.queries import collect
+from tests.slice_batches import batched
 
 from .conftest import REPO, run_cli
 
@@ -87,7 +88,9 @@ def _write(path: Path, processes: dict[int, str]) -> None:
             )
         t += 10 * MS
     with TraceWriter(path, command_line=["xpu-perf", "record"], sample_frequency_hz=1000) as w:
-        w.producer("test").write_all(sorted(events, key=lambda e: int(getattr(e, "ts", 0))))
+        w.producer("test").write_all(
+            batched(sorted(events, key=lambda e: int(getattr(e, "ts", 0))))
+        )
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,11 @@
 The writer is refactored under this test: a change that moves one byte of any trace (an
 interned id, a packet's place in a chunk, a clock id, a deflate chunk boundary) fails it.
 Each case writes a trace as the product does (convert: Kineto JSON through the columnar
-conversion at convert's default level and at 10, and through the object path it replaced, kept as
-the reference the columns are checked against (tests/test_kineto_columns.py); record: the
-CUPTI streams kept on the H100 through the columnar path at the default level; plus the
-same slices as objects, and a synthetic run with CPU samples, instants and renamed
-threads) and compares the sha256 of the file with
+conversion at convert's default level and at 10, and through the reference conversion
+the columns are checked against (tests/kineto_reference.py, tests/test_kineto_columns.py),
+its slices batched by tests/slice_batches.py; record: the CUPTI streams kept on the H100
+at the default level; and a synthetic run with CPU samples, instants, renamed threads and
+batches that go back in time) and compares the sha256 of the file with
 tests/data/trace_digests.json.  (The metadata holds the tool's version: a version bump
 changes every digest.)
 
@@ -38,6 +38,7 @@ from exporters.perfetto.writer import (  # noqa: E402
     DEFAULT_COMPRESSION_LEVEL,
     TraceWriter,
 )
+from tests.slice_batches import batched, in_batches  # noqa: E402
 
 DIGESTS = REPO / "tests/data/trace_digests.json"
 # `convert --compression-level 10`, the smaller file (and 4 MiB chunks: another layout).
@@ -61,6 +62,7 @@ KINETO = [
     "kineto_multi_stream",
 ]
 STREAMS = ["cuda_graph", "launch_bound", "multi_gpu"]
+SYNTHETIC_BATCH = 500
 
 
 def convert(name: str, level: int) -> Callable[[Path], None]:
@@ -76,8 +78,8 @@ def convert(name: str, level: int) -> Callable[[Path], None]:
     return write
 
 
-def convert_objects(name: str, level: int) -> Callable[[Path], None]:
-    """bench/data/NAME.json.gz through the reference object path (tests/kineto_reference.py)."""
+def convert_reference(name: str, level: int) -> Callable[[Path], None]:
+    """bench/data/NAME.json.gz through the reference conversion (tests/kineto_reference.py)."""
 
     def write(out: Path) -> None:
         from collector.commands.convert import summary_counters
@@ -88,16 +90,15 @@ def convert_objects(name: str, level: int) -> Callable[[Path], None]:
         stats = kineto.ConvertStats()
         head = kineto.read_head(src)
         with TraceWriter(out, command_line=COMMAND_LINE, compression_level=level) as w:
-            w.producer("kineto").write_all(convert_events(src, head, stats))
+            w.producer("kineto").write_all(batched(convert_events(src, head, stats)))
             for key, value in summary_counters(stats).items():
                 w.set_metadata(f"convert_{key}", value)
 
     return write
 
 
-def record(name: str, objects: bool) -> Callable[[Path], None]:
-    """What `record` writes from a kept CUPTI stream: its SliceBatch (columnar path), or
-    with `objects` the same slices as objects (object path)."""
+def record(name: str) -> Callable[[Path], None]:
+    """What `record` writes from a kept CUPTI stream."""
 
     def write(out: Path) -> None:
         from collector.sources.cupti import CuptiSource
@@ -114,19 +115,15 @@ def record(name: str, objects: bool) -> Callable[[Path], None]:
             clock_id=pb.BUILTIN_CLOCK_MONOTONIC,
             clock_snapshot=SNAPSHOT,
         ) as w:
-            p = w.producer("cupti")
-            for ev in CuptiSource(streams).events():
-                if objects and isinstance(ev, model.SliceBatch):
-                    p.write_all(ev.slices())
-                else:
-                    p.write(ev)
+            w.producer("cupti").write_all(CuptiSource(streams).events())
 
     return write
 
 
 def synthetic_events() -> Iterable[model.Event]:
     """What no kept input has: CPU timer samples, instants on threads, renamed threads and
-    processes, overlapping and late slices, float and bool args, huge ints."""
+    processes, overlapping slices, float and bool args, huge ints; in batches (SYNTHETIC_BATCH
+    slices each) of which some go back in time (late slices)."""
     stacks = [
         model.Stack(tuple(model.Frame(f"f{d}_{k}", "/lib/libx.so", 0x100 * d) for d in range(8)))
         for k in range(5)
@@ -174,7 +171,7 @@ def synthetic(level: int) -> Callable[[Path], None]:
             sample_frequency_hz=999,
             compression_level=level,
         ) as w:
-            w.producer("synthetic").write_all(synthetic_events())
+            w.producer("synthetic").write_all(in_batches(synthetic_events(), SYNTHETIC_BATCH))
             w.set_metadata("extra", "value")
 
     return write
@@ -187,14 +184,13 @@ CASES: dict[str, Callable[[Path], None]] = {
         for level in (DEFAULT_COMPRESSION_LEVEL, SMALL_FILE_LEVEL)
     },
     **{
-        f"convert-objects/{n}/level{SMALL_FILE_LEVEL}": convert_objects(n, SMALL_FILE_LEVEL)
+        f"convert-reference/{n}/level{SMALL_FILE_LEVEL}": convert_reference(n, SMALL_FILE_LEVEL)
         for n in KINETO
     },
-    f"convert-objects/example_kineto/level{DEFAULT_COMPRESSION_LEVEL}": convert_objects(
+    f"convert-reference/example_kineto/level{DEFAULT_COMPRESSION_LEVEL}": convert_reference(
         "example_kineto", DEFAULT_COMPRESSION_LEVEL
     ),
-    **{f"record/{n}/columnar": record(n, False) for n in STREAMS},
-    **{f"record/{n}/objects": record(n, True) for n in ("cuda_graph", "multi_gpu")},
+    **{f"record/{n}/columnar": record(n) for n in STREAMS},
     f"synthetic/level{DEFAULT_COMPRESSION_LEVEL}": synthetic(DEFAULT_COMPRESSION_LEVEL),
     f"synthetic/level{SMALL_FILE_LEVEL}": synthetic(SMALL_FILE_LEVEL),
     "synthetic/level0": synthetic(0),

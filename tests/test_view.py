@@ -27,6 +27,7 @@ from collector import model
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
 from exporters.report.ui_server import INTERNAL_USER_SCRIPT, serve_ui, start_in_thread
+from tests.slice_batches import batched
 
 from .browser import Chromium, is_local
 from .conftest import REPO, run_cli
@@ -368,7 +369,7 @@ def _samples_and_launches_trace(path: Path) -> Path:
         )
     events.sort(key=lambda e: getattr(e, "ts", 0))
     with TraceWriter(path, sample_frequency_hz=999) as writer:
-        writer.producer("test").write_all(events)
+        writer.producer("test").write_all(batched(events))
     return path
 
 

@@ -92,7 +92,8 @@ def test_blocking_calls_give_the_same_results_under_the_library(
     assert traced.returncode == 0, traced.stdout + traced.stderr
     assert traced.stdout == plain.stdout
     source = InprocessCpuSource(tmp_path)
-    waits = [e for e in source.events() if isinstance(e, model.CpuSlice)]
+    batches = [e for e in source.events() if isinstance(e, model.SliceBatch)]
+    waits = [s for b in batches for s in b.slices()]
     calls = Counter(str(w.args["call"]) for w in waits)
     assert set(calls) >= BLOCKING, BLOCKING - set(calls)
     assert all(w.dur >= 1000 and w.category == model.CAT_WAIT for w in waits)
@@ -166,7 +167,8 @@ def test_cpython_lock_and_sleep_entry_points(python: str, tmp_path: Path) -> Non
     events = list(InprocessCpuSource(tmp_path).events())
     stacks = {(e.tid, e.ts): e.stack for e in events if isinstance(e, model.WaitStack)}
     seen = Counter()
-    for e in events:
+    waits = [s for b in events if isinstance(b, model.SliceBatch) for s in b.slices()]
+    for e in waits:
         if isinstance(e, model.CpuSlice) and e.dur > 30e6:
             names = [f.function for f in stacks[(e.tid, e.ts)].frames]
             if f"<module> (locks.py:{line})" in names:

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from collector import model
-from exporters.perfetto import compression, producer, wire, writer
+from exporters.perfetto import compression, wire, writer
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import batched, in_batches
 
 # -- wire helpers ----------------------------------------------------------------------
 
@@ -298,34 +299,32 @@ def make_events(items: list) -> list[model.Event]:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(items=st.lists(slice_st, min_size=1, max_size=40), window=st.sampled_from([4, 64, 65536]))
-def test_packets_decode_to_the_upb_messages(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, items: list, window: int
-) -> None:
+@given(items=st.lists(slice_st, min_size=1, max_size=40), batch=st.sampled_from([4, 64, 65536]))
+def test_packets_decode_to_the_upb_messages(tmp_path: Path, items: list, batch: int) -> None:
     """Hand-built BEGIN/END packets, read back with perfetto_trace_pb2, are the events;
-    with small reorder windows many slices arrive late (absolute timestamps, new
-    sequences, flows whose ends come first)."""
-    monkeypatch.setattr(producer, "REORDER_WINDOW", window)
-    monkeypatch.setattr(producer, "LATE_SLICES", 2)
+    in small batches many slices are late for their tracks' clocks (absolute
+    timestamps, lanes and flow ids given after later slices')."""
     events = make_events(items)
     path = tmp_path / "w.perfetto-trace"
     with TraceWriter(path, compression_level=0) as w:
-        w.producer("test").write_all(events)
+        w.producer("test").write_all(in_batches(events, batch))
     check_trace(path, events)
 
 
 def test_flow_ids_are_recycled(tmp_path: Path) -> None:
-    """One launch after the other: every flow is written with a small id."""
+    """One launch after the other: the flows' ids are recycled, a few ids for them all
+    (batch_writer: flow k gets base + k mod the smallest period of 16 or more after which
+    every flow has ended)."""
     events = make_events(
         [(True, 0, i * 10_000, 2_000, "k0", "kernel", {}, True) for i in range(500)]
     )
     path = tmp_path / "f.perfetto-trace"
     with TraceWriter(path) as w:
-        w.producer("test").write_all(events)
+        w.producer("test").write_all(batched(events))
     decoded = check_trace(path, events)
     ids = [f for _, p, _ in decoded.begins for f in p.track_event.flow_ids]
     assert len(ids) == 500
-    assert max(ids) <= 2
+    assert len(set(ids)) == 16
 
 
 def test_samples_and_instants(tmp_path: Path) -> None:
@@ -338,7 +337,7 @@ def test_samples_and_instants(tmp_path: Path) -> None:
     ]
     path = tmp_path / "s.perfetto-trace"
     with TraceWriter(path, sample_frequency_hz=99) as w:
-        w.producer("test").write_all(events)
+        w.producer("test").write_all(batched(events))
     decoded = Decoded(path)
     samples = sorted(decoded.samples, key=lambda s: s[0])
     assert [ts for ts, _ in samples] == [900, 1_000]  # CPU samples only
@@ -390,18 +389,16 @@ def test_one_interned_packet_per_sequence_and_chunk(
 ) -> None:
     """New names of a chunk go into one interned-data packet of the sequence (filled in
     as slices are encoded), which comes before every packet that uses them, also when a
-    chunk ends in the middle of a window and when the producer starts a new sequence."""
+    chunk ends in the middle of a batch and when a batch goes back in time."""
     monkeypatch.setattr(compression, "CHUNK_BYTES", 1 << 12)  # many chunks
-    monkeypatch.setattr(producer, "REORDER_WINDOW", 64)
-    monkeypatch.setattr(producer, "LATE_SLICES", 2)
     items = [
-        (i % 2 == 0, i % 3, (i * 7_919) % 20_000, 50 + i % 300, f"k{i % 97}", "kernel", {}, True)
+        (i % 2 == 0, i % 3, (i * 7_919) % 20_000, 50 + i % 300, f"k{i % 997}", "kernel", {}, True)
         for i in range(2_000)
     ]
     events = make_events(items)
     path = tmp_path / "i.perfetto-trace"
     with TraceWriter(path) as w:
-        w.producer("test").write_all(events)
+        w.producer("test").write_all(in_batches(events, 64))
     check_trace(path, events)  # every BEGIN's name resolves on its sequence
     raw = pb.Trace.FromString(path.read_bytes())
     defined: dict[int, set[int]] = defaultdict(set)  # sequence -> event name iids so far

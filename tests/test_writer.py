@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from collector import model
 from exporters.perfetto import compression
-from exporters.perfetto import producer as producer_module
 from exporters.perfetto import writer as writer_module
 from exporters.perfetto.engine.trace_processor import open_trace
 from exporters.perfetto.writer import TraceWriter
+from tests.slice_batches import as_batch, as_batches, batched
 
 PID = 42
 
@@ -27,39 +27,54 @@ slice_st = st.tuples(
 )
 
 
-def _write(path: Path, items: list[tuple[int, int, int, bool, str]]) -> list[model.Event]:
+def _write(
+    path: Path, items: list[tuple[int, int, int, bool, str]], batch: int | None = None
+) -> list[model.Event]:
+    """The items as API calls and their kernels, written as one SliceBatch, or with
+    `batch` as batches of that many items each, in the items' order (not in time order:
+    a batch may go back in time before the slices of the batches before it)."""
     events: list[model.Event] = []
     with TraceWriter(path) as w:
         p = w.producer("test")
         p.write(model.GpuDevice(0, "Test GPU"))
-        for corr, (lane, ts, dur, gpu, name) in enumerate(items, start=1):
-            fid = model.flow_id(PID, corr)
-            api = model.CpuSlice(
-                PID,
-                PID + lane,
-                ts,
-                1 + dur // 10,
-                "cudaLaunchKernel",
-                model.CAT_CUDA_API,
-                {"correlation_id": corr},
-                flow_ids=(fid,) if gpu else (),
+        size = batch or max(len(items), 1)
+        for first in range(0, len(items), size):
+            part = _items_events(items[first : first + size], first + 1)
+            events += part
+            p.write_all(as_batches(part))
+    return events
+
+
+def _items_events(
+    items: list[tuple[int, int, int, bool, str]], first_corr: int
+) -> list[model.CpuSlice | model.GpuOp]:
+    events: list[model.CpuSlice | model.GpuOp] = []
+    for corr, (lane, ts, dur, gpu, name) in enumerate(items, start=first_corr):
+        fid = model.flow_id(PID, corr)
+        api = model.CpuSlice(
+            PID,
+            PID + lane,
+            ts,
+            1 + dur // 10,
+            "cudaLaunchKernel",
+            model.CAT_CUDA_API,
+            {"correlation_id": corr},
+            flow_ids=(fid,) if gpu else (),
+        )
+        events.append(api)
+        if gpu:
+            op = model.GpuOp(
+                0,
+                7 + lane,
+                ts + 500,
+                dur,
+                name,
+                model.CAT_KERNEL,
+                {"grid_x": 4},
+                correlation_id=corr,
+                terminating_flow_ids=(fid,),
             )
-            events.append(api)
-            p.write(api)
-            if gpu:
-                op = model.GpuOp(
-                    0,
-                    7 + lane,
-                    ts + 500,
-                    dur,
-                    name,
-                    model.CAT_KERNEL,
-                    {"grid_x": 4},
-                    correlation_id=corr,
-                    terminating_flow_ids=(fid,),
-                )
-                events.append(op)
-                p.write(op)
+            events.append(op)
     return events
 
 
@@ -78,19 +93,15 @@ def test_random_streams_round_trip(
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(items=st.lists(slice_st, min_size=1, max_size=60), window=st.sampled_from([3, 16]))
+@given(items=st.lists(slice_st, min_size=1, max_size=60), batch=st.sampled_from([3, 16]))
 def test_late_slices_round_trip(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    items: list[tuple[int, int, int, bool, str]],
-    window: int,
+    tmp_path: Path, items: list[tuple[int, int, int, bool, str]], batch: int
 ) -> None:
-    """Slices that arrive after their reorder window (absolute timestamps, new sequences,
-    flow ends written before their starts) read back the same."""
-    monkeypatch.setattr(producer_module, "REORDER_WINDOW", window)
-    monkeypatch.setattr(producer_module, "LATE_SLICES", 1)
+    """Batches whose slices are earlier than those of the batches before them (late for
+    their tracks' clocks: absolute timestamps, lanes placed after later slices, flow ids
+    given after later ones) read back the same."""
     path = tmp_path / "t.perfetto-trace"
-    events = _write(path, items)
+    events = _write(path, items, batch)
     _check_round_trip(path, events)
 
 
@@ -153,13 +164,12 @@ def test_tracks_lanes_and_samples(tmp_path: Path) -> None:
         p.write(model.ProcessInfo(PID, "python", ("python", "train.py")))
         p.write(model.ThreadInfo(PID, PID, "main"))
         p.write(model.GpuDevice(1, "NVIDIA H100"))
-        p.write(model.GpuOp(1, 3, 100, 50, "a", model.CAT_KERNEL))
-        p.write(model.GpuOp(1, 3, 120, 50, "b", model.CAT_KERNEL))  # overlaps a: sibling lane
-        p.write(
-            model.CpuSlice(
-                PID, PID, 90, 20, "cudaLaunchKernel", model.CAT_CUDA_API, launch_stack=stack
-            )
+        a = model.GpuOp(1, 3, 100, 50, "a", model.CAT_KERNEL)
+        b = model.GpuOp(1, 3, 120, 50, "b", model.CAT_KERNEL)  # overlaps a: sibling lane
+        launch = model.CpuSlice(
+            PID, PID, 90, 20, "cudaLaunchKernel", model.CAT_CUDA_API, launch_stack=stack
         )
+        p.write(as_batch([a, b, launch]))
         p.write(model.CpuSample(PID, PID, 95, stack, cpu=3))
         w.set_metadata("cupti_dropped_records", 0)
     with open_trace(path) as t:
@@ -201,10 +211,16 @@ def test_thread_lanes_stay_one_thread(tmp_path: Path, named_first: bool) -> None
         p.write(model.ProcessInfo(PID, "python"))
         if named_first:
             p.write(model.ThreadInfo(PID, tid, "worker"))
-        p.write(model.CpuSlice(PID, tid, 1_000, 5_000, "outer"))
-        p.write(model.CpuSlice(PID, tid, 2_000, 6_000, "straddles outer's end"))
-        p.write(model.CpuSlice(PID, tid, 2_500, 9_000, "straddles again"))
-        p.write(model.CpuSlice(PID, tid, 20_000, 100, "later"))
+        p.write(
+            as_batch(
+                [
+                    model.CpuSlice(PID, tid, 1_000, 5_000, "outer"),
+                    model.CpuSlice(PID, tid, 2_000, 6_000, "straddles outer's end"),
+                    model.CpuSlice(PID, tid, 2_500, 9_000, "straddles again"),
+                    model.CpuSlice(PID, tid, 20_000, 100, "later"),
+                ]
+            )
+        )
         if not named_first:
             p.write(model.ThreadInfo(PID, tid, "worker"))
     with open_trace(path) as t:
@@ -221,7 +237,7 @@ def test_thread_lanes_stay_one_thread(tmp_path: Path, named_first: bool) -> None
 def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
     path = tmp_path / "t.perfetto-trace"
     with pytest.raises(RuntimeError), TraceWriter(path) as w:
-        w.producer("x").write(model.GpuOp(0, 1, 10, 5, "k", model.CAT_KERNEL))
+        w.producer("x").write(as_batch([model.GpuOp(0, 1, 10, 5, "k", model.CAT_KERNEL)]))
         raise RuntimeError("source failed")
     assert list(tmp_path.iterdir()) == []
 
@@ -236,8 +252,9 @@ def test_monotonic_clock_domain(tmp_path: Path) -> None:
     stack = model.Stack((model.Frame("main", "/bin/app", 0x10),))
     with TraceWriter(path, clock_id=pb.BUILTIN_CLOCK_MONOTONIC, clock_snapshot=snapshot) as w:
         p = w.producer("test")
-        p.write(model.GpuOp(0, 7, 6_000_000, 500, "k", model.CAT_KERNEL, correlation_id=1))
-        p.write(model.GpuOp(0, 7, 6_001_000, 700, "k", model.CAT_KERNEL, correlation_id=2))
+        first = model.GpuOp(0, 7, 6_000_000, 500, "k", model.CAT_KERNEL, correlation_id=1)
+        second = model.GpuOp(0, 7, 6_001_000, 700, "k", model.CAT_KERNEL, correlation_id=2)
+        p.write(as_batch([first, second]))
         p.write(model.CpuSample(PID, PID, 5_500_000, stack))
     with open_trace(path) as t:
         rows = t.query("select ts, dur from slice where category = 'kernel' order by ts")
@@ -308,14 +325,20 @@ def test_deflate_finish_deflates_beside_the_thread(monkeypatch: pytest.MonkeyPat
 
 
 def test_instants_make_no_lanes(tmp_path: Path) -> None:
-    """An instant written before the slices around it (they wait in the reorder window)
-    lands on the thread's own track and pushes none of them onto another lane."""
+    """An instant written before the slices around it (their batch comes after it) lands
+    on the thread's own track and pushes none of them onto another lane."""
     path = tmp_path / "i.perfetto-trace"
     with TraceWriter(path) as w:
         p = w.producer("test")
-        p.write(model.CpuSlice(PID, PID, 100, 50, "a", "cpu_op"))
         p.write(model.Instant(PID, PID, 120, "mark", "nvtx"))
-        p.write(model.CpuSlice(PID, PID, 110, 20, "b", "cpu_op"))
+        p.write(
+            as_batch(
+                [
+                    model.CpuSlice(PID, PID, 100, 50, "a", "cpu_op"),
+                    model.CpuSlice(PID, PID, 110, 20, "b", "cpu_op"),
+                ]
+            )
+        )
     with open_trace(path) as t:
         rows = t.query(
             "select name, ts, dur, depth, track_id from slice "
@@ -370,7 +393,7 @@ def test_flows_at_equal_times(tmp_path: Path) -> None:
         ts += 5_000 if sync else 3_000  # a launch: the next call starts with this op
     path = tmp_path / "f.perfetto-trace"
     with TraceWriter(path) as w:
-        w.producer("test").write_all(events)
+        w.producer("test").write_all(batched(events))
     _check_round_trip(path, events)
 
 
@@ -380,9 +403,12 @@ def test_repeated_float_args_keep_their_type(tmp_path: Path) -> None:
     values: list[model.ArgValue] = [1.0, 1, True, 2.5, 1.0, True, 1, 2.5, 0.0, 0, False, -0.0, 0.0]
     path = tmp_path / "f.perfetto-trace"
     with TraceWriter(path) as w:
-        p = w.producer("test")
-        for i, value in enumerate(values):
-            p.write(model.CpuSlice(PID, PID, 100 * i, 50, "op", "cpu_op", {"v": value, "n": i}))
+        w.producer("test").write_all(
+            batched(
+                model.CpuSlice(PID, PID, 100 * i, 50, "op", "cpu_op", {"v": value, "n": i})
+                for i, value in enumerate(values)
+            )
+        )
     with open_trace(path) as t:
         rows = t.query(
             "select s.ts, a.value_type, a.int_value, a.real_value from slice s "
@@ -396,3 +422,16 @@ def test_repeated_float_args_keep_their_type(tmp_path: Path) -> None:
     assert got == [(kinds[type(v)], v) for v in values]
     signs = [math.copysign(1.0, r["real_value"]) for r in rows if r["value_type"] == "real"]
     assert signs[-2:] == [-1.0, 1.0]  # -0.0 is not 0.0
+
+
+def test_slices_come_only_in_batches(tmp_path: Path) -> None:
+    """The writer takes slices only as a SliceBatch: a slice object is refused, saying so."""
+    with pytest.raises(RuntimeError), TraceWriter(tmp_path / "t.perfetto-trace") as w:
+        p = w.producer("x")
+        for event in (
+            model.CpuSlice(PID, PID, 10, 5, "op", "cpu_op"),
+            model.GpuOp(0, 1, 10, 5, "k", model.CAT_KERNEL),
+        ):
+            with pytest.raises(TypeError, match="SliceBatch"):
+                p.write(event)
+        raise RuntimeError("done")

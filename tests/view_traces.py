@@ -16,6 +16,7 @@ from pathlib import Path
 
 from collector import model
 from collector.model import Frame, Stack
+from tests.slice_batches import batched
 
 T0 = 20_000_000_000
 SETUP_NS = 5_000_000_000
@@ -66,7 +67,7 @@ def write_two_rank_run(path: Path) -> Run:
         command_line=["xpu-perf", "record", "--", "torchrun", "train.py"],
         sample_frequency_hz=1000,
     ) as writer:
-        writer.producer("cupti").write_all(events)
+        writer.producer("cupti").write_all(batched(events))
     return Run(
         path,
         T0 + SETUP_NS,

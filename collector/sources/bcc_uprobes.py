@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.model import CAT_CUDA_API, NONE, CpuSlice, Event, SliceBatch, Stack
+from collector.model import CAT_CUDA_API, NONE, Event, SliceBatch, Stack
 from collector.sources.bcc_process_tree import ProcessTree, descendants
 from collector.sources.bcc_source import (
     EV_EXIT,
@@ -32,6 +32,7 @@ from collector.sources.bcc_source import (
     comm_str,
     stack_words,
 )
+from collector.sources.slice_rows import SliceRows
 from collector.symbolize import MapsSnapshot, Symbolizer, parse_maps
 
 MARKER_SYMBOL = "xpu_perf_launch_marker"
@@ -206,22 +207,28 @@ class BccLaunchUprobes(BccSource):
             )
 
     def events(self) -> Iterator[Event]:
-        """Names, then each hit as a zero-length `cuda_api` slice carrying its stack: the
-        form for runs without the injection library.  With it, join the hits to the CUPTI
-        API slices instead (`with_launch_stacks`)."""
+        """Names, then the hits as zero-length `cuda_api` slices carrying their stacks, a
+        batch per process: the form for runs without the injection library.  With it, join
+        the hits to the CUPTI API slices instead (`with_launch_stacks`)."""
         yield from self.registry.info_events()
+        by_pid: dict[int, SliceRows] = {}
         for hit in self.hits():
-            args = {} if hit.correlation_id is None else {"correlation_id": hit.correlation_id}
-            yield CpuSlice(
-                pid=hit.pid,
-                tid=hit.tid,
-                ts=hit.ts,
-                dur=0,
-                name=hit.symbol,
-                category=CAT_CUDA_API,
-                args=args,
-                launch_stack=hit.stack,
+            rows = by_pid.get(hit.pid)
+            if rows is None:
+                rows = by_pid[hit.pid] = SliceRows()
+            rows.cpu(
+                hit.pid,
+                hit.tid,
+                hit.ts,
+                0,
+                hit.symbol,
+                CAT_CUDA_API,
+                {},
+                NONE if hit.correlation_id is None else hit.correlation_id,
+                hit.stack,
             )
+        for rows in by_pid.values():
+            yield rows.batch()
 
     def stats(self) -> dict[str, int]:
         counters = self.kernel_counters()
@@ -242,7 +249,8 @@ class BccLaunchUprobes(BccSource):
 def with_launch_stacks(
     events: Iterable[Event], hits: Iterable[LaunchHit], counts: dict[str, int] | None = None
 ) -> Iterator[Event]:
-    """Give each `cuda_api` slice the marker stack with its (pid, correlation id).
+    """Give each `cuda_api` slice of the batches the marker stack with its (pid,
+    correlation id).
 
     `counts` (if given) receives `launch_stacks_joined` and `launch_stacks_unmatched`.
     """
@@ -252,12 +260,6 @@ def with_launch_stacks(
         if isinstance(ev, SliceBatch):
             ev, n = _join_batch(ev, by_launch)
             joined += n
-        elif isinstance(ev, CpuSlice) and ev.launch_stack is None and ev.category == CAT_CUDA_API:
-            cid = ev.args.get("correlation_id")
-            stack = by_launch.pop((ev.pid, cid), None) if isinstance(cid, int) else None
-            if stack is not None:
-                ev = dataclasses.replace(ev, launch_stack=stack)
-                joined += 1
         yield ev
     if counts is not None:
         counts["launch_stacks_joined"] = joined
@@ -269,10 +271,10 @@ def _join_batch(
 ) -> tuple[SliceBatch, int]:
     """`batch` with the stacks of `by_launch` (taken out of it) on its API rows without one."""
     cpu = batch.cpu
-    if cpu.stack is None or CAT_CUDA_API not in cpu.categories:
+    if CAT_CUDA_API not in cpu.categories:
         return batch, 0
     api = cpu.categories.index(CAT_CUDA_API)
-    column = list(cpu.stack)
+    column = list(cpu.stack) if cpu.stack is not None else [NONE] * cpu.rows
     stacks = list(cpu.stacks)
     joined = 0
     for i, (stack, category, corr) in enumerate(

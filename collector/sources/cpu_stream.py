@@ -25,6 +25,7 @@ from collector.sources.cupti_stream import (
     process_events,
     read_streams,
 )
+from collector.sources.slice_rows import SliceRows
 from collector.symbolize import Symbolizer
 
 STREAM_GLOB = "cpu-*.xpstream"
@@ -162,15 +163,16 @@ class InprocessCpuSource:
         strings: Mapping[int, str],
         stacks: Mapping[int, model.Stack],
     ) -> Iterator[model.Event]:
-        """Each WAIT row as a `wait` slice and its stack at entry."""
+        """The WAIT rows as one batch of `wait` slices, after their stacks at entry."""
         waits = stream.table("WAIT")
         counts = self.counts
+        rows = SliceRows()
         for i in range(waits.rows):
             tid, ts = waits["tid"][i], waits["start"][i]
             call = strings.get(waits["call_id"][i], "?")
             counts["waits"] += 1
             counts["wait_ns"] += waits["duration"][i]
-            yield model.CpuSlice(
+            rows.cpu(
                 pid,
                 tid,
                 ts,
@@ -184,6 +186,8 @@ class InprocessCpuSource:
                 yield model.WaitStack(pid, tid, ts, stack)
             else:
                 counts["waits_without_stack"] += 1
+        if rows.rows:
+            yield rows.batch()
 
     def _with_kernel(
         self, user: model.Stack, tid: int, ts: int, cursor: dict[int, int]

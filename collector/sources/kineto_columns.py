@@ -913,7 +913,7 @@ def _convert_columns(
     # synthetic ids, for text pids and tids, are numbered in input order): 2k for one
     # after k complete events, 2k + 1 for the complete event k (_Columns.add).
     others: list[tuple[int, JsonObject]] = []
-    object_path = kineto_events.ObjectEvents(head, stats, columns.device_pids)
+    other_layout = kineto_events.ObjectEvents(head, stats, columns.device_pids)
     for device, device_name in sorted(head.device_names.items()):
         yield model.GpuDevice(device, device_name)
 
@@ -926,7 +926,7 @@ def _convert_columns(
         others = [item for item in others if item[0] >= limit]
         columns.objects = [item for item in columns.objects if item[0] >= limit]
         due.sort(key=itemgetter(0))
-        return object_path.events([ev for _, ev in due])
+        return other_layout.events([ev for _, ev in due])
 
     seen_x = 0  # complete events before `pending`
     events_in = 0
@@ -952,7 +952,7 @@ def _convert_columns(
             pending = _Pending(columns.names, columns.raw_categories)
             if len(columns.chunks) > 1:
                 yield from objects_before(2 * columns.held_from)
-                yield from _flush(columns, stats, final=False)
+                yield from other_layout.ahead_of(_flush(columns, stats, final=False))
         elif len(others) >= OTHERS_HELD or columns.flow_ends.held() >= FLOW_ENDS_HELD:
             # Few complete events among many others: what is held goes now (the others
             # all come before the next complete event, their place kept).
@@ -962,7 +962,7 @@ def _convert_columns(
                 pending = _Pending(columns.names, columns.raw_categories)
             yield from objects_before(2 * seen_x + 1)
             if len(columns.chunks) > 1:
-                yield from _flush(columns, stats, final=False)
+                yield from other_layout.ahead_of(_flush(columns, stats, final=False))
             elif not columns.chunks:
                 columns.flow_ends.expire()
     stats.events_in += events_in  # (and the items that are no object: event_runs)
@@ -973,9 +973,10 @@ def _convert_columns(
         )
     yield from objects_before(float("inf"))
     if columns.chunks:
-        yield from _flush(columns, stats, final=True)
+        yield from other_layout.ahead_of(_flush(columns, stats, final=True))
     else:  # no complete event to bind to: every flow event is counted
         columns.flow_ends.expire(final=True)
+    yield from other_layout.held()
 
 
 def _flush(columns: _Columns, stats: ConvertStats, final: bool) -> Iterator[model.SliceBatch]:

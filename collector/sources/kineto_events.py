@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import orjson
 
@@ -30,6 +30,7 @@ from collector.sources.kineto_ids import (
     id_or_none,
     time_ns,
 )
+from collector.sources.slice_rows import SliceRows
 
 # Flow categories whose id is the correlation id of both ends (API call -> device op):
 # where the input has such a pair, the pair is the link, not the correlation id.  (`async`:
@@ -94,6 +95,9 @@ _ID_ARGS = ("External id", "Python id", "Python parent id")
 _GPU_ID_ARGS = ("external_id",)
 _GPU_LABEL = re.compile(r"^\s*((GPU|MTIA|XPU|HPU) \d+|stream \d+)\s*$", re.IGNORECASE)
 _NO_STREAM = 0xFFFFFFFF
+NONE = model.NONE
+# Complete events of another layout held at most before they go to the writer as a batch.
+HELD_SLICES = 65536
 _SCALARS = (int, float, str)  # arg values kept as they are (bool too: an int)
 
 
@@ -326,6 +330,20 @@ class ObjectEvents:
         self.device_pids = device_pids
         self.ids = Ids()
         self.named: set[tuple[int, int]] = set()
+        self.rows = SliceRows()
+
+    def held(self) -> Iterator[model.SliceBatch]:
+        """The complete events read so far, as one batch (none if there are none): they go
+        ahead of the next batch of the columns, and once HELD_SLICES of them are held."""
+        if self.rows.rows:
+            yield self.rows.batch()
+            self.rows = SliceRows()
+
+    def ahead_of(self, batches: Iterable[model.SliceBatch]) -> Iterator[model.SliceBatch]:
+        """`batches`, the complete events held going first if there is any batch."""
+        for batch in batches:
+            yield from self.held()
+            yield batch
 
     def events(self, events: list[JsonObject]) -> Iterator[model.Event]:
         head, stats, device_pids, ids, named = (
@@ -343,15 +361,27 @@ class ObjectEvents:
                 ts, dur, name, args, pid, tid = parts
                 if cat in GPU_CATEGORIES:
                     device_pids.add(pid)
-                    yield gpu_op(ev, cat, ts, dur, name, args, stats, ids)
+                    op = gpu_op(ev, cat, ts, dur, name, args, stats, ids)
+                    op_corr = NONE if op.correlation_id is None else op.correlation_id
+                    self.rows.gpu(
+                        op.device, op.stream, ts, dur, name, op.category, op.args, op_corr
+                    )
                 else:
                     if (pid, tid) not in named and (pid in ids.names or tid in ids.names):
                         named.add((pid, tid))
                         if pid in ids.names:
                             yield process_info(pid, ids.names[pid], head)
                         yield model.ThreadInfo(pid, tid, ids.names.get(tid, str(tid)))
-                    yield cpu_slice(pid, tid, ts, dur, name, cat, args, stats)[0]
+                    cpu, corr = cpu_slice(pid, tid, ts, dur, name, cat, args, stats)
+                    kept = cpu.args
+                    if corr is not None:  # in the batch's correlation id column
+                        kept = {k: v for k, v in kept.items() if k != "correlation_id"}
+                    self.rows.cpu(
+                        pid, tid, ts, dur, name, cpu.category, kept, NONE if corr is None else corr
+                    )
                 stats.events_out += 1
+                if self.rows.rows >= HELD_SLICES:
+                    yield from self.held()
             elif ph in ("i", "I", "n"):
                 at = time_ns(ev.get("ts"))
                 if at is None or at < 0:

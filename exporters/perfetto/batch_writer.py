@@ -1,11 +1,9 @@
-"""The writer's columnar path: a SliceBatch (one process's API calls, NVTX ranges and GPU
-ops in columns, from the CUPTI streams) encoded without a Python object per slice.
-
-It writes exactly what the object path (object_path.py) writes for the same slices (same
-tracks, lanes, interned names, args, flows, launch-stack samples; tests/test_batch_writer.py
-reads both back through trace_processor), with the work done per column:
+"""The writer's slice encoder: a SliceBatch (a process's slices in columns: the CUPTI
+streams' API calls, NVTX ranges and GPU ops, Kineto's events, waits, probe hits) encoded
+without a Python object per slice (tests/test_batch_writer.py reads batches back through
+trace_processor against what their rows say), with the work done per column:
 - lanes: a track whose slices do not overlap (nearly all) goes on lane 0 in one check;
-  otherwise LaneSet.place() per slice, as the object path does;
+  otherwise LaneSet.place() per slice;
 - BEGIN heads (track, name, category, args) are encoded once per distinct combination and
   chosen per row from a table;
 - each track clock's packets are put in time order by one sort (ENDs before BEGINs of the
@@ -50,7 +48,7 @@ _TRACK_EVENT_TAG = wire.key(wire.PACKET_TRACK_EVENT, wire.LEN)
 _TS_TAG = wire.key(wire.PACKET_TIMESTAMP, wire.VARINT)
 _PERF_SAMPLE_TAG = wire.key(wire.PACKET_PERF_SAMPLE, wire.LEN)
 _FIRST_FLOW_PERIOD = 16
-# Cached BEGIN heads of a sequence (beside the object path's, in the same dict), at most.
+# Cached BEGIN heads of a sequence, at most.
 _HEAD_CACHE_SIZE = 1 << 16
 _BATCH_HEAD = "batch head"  # first in the key of a cached columnar head
 
@@ -106,8 +104,7 @@ class _Slices:
 
 
 def write_batch(prod: ProducerState, batch: model.SliceBatch) -> None:
-    """Encode `batch` on `prod`'s sequence (Producer.write has written the producer's
-    object slices so far first)."""
+    """Encode `batch` on `prod`'s sequence, its slices whole (ENDs included)."""
     cpu = _Slices(batch.cpu, False)
     gpu = _Slices(batch.gpu, True)
     if not cpu.rows and not gpu.rows:
@@ -126,9 +123,7 @@ def write_batch(prod: ProducerState, batch: model.SliceBatch) -> None:
     trace = prod.trace
     trace.counts["slices"] += cpu.rows + gpu.rows
     first = min(int(p.ts.min()) for p in (cpu, gpu) if p.rows)
-    last = max(int(p.ts.max()) for p in (cpu, gpu) if p.rows)
     trace.note_ts(first)
-    prod.latest = max(prod.latest, last)
 
 
 def _assign_flows(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices, gpu: _Slices) -> None:
@@ -138,7 +133,6 @@ def _assign_flows(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices, gp
     n = len(src)
     if not n:
         return
-    flows = prod.flows
     begin = cpu.ts[src]
     end = np.concatenate((gpu.ts[dst[:to_gpu]], cpu.ts[dst[to_gpu:]]))
     ids = np.empty(n, np.int64)
@@ -151,11 +145,11 @@ def _assign_flows(prod: ProducerState, batch: model.SliceBatch, cpu: _Slices, gp
     while period < len(order) and not bool(np.all(ends[:-period] < starts[period:])):
         period *= 2
     period = min(period, max(len(order), 1))
-    base = flows.next_unrecycled
+    base = prod.next_flow_id
     ids[order] = base + np.arange(len(order)) % period
     back = np.flatnonzero(backwards)
     ids[back] = base + period + np.arange(len(back))
-    flows.next_unrecycled = base + period + len(back)
+    prod.next_flow_id = base + period + len(back)
     # CPU rows: their flows' ids together, in row order.
     cpu.flow_count, cpu.flow_first, cpu.flow_ids = _by_row(src, ids, cpu.rows)
     gpu.flow_end[dst[:to_gpu]] = ids[:to_gpu]
@@ -186,8 +180,8 @@ def _row_flow_ids(
 
 
 def _place_on_lanes(prod: ProducerState, pid: int, part: _Slices) -> None:
-    """The lane track uuid of every row, through the tracks' LaneSets (shared with the
-    object path), rows of a track taken in start order, the longer of two first."""
+    """The lane track uuid of every row, through the tracks' LaneSets (kept from one batch
+    to the next), rows of a track taken in start order, the longer of two first."""
     tracks = prod.trace.tracks
     if part.device is not None:
         key = (part.device << 32) | part.track
@@ -316,8 +310,15 @@ def _write_slices(prod: ProducerState, part: _Slices) -> None:
     """Every row's BEGIN and END, clock by clock (see the module doc)."""
     seq = prod.seq
     chunks = prod.trace.chunks
-    heads, head_of_row = _heads(prod, part)
-    corr_prefixes = _int_prefixes(seq, "correlation_id")
+    # Which name is interned first decides only ids: a batch without correlation ids (a
+    # sequence's waits, Kineto's span) interns that name ahead of its heads, as the writer
+    # did when such slices came one by one; others after them.
+    if bool(np.all(part.corr == _NONE)):
+        corr_prefixes = _int_prefixes(seq, "correlation_id")
+        heads, head_of_row = _heads(prod, part)
+    else:
+        heads, head_of_row = _heads(prod, part)
+        corr_prefixes = _int_prefixes(seq, "correlation_id")
     int_prefixes = [_int_prefixes(seq, key) for key, _, _ in part.int_args]
     # Clocks: one per track uuid, shared by later tracks (see Sequence.track_clock).
     cells: list[list] = []

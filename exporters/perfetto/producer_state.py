@@ -1,26 +1,17 @@
-"""What one producer's two ways of writing slices share: its current track-event sequence,
-its sample sequences, its flow ids, and the encoded heads of its tracks' events.
-
-The object path (object_path.py: slices as collector.model objects) and the columnar path
-(batch_writer.py: a SliceBatch in columns) both encode onto this state, so a source may mix
-them and a track's packets stay on one clock.
+"""One producer's encoding state: its track-event sequence, its sample sequences, its flow
+ids, and the encoded heads of its tracks' events, kept from one SliceBatch to the next
+(batch_writer.py) so that a track's packets stay on one clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from exporters.perfetto import wire
-from exporters.perfetto.flows import FlowIds
 from exporters.perfetto.launch_stacks import LaunchStackThread
 from exporters.perfetto.sequences import Sequence
 from exporters.perfetto.trace_state import TraceState
 
-# LaneSet.last_starts, LaneSet.open_ends, LaneSet.place, lane track uuids: a track's lanes
-# as the object path's hot loop reads them.
-LaneEntry = tuple[list[int], list[list[int]], Callable[[int, int], int], list[int]]
 _TYPE_BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 _TYPE_END = pb.TrackEvent.TYPE_SLICE_END
 
@@ -37,17 +28,10 @@ class ProducerState:
         # Launch stacks: a sequence per calling thread (launch_stacks.py).
         self.launch_threads: dict[tuple[int, int], LaunchStackThread] = {}
         self.wait_threads: dict[tuple[int, int], LaunchStackThread] = {}  # wait stacks
-        # Object path: slices begun but not ended: (end ts, -order, encoded END packet
-        # minus its timestamp, its track's clock); order makes the inner of two slices
-        # ending together end first.
-        self.open_ends: list[tuple[int, int, bytes, list]] = []
-        self.order = 0
-        self.flows = FlowIds(index << 44)
+        # The next flow id: each producer's ids lie in a range of their own (a flow's two
+        # ends are paired by id in the whole trace).
+        self.next_flow_id = (index << 44) + (1 << 40)
         self.start_sequence(seq_id)
-        # Object path: (device, stream) / (pid, tid) -> the track's LaneSet (its lists and
-        # its place()) and the lanes' track uuids.
-        self.stream_lanes: dict[tuple[int, int], LaneEntry] = {}
-        self.thread_lanes: dict[tuple[int, int], LaneEntry] = {}
 
     def start_sequence(self, seq_id: int) -> None:
         """Track events go on sequence `seq_id` from now on (with caches of its own)."""
@@ -56,15 +40,12 @@ class ProducerState:
             old.retired = True  # its packets go into the next chunk, then it is dropped
         self.seq = Sequence(self.trace, seq_id)
         self.trace.chunks.track_sequences.append(self.seq)
-        # The latest BEGIN written on the sequence: a window of slices mostly earlier
-        # than this goes on a new sequence (see Producer.flush()).
-        self.latest = 0
         # Per track uuid: the encoded head of its BEGIN events (type, uuid, and for a GPU
         # stream lane its device and stream annotations) and its END packet.
         self.begin_heads: dict[int, bytes] = {}
         self.end_packets: dict[int, bytes] = {}
-        # Object path: (uuid, name, category, *arg keys, *arg values) -> the encoded
-        # constant part of the BEGIN event: what most BEGINs are, since kernels repeat.
+        # (track uuid, name, category, *typed args) -> the encoded BEGIN head of a later
+        # batch's slices (batch_writer._heads).
         self.begin_cache: dict[tuple[object, ...], bytes] = {}
 
     def begin_head_of(self, uuid: int, device: int | None, stream: int) -> bytes:
@@ -79,7 +60,7 @@ class ProducerState:
 
     def end_packet(self, uuid: int) -> bytes:
         """An END packet without its timestamp (which goes last), with the clock id of
-        its track (an END that cannot use the clock drops it, see object_path._late_end)."""
+        its track (an END earlier than the clock drops it: batch_writer._write_slices)."""
         event = wire.event_head(_TYPE_END, uuid)
         packet = (
             wire.len_field(wire.PACKET_TRACK_EVENT, event)

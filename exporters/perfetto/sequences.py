@@ -210,8 +210,8 @@ class Sequence(InternedFields):
         category: str,
         args: Iterable[tuple[str, model.ArgValue]] = (),
     ) -> bytes:
-        """A framed TrackEvent packet (an INSTANT; BEGINs and ENDs come from the hot loops
-        of object_path.py and batch_writer.py) with interned name, category and args.
+        """A framed TrackEvent packet (an INSTANT; BEGINs and ENDs come from
+        batch_writer.py) with interned name, category and args.
         `timestamp` is the encoded field from timestamp()/absolute_timestamp()."""
         event = b"".join(
             (

@@ -32,10 +32,9 @@ Where each part is (one concept a module, lower ones first; none imports a highe
 - trace_state.py: what the parts of one writer share (chunk, tracks, clock, counters);
 - interning.py: interning tables and the cached encoded fields that refer to them;
 - sequences.py: a packet sequence, its incremental clocks (timestamps as deltas);
-- flows.py: small recycled flow ids;
 - producer_state.py: a producer's sequences, flow ids and cached event heads;
-- object_path.py: slices as objects -> packets (the hot loop), instants, samples;
-- batch_writer.py (+ columnar.py): a SliceBatch in columns -> the same packets;
+- point_events.py: instants and CPU samples -> packets;
+- batch_writer.py (+ columnar.py): slices (a SliceBatch in columns) -> packets;
 - producer.py: Producer, which routes a source's events to the above;
 - writer.py (this module): TraceWriter, the file, the clock snapshot, the metadata.
 """
@@ -193,8 +192,6 @@ class TraceWriter:
         if self._file is None:
             return self.path
         try:
-            for prod in self._producers:
-                prod.finish()
             self.tracks.finish()  # the processes' last names
             self._write_metadata()
             self._chunks.flush()
