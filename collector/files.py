@@ -18,10 +18,12 @@ too) is refused before any work: writing it would destroy the input.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -212,21 +214,34 @@ def terminate_on_sigterm() -> None:
 
 
 _QUIT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# This process's own run directories (library copies, private caches), removed by one
+# callback at exit.
+_REMOVED_AT_EXIT: list[Path] = []
 
 
 def remove_tree_at_exit(path: Path) -> None:
     """Remove the directory `path` when the process exits (a run's private directory)."""
-    atexit.register(remove_tree_quietly, path)
+    if not _REMOVED_AT_EXIT:
+        atexit.register(_remove_trees)
+    _REMOVED_AT_EXIT.append(path)
 
 
-def remove_tree_quietly(path: Path) -> None:
-    """The exit's removal of a run's directory, with Ctrl-C, SIGTERM and SIGHUP ignored: by
-    then the command has done its work and chosen its exit status, and a signal arriving
-    in the middle printed a KeyboardInterrupt traceback from inside the removal ("Exception
-    ignored in atexit callback") after record had written its trace."""
-    for signum in _QUIT_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
-    shutil.rmtree(path, ignore_errors=True)
+def _remove_trees() -> None:
+    """The exit's removal of the run's directories.  A Ctrl-C, SIGTERM or SIGHUP arriving
+    meanwhile (record has written its trace by then) printed a KeyboardInterrupt traceback
+    from inside the removal; it is noted instead, the removal finishes, and the process
+    then ends as a signal ends it, 128 + N (never 0 after a signal)."""
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda n, _f: caught.append(n)) for s in _QUIT_SIGNALS}
+    while _REMOVED_AT_EXIT:
+        shutil.rmtree(_REMOVED_AT_EXIT.pop(), ignore_errors=True)
+    if caught:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(128 + caught[0])
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 def starts_framed(path: Path, packets: int = 8) -> bool:

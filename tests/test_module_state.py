@@ -46,6 +46,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("collector/cache_trust.py", "_run_cache"): (
         "functools.cache of a function without arguments: this process's one private dir"
     ),
+    ("collector/files.py", "_REMOVED_AT_EXIT"): (
+        "this process's own run directories, removed by one atexit callback: no cache"
+    ),
     ("exporters/perfetto/engine/sql_modules.py", "library"): (
         "functools.cache of a function without arguments: the installed code's SQL modules, "
         "parsed once (what each trace loaded is recorded on the trace)"
