@@ -33,7 +33,7 @@ import cxxfilt
 from collector.model import Frame
 
 if TYPE_CHECKING:
-    from collector.elf_tables import FunctionColumns
+    from collector.elf_tables import FunctionColumns, Segment
 
 KERNEL_MODULE = "[kernel]"
 UNKNOWN_MODULE = "[unknown]"
@@ -132,20 +132,13 @@ class MapsSnapshot:
 # --- ELF symbol tables ---------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Segment:
-    offset: int
-    vaddr: int
-    filesz: int
-
-
 class ElfSymbols:
     """Function symbols and load segments of one ELF file."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.build_id = ""
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._addrs: list[int] = []
         self._sizes: list[int] = []
         self._name_refs: list[tuple[int, int]] = []  # (string table index, offset)
@@ -156,7 +149,7 @@ class ElfSymbols:
 
         with open(path, "rb") as f:
             elf = ElfTables(f)
-            self._segments = [_Segment(g.offset, g.vaddr, g.filesz) for g in elf.segments]
+            self._segments = elf.segments
             self.build_id = elf.build_id()
             # .symtab first (it has the static functions too), then .dynsym fills gaps.
             found = [elf.functions(name) for name in (b".symtab", b".dynsym")]
