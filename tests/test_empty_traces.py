@@ -97,7 +97,7 @@ def test_record_interrupted_before_the_target_runs_leaves_nothing(tmp_path: Path
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(0.3)  # still importing or starting the sampler
+    time.sleep(0.15)  # still importing or starting the sampler (the target starts at ~0.5 s)
     assert not any(_comm(child) == "sleep" for child in _children(proc.pid))
     os.kill(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
