@@ -33,6 +33,8 @@ import cxxfilt
 from collector.model import Frame
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from collector.elf_tables import FunctionColumns, Segment
 
 KERNEL_MODULE = "[kernel]"
@@ -139,9 +141,12 @@ class ElfSymbols:
         self.path = path
         self.build_id = ""
         self._segments: list[Segment] = []
-        self._addrs: list[int] = []
-        self._sizes: list[int] = []
-        self._name_refs: list[tuple[int, int]] = []  # (string table index, offset)
+        self._addrs: list[int] = []  # a list: bisect on it is the fastest lookup of one
+        # Per symbol, its size and where its name is: numpy columns, read only for the
+        # symbols a stack hits (a million Python ints or tuples would cost more than the read).
+        self._sizes: np.ndarray | None = None
+        self._name_strtabs: np.ndarray | None = None  # which string table
+        self._name_offsets: np.ndarray | None = None  # offset of the name in it
         self._strtabs: list[mmap.mmap | bytes] = []  # the file mapped, names NUL-ended
         self._names: dict[int, str] = {}
         # numpy comes with it: not loaded before record has started its target.
@@ -173,8 +178,9 @@ class ElfSymbols:
         first = np.ones(len(addr), dtype=bool)
         first[1:] = addr[1:] != addr[:-1]
         self._addrs = addr[first].tolist()
-        self._sizes = size[first].tolist()
-        self._name_refs = list(zip(strtab[first].tolist(), name[first].tolist(), strict=True))
+        self._sizes = size[first]
+        self._name_strtabs = strtab[first]
+        self._name_offsets = name[first]
 
     def file_offset_to_vaddr(self, file_offset: int) -> int | None:
         for seg in self._segments:
@@ -184,15 +190,16 @@ class ElfSymbols:
 
     def function_at(self, vaddr: int) -> str | None:
         i = bisect.bisect_right(self._addrs, vaddr) - 1
-        if i < 0:
+        if i < 0 or self._sizes is None:
             return None
-        size = self._sizes[i]
+        size = int(self._sizes[i])
         if size and vaddr >= self._addrs[i] + size:
             return None
         name = self._names.get(i)
         if name is None:
-            strtab_index, offset = self._name_refs[i]
-            strtab = self._strtabs[strtab_index]
+            assert self._name_strtabs is not None and self._name_offsets is not None
+            offset = int(self._name_offsets[i])
+            strtab = self._strtabs[int(self._name_strtabs[i])]
             end = strtab.find(b"\0", offset)
             name = demangle(strtab[offset : end if end >= 0 else None].decode("utf-8", "replace"))
             self._names[i] = name
