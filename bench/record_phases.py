@@ -51,7 +51,9 @@ with open({stamps!r}, "a") as f:
 
 def target_command(python: str, imports: str, work: str, stamps: Path) -> list[str]:
     code = TARGET.format(stamps=str(stamps), imports=imports, work=work)
-    shell = f'{shlex.quote(python)} -c "$0"; echo "ended $(date +%s.%N)" >> {stamps}'
+    shell = (
+        f'{shlex.quote(python)} -c "$0"; rc=$?; echo "ended $(date +%s.%N)" >> {stamps}; exit $rc'
+    )
     return ["sh", "-c", shell, code]
 
 
@@ -77,7 +79,7 @@ def run_once(
     started = time.time()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     finished = time.time()
-    if done.returncode != 0 or not stamps.exists():
+    if done.returncode != 0 or "imported" not in (stamps.read_text() if stamps.exists() else ""):
         tail = (done.stderr or "").strip().splitlines()[-3:]
         raise SystemExit(f"{shlex.join(command[:6])}... exit {done.returncode}: {tail}")
     return phases(started, stamps, finished)
