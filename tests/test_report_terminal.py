@@ -5,6 +5,7 @@ torch.profiler traces, the analysis scenarios, a 2-rank merge for --ranks)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -166,6 +167,54 @@ def test_slowest_steps_by_time(traces: dict[str, Path]) -> None:
     rows = [line for line in lines[at + 4 :] if line.startswith("│ step")]
     walls = [_ns(line.split("│")[2].strip()) for line in rows]
     assert len(walls) >= 5 and walls == sorted(walls, reverse=True)
+
+
+def test_warm_up_step_said_outside_the_findings(traces: dict[str, Path]) -> None:
+    """The first step is listed among the steps as it ran, but the findings cover the steps
+    from the second on: the table says which row lies before them, and only that one."""
+    for name in ("example_kineto", "kineto_multi_stream"):
+        out = report(traces[name], columns=100).stdout
+        lines = out.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("Steps"))
+        end = next(i for i in range(at, len(lines)) if lines[i].startswith("╰"))
+        rows = [line.split("│")[1].strip() for line in lines[at:end] if line.startswith("│ step")]
+        assert "step 1 (warm-up)" in rows, rows
+        assert [r for r in rows if "warm-up" in r] == ["step 1 (warm-up)"], rows
+        assert "(warm-up): before the steps the findings cover" in " ".join(lines[end + 1 :][:2])
+    # --span all: the findings cover the whole trace (set-up and warm-up too), as the help
+    # and the default header's hint say; no step is outside them.
+    out = report(traces["example_kineto"], "--span", "all", columns=100).stdout
+    assert "warm-up)" not in out
+    analysed = next(line for line in out.splitlines() if line.startswith("analysed"))
+    assert analysed.endswith(": the whole trace"), analysed
+    span = json.loads(report(traces["example_kineto"], "--span", "all", "--format", "json",
+                             columns=100).stdout)["span"]  # fmt: skip
+    assert (span["focus"], span["focus_ts"], span["focus_dur_ns"]) == (
+        "all",
+        span["ts"],
+        span["dur_ns"],
+    )
+
+
+def test_cut_drops_outer_scopes_of_names() -> None:
+    """A qualified C++ name loses its outer scopes, whole, before its middle: five autograd
+    functions of one namespace read apart."""
+    name = "torch::autograd::generated::ConvolutionBackward0_apply_functional"
+    assert cut(name, 60, keep_end=False, scopes=True) == (
+        "…autograd::generated::ConvolutionBackward0_apply_functional"
+    )
+    assert cut(name, 40, keep_end=False, scopes=True) == "…ConvolutionBackward0_apply_functional"
+    narrow = cut(name, 30, keep_end=False, scopes=True)
+    assert len(narrow) == 30 and narrow.startswith("…Convol") and narrow.endswith("functional")
+    # The `::` inside a template's arguments or a parameter list are no scopes of the name.
+    kernel = "at::native::reduce_kernel<512, at::native::ReduceOp<float>>(at::native::Args)"
+    assert cut(kernel, 70, keep_end=False, scopes=True) == "…" + kernel[len("at::native::") :]
+    narrow = cut(kernel, 40, keep_end=False, scopes=True)
+    assert len(narrow) == 40 and narrow.startswith("…reduce_k") and narrow.endswith("Args)")
+    assert cut("a::b", 10, keep_end=False, scopes=True) == "a::b"
+    assert cut("plain_function_name_here", 12, keep_end=False, scopes=True) == cut(
+        "plain_function_name_here", 12, keep_end=False
+    )
 
 
 def _ns(text: str) -> float:

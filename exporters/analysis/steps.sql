@@ -208,17 +208,22 @@ LEFT JOIN (SELECT DISTINCT device_track_id FROM xpu_analysis_op) d ON pd.upid IS
 -- What the findings look at: from each process's second step to the end of the active
 -- span (set-up before the loop and the first step, its warm-up: lazy kernel loading,
 -- allocator growth, autotuning, are left out; what follows the steps stays in), where at
--- least 3 steps were found; else the whole analysed span.
+-- least 3 steps were found; else, and with `--span all` (the whole trace asked for, set-up
+-- and warm-up included), the whole analysed span.
 CREATE PERFETTO TABLE xpu_analysis_focus AS
 WITH steady AS (
   SELECT min(ts) AS ts FROM (
     SELECT ts, row_number() OVER (PARTITION BY upid ORDER BY ts) AS k FROM xpu_step
   ) WHERE k > 1
 ),
-n AS (SELECT count(*) AS steps FROM xpu_step)
-SELECT CASE WHEN n.steps >= 3 THEN steady.ts ELSE sp.ts END AS ts,
-       sp.end_ts,
-       max(1, sp.end_ts - CASE WHEN n.steps >= 3 THEN steady.ts ELSE sp.ts END) AS dur,
-       CASE WHEN n.steps >= 3 THEN 'steps' ELSE sp.kind END AS kind,
-       n.steps AS steps
-FROM steady, n, xpu_analysis_span sp;
+n AS (SELECT count(*) AS steps FROM xpu_step),
+f AS (
+  SELECT sp.*, n.steps, n.steps >= 3 AND sp.kind != 'all' AS steady_only, steady.ts AS steady_ts
+  FROM steady, n, xpu_analysis_span sp
+)
+SELECT CASE WHEN steady_only THEN steady_ts ELSE ts END AS ts,
+       end_ts,
+       max(1, end_ts - CASE WHEN steady_only THEN steady_ts ELSE ts END) AS dur,
+       CASE WHEN steady_only THEN 'steps' ELSE kind END AS kind,
+       steps
+FROM f;

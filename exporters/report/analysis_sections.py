@@ -115,6 +115,10 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
         # hold every step: these are the slowest of all).
         shown = sorted(shown, key=lambda s: (-s.dur, s.step))[:top]
     names = Counter(s.name for s in analysis.steps.steps)
+    # A step that ended before the findings' span began (the warm-up) is listed among the
+    # slowest as it is, but said to be outside what the findings cover.
+    before = analysis.span.focus_ts if analysis.span.focus_kind == "steps" else None
+    warm = {s.step for s in shown if before is not None and s.ts + s.dur <= before}
     steps = Section(
         "steps",
         "Steps (wall time, GPU busy by kind, idle)"
@@ -132,7 +136,8 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
         [
             {
                 # Steps marked by slices of one name (a repeating range) read apart by number.
-                "name": s.name if names[s.name] == 1 else f"step {s.step}: {s.name}",
+                "name": (s.name if names[s.name] == 1 else f"step {s.step}: {s.name}")
+                + (" (warm-up)" if s.step in warm else ""),
                 "dur": s.dur,
                 "compute_ns": s.compute_ns,
                 "nccl_ns": s.nccl_ns,
@@ -145,7 +150,8 @@ def lead_sections(analysis: Analysis, top: int, full_names: bool) -> tuple[Secti
         ],
         "no steps: mark them (torch.profiler's ProfilerStep#N, an NVTX range and --steps "
         "NAME) or run more than two iterations",
-        analysis.steps.source,
+        analysis.steps.source
+        + ("; (warm-up): before the steps the findings cover" if warm else ""),
     )
     del full_names
     return (idle, steps)

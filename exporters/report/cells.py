@@ -43,18 +43,51 @@ def is_numeric(column: Column) -> bool:
     return column.kind not in ("text", "name", "kernel", "stack")
 
 
-def cut(text: str, width: int, keep_end: bool) -> str:
+def cut(text: str, width: int, keep_end: bool, scopes: bool = False) -> str:
     """`text` in at most `width` characters, '…' where it was cut: stacks keep their leaf
     end (the caller nearest the work); names lose their middle, so both the start and the
-    end read (a kernel's telling template argument, a function's file, sit at the end)."""
+    end read (a kernel's telling template argument, a function's file, sit at the end).
+    `scopes`: a qualified C++ name first loses its outer scopes, whole (`…::Name` reads
+    where `torch::autogra…_functional` told five functions of one namespace alike)."""
     if len(text) <= width:
         return text
     if width <= 1:
         return "…"[:width]
     if keep_end:
         return "…" + text[-(width - 1) :]
+    starts = _scope_starts(text) if scopes else []
+    for start in starts:
+        if len(text) - start + 1 <= width:
+            return "…" + text[start:]
+    if starts and width > 2:
+        return "…" + _cut_middle(text[starts[-1] :], width - 1)
+    return _cut_middle(text, width)
+
+
+def _cut_middle(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
     head = (width - 1) * 2 // 5
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def _scope_starts(name: str) -> list[int]:
+    """Where the name after each `::` of the outermost level begins (never inside a
+    template's `<>`, a parameter list's `()` or brackets)."""
+    starts: list[int] = []
+    depth = i = 0
+    while i < len(name) - 1:
+        c = name[i]
+        if c in "<([":
+            depth += 1
+        elif c in ">)]":
+            depth = max(0, depth - 1)
+        elif c == ":" and name[i + 1] == ":" and depth == 0:
+            starts.append(i + 2)
+            i += 2
+            continue
+        i += 1
+    return starts
 
 
 def distinct_tails(paths: Sequence[str]) -> dict[str, str]:

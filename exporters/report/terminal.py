@@ -288,7 +288,12 @@ def print_section(screen: Screen, section: Section) -> None:
     for row_texts in texts:
         table.add_row(
             *(
-                cut(row_texts[i], name_widths[i], section.columns[i].kind == "stack")
+                cut(
+                    row_texts[i],
+                    name_widths[i],
+                    section.columns[i].kind == "stack",
+                    scopes=section.columns[i].kind in ("name", "text"),
+                )
                 if i in name_widths
                 else row_texts[i]
                 for i in cols
