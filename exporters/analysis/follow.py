@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from exporters.analysis import locations
 from exporters.analysis.idle import Site
+from exporters.analysis.session import session_of
 from exporters.analysis.tables import sample_period_ns
 from exporters.perfetto.engine.trace_processor import Trace
 
@@ -127,7 +128,14 @@ def _cores(trace: Trace) -> int | None:
 
 def loader_workers(trace: Trace) -> Activity | None:
     """What the DataLoader worker processes ran while the launching thread waited for a
-    batch (its data waits in the findings' gaps)."""
+    batch (its data waits in the findings' gaps); once per opened trace."""
+    followed = session_of(trace).followed
+    if "loader_workers" not in followed:
+        followed["loader_workers"] = _loader_workers(trace)
+    return followed["loader_workers"]
+
+
+def _loader_workers(trace: Trace) -> Activity | None:
     start, end, upids = _intervals(trace, data=True)
     if not len(start):
         return None

@@ -15,6 +15,7 @@ from exporters.perfetto.engine.trace_processor import Trace
 
 if TYPE_CHECKING:
     from exporters.analysis.busy import GpuBusy
+    from exporters.analysis.follow import Activity
 
 
 class AnalysisSession:
@@ -22,6 +23,9 @@ class AnalysisSession:
 
     def __init__(self) -> None:
         self.gpu_busy: GpuBusy | None = None  # busy.gpu_busy fills it
+        # follow.py's answers by question ("loader_workers"): the findings and --annotate's
+        # marks both ask what the DataLoader workers ran.
+        self.followed: dict[str, Activity | None] = {}
 
 
 def session_of(trace: Trace) -> AnalysisSession:
