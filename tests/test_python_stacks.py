@@ -102,12 +102,13 @@ def test_report_names_the_hot_function(python_trace: Path) -> None:
         report = collect(t, python_trace.name, top=10_000)
     section = next(s for s in report.sections if s.key == "top_functions")
     first = section.rows[0]
-    # leaf() does the work: most self time (a CPython built with symbols names its integer
-    # arithmetic and allocator under leaf: ~25% self there, ~65% on Debian's stripped one),
-    # and in ~90% of the samples, counted once each however it was called (sorted's key,
-    # map, the import).
+    # leaf() does the work: most self time, with the interpreter's integer arithmetic and
+    # allocator under it counted as its own (a CPython built with symbols names them: alone,
+    # _PyObject_Malloc held as many self samples as leaf, ~23%, and topped the table in one
+    # CI run of two), and in ~90% of the samples, counted once each however it was called
+    # (sorted's key, map, the import).
     assert first["function"] == "leaf (nested_calls.py)", section.rows[:3]
-    assert first["self_pct"] > 15
+    assert first["self_pct"] > 60
     assert 60 < first["total_pct"] <= 100
     # The call machinery (PyEval_EvalCode, _PyFunction_Vectorcall, ...) is in nearly every
     # sample when shown; hidden between Python frames, none of it has a larger total than

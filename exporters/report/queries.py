@@ -325,8 +325,9 @@ def _top_functions(
             ),
             ranked.by_self,
             empty,
-            f"over {ranked.scope}; self: samples in the function itself; whole stacks with "
-            "--stacks",
+            f"over {ranked.scope}; self: samples in the function itself (a Python "
+            "function's with the interpreter's work under it; --all-frames: each frame); "
+            "whole stacks with --stacks",
         ),
     )
 
