@@ -26,14 +26,16 @@ RECORD = (sys.executable, "-m", "collector.cli", "record")
 # The in-process CPU sampler only (no kernel-mode eBPF sampler beside it).
 CPU_ONLY = ("--no-gpu", "--no-kernel-stacks", "--freq", "999")
 NOBODY = 65534
-# burn(s): s seconds of the process's own CPU time.  At 999 Hz that is up to one sample a
-# millisecond; loaded CI machines deliver fewer (about 1 in 4 here), so the counts asked
-# below are low, and zero is what the defects gave.
+# burn(s): s seconds of the process's own CPU time, nearly all in user mode (the clock is
+# read every 10,000 additions: reading it is a syscall, and the in-process sampler counts
+# user-mode time only; a loop of clock reads made about 1 sample in 4 at 999 Hz).  The
+# counts asked below are low all the same: zero is what the defects gave.
 BURN = (
     "import time\n"
     "def burn(s):\n"
     "    end = time.process_time() + s\n"
-    "    while time.process_time() < end: pass\n"
+    "    while time.process_time() < end:\n"
+    "        for _ in range(10_000): pass\n"
 )
 
 
