@@ -3,11 +3,12 @@ way anything writes an output file.
 
 Outputs.  Commands run as root in shared and sticky directories (/tmp, a job's scratch),
 where another user can plant a name beside the output.  So an output is never opened by a
-predictable name: it is written to a temporary file that `mkstemp` creates exclusively
-(O_CREAT|O_EXCL, random name) in the output's directory, then renamed over the output, which
-replaces a planted symlink instead of following it.  The temporary file is removed on every
-error, Ctrl-C, SIGTERM (see `terminate_on_sigterm`) and SystemExit, so a failed run leaves
-nothing; the finished file gets the mode a plain open would have given it (0666 & ~umask).
+predictable name: it is written to a temporary file created exclusively (O_CREAT|O_EXCL|
+O_NOFOLLOW, random name, known before the file exists) in the output's directory, then
+renamed over the output, which replaces a planted symlink instead of following it.  The
+temporary file is removed on every error, Ctrl-C, SIGTERM (see `terminate_on_sigterm`) and
+SystemExit, so a failed run leaves nothing; the finished file gets the mode a plain open
+would have given it (0666 & ~umask).
 
 Inputs.  An input must be a regular file this user can read: a directory, a FIFO (which
 would hang the reader) or an unreadable file is one line, said before anything is opened.
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
+import secrets
 import shutil
 import signal
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -111,6 +113,9 @@ class OutputFile(Generic[AnyStr]):
     the finished file's permissions (default: what a plain open() would give; a private
     cache passes 0o600).  `mode` "wb" (the default) writes bytes, "w" text in `encoding`."""
 
+    path: Path
+    tmp_path: Path
+
     @overload
     def __init__(
         self: OutputFile[bytes],
@@ -137,11 +142,9 @@ class OutputFile(Generic[AnyStr]):
         encoding: str | None = None,
     ) -> None:
         self.path = Path(path)
-        parent = self.path.parent if str(self.path.parent) else Path(".")
-        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent)
-        self.tmp_path = Path(name)
+        fd = self._create_temporary()
         try:
-            # mkstemp made it 0600; else what a plain open() would have made
+            # made 0600; else what a plain open() would have made
             os.fchmod(fd, 0o666 & ~_umask() if file_mode is None else file_mode)
             self.file: IO[AnyStr] = os.fdopen(fd, mode, encoding=encoding)
         except BaseException:
@@ -149,6 +152,21 @@ class OutputFile(Generic[AnyStr]):
             self.tmp_path.unlink(missing_ok=True)
             raise
         self._done = False
+
+    def _create_temporary(self) -> int:
+        """The temporary file, made exclusively (O_EXCL, a planted name or symlink is never
+        opened), its name known before it exists: a signal's exception raised the moment
+        it is made (inside mkstemp, which returns the name only after) left it behind."""
+        for _ in range(_TEMPORARY_ATTEMPTS):
+            self.tmp_path = _temporary_name(self.path)
+            try:
+                return os.open(self.tmp_path, _TEMPORARY_FLAGS, 0o600)
+            except FileExistsError:
+                continue
+            except BaseException:
+                self.tmp_path.unlink(missing_ok=True)
+                raise
+        raise FileExistsError(errno.EEXIST, "no unused temporary name", str(self.tmp_path))
 
     def commit(self) -> Path:
         """Close the file and move it into place; on failure nothing is left."""
@@ -211,6 +229,16 @@ def terminate_on_sigterm() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is signal.SIG_DFL:
             signal.signal(sig, _raise_terminated)
+
+
+_TEMPORARY_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_TEMPORARY_ATTEMPTS = 100
+
+
+def _temporary_name(path: Path) -> Path:
+    """`.NAME.<random>.tmp` beside `path` (hidden, and never the name of an output)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    return parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
 
 
 _QUIT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

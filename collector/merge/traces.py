@@ -107,6 +107,7 @@ def merge_traces(
         report.nccl = nccl.refine(ends, offsets)
         offsets = report.nccl.offsets
     offsets = clocks.lift(offsets, [inp.head for inp in inputs])
+    pids = ProcessIds()
     try:
         writer = TraceWriter(
             output,
@@ -116,9 +117,8 @@ def merge_traces(
         )
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc.strerror}") from None
-    pids = ProcessIds()
     try:
-        with writer:
+        with writer:  # nothing between its making and here: it owns its file from here
             for inp, basis, offset in zip(inputs, bases, offsets, strict=True):
                 if on_input is not None:
                     on_input(inp.index, inp.path)

@@ -103,37 +103,57 @@ class TraceWriter:
         builtin clock ids to readings taken at one instant (required unless the domain
         is BOOTTIME, trace_processor's default).  `compress_in_thread` deflates chunks on
         a thread of their own (zlib releases the GIL), which only pays with a free core."""
-        from collector import __version__
-
         self.path = Path(path)
         self._output = OutputFile(self.path)
         self.tmp_path = self._output.tmp_path
+        # From here the file exists: whatever stops the set-up (a signal's exception
+        # included: SIGTERM as the file appeared left it behind) takes it away.
+        try:
+            self._start(
+                command_line, clock_id, clock_snapshot, sample_frequency_hz,
+                compression_level, compress_in_thread,
+            )  # fmt: skip
+        except BaseException:
+            self._output.discard()
+            raise
+
+    def _start(
+        self,
+        command_line: Iterable[str],
+        clock_id: int,
+        clock_snapshot: Mapping[int, int] | None,
+        sample_frequency_hz: int,
+        compression_level: int,
+        compress_in_thread: bool,
+    ) -> None:
+        from collector import __version__
+
         self.clock_id = clock_id
         self.sample_frequency_hz = sample_frequency_hz
         self.compression_level = compression_level
         self.chunk_bytes = compression.chunk_bytes(compression_level)
         self._file: IO[bytes] | None = self._output.file
+        self._deflater = Deflater(self._file, compression_level, compress_in_thread)
         try:
-            self._deflater = Deflater(self._file, compression_level, compress_in_thread)
+            self._chunks = ChunkBuffer(self._deflater.put, self.chunk_bytes)
+            self._trace = TraceState(self._chunks, clock_id, sample_frequency_hz)
+            self.descriptor_seq_id = self._trace.descriptor_seq_id
+            self.counts = self._trace.counts
+            self.tracks = self._trace.tracks
+            self._metadata: dict[str, model.ArgValue] = {
+                "tool": TOOL_NAME,
+                "tool_version": __version__,
+                "command_line": " ".join(command_line) or " ".join(sys.argv),
+            }
+            if sample_frequency_hz:
+                self._metadata["cpu_sample_frequency_hz"] = sample_frequency_hz
+            self._producers: list[Producer] = []
+            self._tool_track: int | None = None  # the `xpu-perf` track of add_tool_slice
+            self._tool_lanes: dict[str, int] = {}
+            self._write_clock_snapshot(clock_snapshot)
         except BaseException:
-            self._output.discard()
+            self._deflater.finish(raise_error=False)  # its thread, where it has one, ends
             raise
-        self._chunks = ChunkBuffer(self._deflater.put, self.chunk_bytes)
-        self._trace = TraceState(self._chunks, clock_id, sample_frequency_hz)
-        self.descriptor_seq_id = self._trace.descriptor_seq_id
-        self.counts = self._trace.counts
-        self.tracks = self._trace.tracks
-        self._metadata: dict[str, model.ArgValue] = {
-            "tool": TOOL_NAME,
-            "tool_version": __version__,
-            "command_line": " ".join(command_line) or " ".join(sys.argv),
-        }
-        if sample_frequency_hz:
-            self._metadata["cpu_sample_frequency_hz"] = sample_frequency_hz
-        self._producers: list[Producer] = []
-        self._tool_track: int | None = None  # the `xpu-perf` track of add_tool_slice
-        self._tool_lanes: dict[str, int] = {}
-        self._write_clock_snapshot(clock_snapshot)
 
     # -- public API ---------------------------------------------------------------------
     def producer(self, name: str) -> Producer:
