@@ -7,6 +7,7 @@ for the same."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporters.analysis.step_ranges import DEFAULT_STEPS, StepChoice, StepsError, choose
@@ -50,18 +51,23 @@ def sample_period_ns(trace: Trace) -> int:
     return int(1e9 / freq) if freq else 0
 
 
+def _refuse_another_scope(loaded: Mapping[str, object], scope: Scope) -> None:
+    """One trace's analysis tables hold one scope: a second, different one is refused."""
+    if (loaded["span_all"], loaded["asked_steps"], loaded["detect"]) != (
+        scope.span_all,
+        scope.steps_glob or "",
+        scope.detect_steps,
+    ):
+        raise ValueError("analysis tables already loaded for another scope")
+
+
 def load_steps(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> StepChoice:
     """The span, its GPU ops, the steps and the focus (the span the findings cover: what
     `folded`, `flamegraph` and `view` need), without the gaps, a third of the analysis's
     cost at 1M slices (docs/benchmarks.md); once per trace: `load` builds the rest on them."""
     loaded = sql_modules.loaded(trace, STEPS_SCOPE)
     if loaded is not None:
-        if (loaded["span_all"], loaded["asked_steps"], loaded["detect"]) != (
-            scope.span_all,
-            scope.steps_glob or "",
-            scope.detect_steps,
-        ):
-            raise ValueError("analysis tables already loaded for another scope")
+        _refuse_another_scope(loaded, scope)
         return StepChoice(str(loaded["chosen_steps"]), str(loaded["steps_how"]))
     # `report --ranks` loads span.sql (of the active span) before its table and then this.
     span = sql_modules.loaded(trace, SPAN)
@@ -87,12 +93,7 @@ def load(trace: Trace, scope: Scope = DEFAULT_SCOPE) -> None:
     """Create the analysis tables for `scope` (the shared views must be loaded)."""
     loaded = sql_modules.loaded(trace, SCOPE_TABLE)
     if loaded is not None:
-        if (loaded["span_all"], loaded["asked_steps"], loaded["detect"]) != (
-            scope.span_all,
-            scope.steps_glob or "",
-            scope.detect_steps,
-        ):
-            raise ValueError("analysis tables already loaded for another scope")
+        _refuse_another_scope(loaded, scope)
         return
     from exporters.analysis import busy, step_busy  # numpy: not for a cached `folded`
 
