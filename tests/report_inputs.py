@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from collector.inject_build import BuildError
-from tests.fake_cupti.build import build_fake, cupti_headers
+from tests.fake_cupti.build import FakeCupti, build_fake, cupti_headers
 from tests.native.bpf_harness import bpf_unavailable_reason
 from tests.native.build import FLAGS
 from tests.native.build import HERE as NATIVE_SRC
@@ -35,15 +35,21 @@ class RecordedTrace:
     cpu_samples: bool  # recorded with eBPF CPU sampling (else GPU activity only)
 
 
-def record_fake_gpu_app(work: Path) -> RecordedTrace:
-    """Record fake_app + two_callers into work/recorded.perfetto-trace; skips the calling
-    test where the fake CUPTI cannot be built (no CUPTI headers), like test_cupti_fake."""
+def _fake_cupti_or_skip(work: Path) -> FakeCupti:
+    """The fake CUPTI built under `work`; skips the calling test where it cannot be built
+    (no CUPTI headers, a failed build), like test_cupti_fake."""
     if cupti_headers() is None:
         pytest.skip("CUPTI headers not installed: no fake-CUPTI recorded trace")
     try:
-        fake = build_fake(work / "fake_cupti")
+        return build_fake(work / "fake_cupti")
     except (BuildError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"cannot build the fake CUPTI: {exc}")
+
+
+def record_fake_gpu_app(work: Path) -> RecordedTrace:
+    """Record fake_app + two_callers into work/recorded.perfetto-trace; skips the calling
+    test where the fake CUPTI cannot be built (no CUPTI headers), like test_cupti_fake."""
+    fake = _fake_cupti_or_skip(work)
     two_callers = work / "two_callers"
     subprocess.run(
         ["gcc", *FLAGS, "-o", str(two_callers), str(NATIVE_SRC / "two_callers.c")], check=True
@@ -88,12 +94,7 @@ def record_fake_steps(work: Path) -> Path:
     STEPS_PER_PROCESS training-like steps whose GPU idles while the host prepares the next
     batch, with the in-process CPU sampler; into work/steps.perfetto-trace.  Skips the calling
     test where the fake CUPTI cannot be built, as record_fake_gpu_app does."""
-    if cupti_headers() is None:
-        pytest.skip("CUPTI headers not installed: no fake-CUPTI recorded trace")
-    try:
-        fake = build_fake(work / "fake_cupti")
-    except (BuildError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot build the fake CUPTI: {exc}")
+    fake = _fake_cupti_or_skip(work)
     out = work / "steps.perfetto-trace"
     env = dict(
         os.environ, XPU_PERF_INJECT_LIB=str(fake.injection), FAKE_CUPTI_RECORDS_PER_BUFFER="64"
