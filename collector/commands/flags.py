@@ -83,7 +83,8 @@ def add_frame_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every frame, the interpreter's too (default: CPython's own frames between two "
         "Python frames are hidden, as py-spy --native shows stacks; native frames under the "
-        "innermost Python frame always show; the trace keeps every frame)",
+        "innermost Python frame show, but report's top functions count CPython's own among "
+        "them as that Python function's self time; the trace keeps every frame)",
     )
 
 
